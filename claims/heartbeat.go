@@ -1,0 +1,250 @@
+package claims
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/leasehold/leasehold/telemetry"
+)
+
+// HeartbeatConfig configures a Heartbeat. Zero values take the defaults.
+type HeartbeatConfig struct {
+	// Interval between renewals. Default lease/3; must be shorter than the
+	// lease. Each renewal is one statement whatever the number of leases.
+	Interval time.Duration
+	// RetryInterval is the wait before retrying after a failed renewal.
+	// Default Interval/4.
+	RetryInterval time.Duration
+	// Margin is how long before the lease could expire on the database that a
+	// node stops its own work when it cannot renew: the local deadline is
+	// (start of the last successful renewal) + lease - Margin, on the local
+	// monotonic clock. Default lease/5; Interval + Margin must be shorter
+	// than the lease, so that at least one renewal is tried in time.
+	Margin time.Duration
+	// Logger receives renewal failures. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+// Heartbeat keeps every lease a node holds alive with one RenewMany statement
+// per tick, and cancels the work of any lease that is lost. One per node.
+//
+// A lease missing from the renewal result was taken over or finished: its
+// context is cancelled at once with cause ErrLeaseLost. A database error is
+// retried; if no renewal of a lease has succeeded by its local deadline, the
+// node cancels that work itself (cause ErrLeaseLost), because past that point
+// another node may legitimately steal it.
+type Heartbeat struct {
+	gate     *Gate
+	interval time.Duration
+	retry    time.Duration
+	margin   time.Duration
+	logger   *slog.Logger
+	now      func() time.Time // local monotonic clock; replaced in tests
+
+	mu   sync.Mutex
+	held map[Held]*heldLease
+	wake chan struct{}
+}
+
+type heldLease struct {
+	deadline time.Time // local monotonic deadline
+	cancel   context.CancelCauseFunc
+}
+
+// NewHeartbeat returns a Heartbeat renewing the leases acquired through g.
+func NewHeartbeat(g *Gate, cfg HeartbeatConfig) (*Heartbeat, error) {
+	if g == nil {
+		return nil, fmt.Errorf("claims.NewHeartbeat: %w: nil gate", ErrInvalid)
+	}
+	lease := g.lease
+	if cfg.Interval == 0 {
+		cfg.Interval = lease / 3
+	}
+	if cfg.RetryInterval == 0 {
+		cfg.RetryInterval = cfg.Interval / 4
+	}
+	if cfg.Margin == 0 {
+		cfg.Margin = lease / 5
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	switch {
+	case cfg.Interval <= 0 || cfg.Interval >= lease:
+		return nil, fmt.Errorf("claims.NewHeartbeat: %w: interval %v must be positive and shorter than the lease %v", ErrInvalid, cfg.Interval, lease)
+	case cfg.RetryInterval <= 0:
+		return nil, fmt.Errorf("claims.NewHeartbeat: %w: retry interval %v must be positive", ErrInvalid, cfg.RetryInterval)
+	case cfg.Margin < 0 || cfg.Interval+cfg.Margin >= lease:
+		return nil, fmt.Errorf("claims.NewHeartbeat: %w: interval %v + margin %v must be shorter than the lease %v", ErrInvalid, cfg.Interval, cfg.Margin, lease)
+	}
+	return &Heartbeat{
+		gate:     g,
+		interval: cfg.Interval,
+		retry:    cfg.RetryInterval,
+		margin:   cfg.Margin,
+		logger:   cfg.Logger,
+		now:      time.Now,
+		held:     make(map[Held]*heldLease),
+		wake:     make(chan struct{}, 1),
+	}, nil
+}
+
+// Hold tracks c until the returned stop func is called, and returns a context
+// derived from ctx that is cancelled with cause ErrLeaseLost when the lease is
+// lost. The caller runs the lease's work under that context and calls stop
+// once it has completed, failed or released the claim. Passthrough claims are
+// not tracked.
+func (h *Heartbeat) Hold(ctx context.Context, c Claim) (context.Context, func()) {
+	if c.Passthrough || !h.gate.Enabled() {
+		return ctx, func() {}
+	}
+	start := c.acquiredAt
+	if start.IsZero() {
+		start = h.now()
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	id := Held{Key: c.Key, Fence: c.Fence}
+	h.mu.Lock()
+	h.held[id] = &heldLease{deadline: start.Add(h.gate.lease - h.margin), cancel: cancel}
+	h.mu.Unlock()
+	h.poke()
+	return ctx, func() {
+		h.mu.Lock()
+		delete(h.held, id)
+		h.mu.Unlock()
+		cancel(context.Canceled)
+	}
+}
+
+// Len returns the number of leases being held.
+func (h *Heartbeat) Len() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.held)
+}
+
+// Run renews until ctx is done. It returns ctx's error. Leases still held when
+// Run returns are not cancelled; their owners release or finish them.
+func (h *Heartbeat) Run(ctx context.Context) error {
+	if !h.gate.Enabled() {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	timer := time.NewTimer(h.interval)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-h.wake:
+			// A lease was added; its deadline may be the earliest.
+		case <-timer.C:
+			wait := h.interval
+			if err := h.RenewOnce(ctx); err != nil && ctx.Err() == nil {
+				wait = h.retry
+			}
+			timer.Reset(wait)
+			continue
+		}
+		// Re-arm to whichever comes first: the next tick or a deadline check.
+		if d := h.untilEarliestDeadline(); d < h.interval {
+			timer.Reset(max(d, 0))
+		}
+	}
+}
+
+// RenewOnce renews every held lease in one statement and cancels the work of
+// any lease that was lost or whose local deadline has passed. It returns the
+// database error, if any, after acting on the deadlines.
+func (h *Heartbeat) RenewOnce(ctx context.Context) error {
+	h.expireLocal(ctx)
+	start := h.now()
+	h.mu.Lock()
+	batch := make([]Held, 0, len(h.held))
+	for id := range h.held {
+		batch = append(batch, id)
+	}
+	h.mu.Unlock()
+	if len(batch) == 0 {
+		return nil
+	}
+
+	// Bound the statement by the nearest local deadline, so a hung connection
+	// cannot keep work running past the point where it must stop.
+	callCtx, cancel := context.WithTimeout(ctx, min(h.interval, max(h.untilEarliestDeadline(), time.Millisecond)))
+	renewed, err := h.gate.store.RenewMany(callCtx, h.gate.owner, batch, h.gate.lease)
+	cancel()
+	g := h.gate
+	if err != nil {
+		g.emit(ctx, telemetry.Event{Name: EventRenewFailed, Owner: g.owner, Count: len(batch), Err: err, Duration: h.now().Sub(start)})
+		h.logger.WarnContext(ctx, "leasehold: lease renewal failed; retrying",
+			slog.String("owner", g.owner), slog.Int("leases", len(batch)), slog.Any("error", err))
+		h.expireLocal(ctx)
+		return err
+	}
+	kept := make(map[Held]struct{}, len(renewed))
+	for _, r := range renewed {
+		kept[Held{Key: r.Key, Fence: r.Fence}] = struct{}{}
+	}
+	lost := 0
+	h.mu.Lock()
+	for _, id := range batch {
+		l, ok := h.held[id]
+		if !ok {
+			continue // released while the statement ran
+		}
+		if _, ok := kept[id]; ok {
+			l.deadline = start.Add(g.lease - h.margin)
+			continue
+		}
+		delete(h.held, id)
+		l.cancel(fmt.Errorf("%w: %q fence %d was not renewed: taken over or finished", ErrLeaseLost, id.Key, id.Fence))
+		g.emit(ctx, telemetry.Event{Name: EventLeaseLost, Key: id.Key, Owner: g.owner, Fence: id.Fence, Err: ErrNotOwner})
+		lost++
+	}
+	h.mu.Unlock()
+	g.emit(ctx, telemetry.Event{Name: EventRenewed, Owner: g.owner, Count: len(renewed), Duration: h.now().Sub(start)})
+	h.expireLocal(ctx)
+	return nil
+}
+
+// expireLocal cancels work whose local deadline has passed.
+func (h *Heartbeat) expireLocal(ctx context.Context) {
+	now := h.now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for id, l := range h.held {
+		if now.Before(l.deadline) {
+			continue
+		}
+		delete(h.held, id)
+		err := fmt.Errorf("%w: %q fence %d: no successful renewal before the local deadline", ErrLeaseLost, id.Key, id.Fence)
+		l.cancel(err)
+		h.gate.emit(ctx, telemetry.Event{Name: EventLeaseLost, Key: id.Key, Owner: h.gate.owner, Fence: id.Fence, Err: err})
+	}
+}
+
+func (h *Heartbeat) untilEarliestDeadline() time.Duration {
+	now := h.now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	earliest := time.Duration(1<<63 - 1)
+	for _, l := range h.held {
+		earliest = min(earliest, l.deadline.Sub(now))
+	}
+	return earliest
+}
+
+func (h *Heartbeat) poke() {
+	select {
+	case h.wake <- struct{}{}:
+	default:
+	}
+}
+
+// LeaseLost reports whether err (or a context's cause) says a lease was lost.
+func LeaseLost(err error) bool { return errors.Is(err, ErrLeaseLost) }
