@@ -22,6 +22,11 @@ var (
 	ErrLeaseLost = errors.New("claims: lease lost")
 	// ErrInvalid: an argument or configuration was rejected before any write.
 	ErrInvalid = errors.New("claims: invalid argument")
+	// ErrRetryable marks a database error after which the statement certainly
+	// did not take effect (the connection failed before sending it, or the
+	// database rolled it back for a deadlock or a serialization failure), so
+	// sending it again is safe. Adapters wrap such errors with it.
+	ErrRetryable = errors.New("claims: transient database error, safe to retry")
 )
 
 // Limits of the work-claims table; inputs beyond them are rejected, never

@@ -6,8 +6,6 @@ package db
 
 import (
 	"time"
-
-	"github.com/jackc/pgx/v5/pgtype"
 )
 
 type LeaseholdAgentDefinition struct {
@@ -24,18 +22,18 @@ type LeaseholdEpisode struct {
 	ExpectationID string
 	TriggerType   string
 	TriggerRef    []byte
-	DedupeKey     pgtype.Text
+	DedupeKey     *string
 	Status        string
-	Phase         pgtype.Text
+	Phase         *string
 	Attempts      int32
 	MaxAttempts   int32
 	Budget        []byte
 	SourceStack   string
 	SourceEnv     string
-	OwnerNode     pgtype.Text
+	OwnerNode     *string
 	Payload       []byte
 	Result        []byte
-	ErrorClass    pgtype.Text
+	ErrorClass    *string
 	ErrorDetail   []byte
 	QueuedAt      *time.Time
 	StartedAt     *time.Time

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/leasehold/leasehold/claims"
 	"github.com/leasehold/leasehold/db"
@@ -43,7 +44,7 @@ func (s *Store) Acquire(ctx context.Context, p claims.AcquireParams) (claims.Cla
 		return claims.Claim{}, claims.ErrBusy
 	}
 	if err != nil {
-		return claims.Claim{}, fmt.Errorf("postgres: AcquireClaim: %w", err)
+		return claims.Claim{}, dbError("AcquireClaim", err)
 	}
 	return toClaim(db.ListExpiredClaimsRow(row)), nil
 }
@@ -79,7 +80,7 @@ func (s *Store) RenewMany(ctx context.Context, owner string, held []claims.Held,
 		Fences:     fences,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("postgres: RenewClaims: %w", err)
+		return nil, dbError("RenewClaims", err)
 	}
 	out := make([]claims.Renewed, len(rows))
 	for i, r := range rows {
@@ -110,7 +111,7 @@ func (s *Store) Release(ctx context.Context, t claims.Token) error {
 func (s *Store) ListExpired(ctx context.Context, limit int) ([]claims.Claim, error) {
 	rows, err := s.q.ListExpiredClaims(ctx, s.conn, int32(min(limit, 1<<31-1)))
 	if err != nil {
-		return nil, fmt.Errorf("postgres: ListExpiredClaims: %w", err)
+		return nil, dbError("ListExpiredClaims", err)
 	}
 	out := make([]claims.Claim, len(rows))
 	for i, r := range rows {
@@ -153,6 +154,18 @@ func fenced(query string, err error) error {
 	case errors.Is(err, pgx.ErrNoRows):
 		return claims.ErrNotOwner
 	default:
-		return fmt.Errorf("postgres: %s: %w", query, err)
+		return dbError(query, err)
 	}
+}
+
+// dbError names the failed statement and marks the errors after which it
+// certainly did not take effect as claims.ErrRetryable.
+func dbError(query string, err error) error {
+	var pgErr *pgconn.PgError
+	retry := pgconn.SafeToRetry(err) ||
+		(errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01"))
+	if retry {
+		return fmt.Errorf("postgres: %s: %w: %w", query, claims.ErrRetryable, err)
+	}
+	return fmt.Errorf("postgres: %s: %w", query, err)
 }

@@ -108,3 +108,17 @@ func ExpireClaim(t testing.TB, pool *pgxpool.Pool, key string) {
 		WHERE dedupe_key = $1`, key)
 	require.EqualValues(t, 1, n, "pgtest: no claim %q to expire", key)
 }
+
+// Another returns a second, independent pool on the same schema as pool, for
+// tests that run several nodes against one database.
+func Another(t testing.TB, pool *pgxpool.Pool, opts ...Options) *pgxpool.Pool {
+	t.Helper()
+	cfg := pool.Config()
+	if len(opts) > 0 && opts[0].MaxConns > 0 {
+		cfg.MaxConns = opts[0].MaxConns
+	}
+	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(p.Close)
+	return p
+}

@@ -1,0 +1,138 @@
+// Package dedupe builds the deterministic keys that make N nodes receiving
+// the same trigger create one episode. Every node computes the same key from
+// the same trigger with no coordination: a schedule key from the planned tick
+// in UTC, an event key from a caller-given event id or from the SHA-256 of the
+// payload's canonical JSON (so map order, struct order and whitespace never
+// change it). A key longer than the column is an error, never truncated.
+package dedupe
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// MaxKeyLen is the dedupe_key column limit, in characters.
+const MaxKeyLen = 512
+
+// ErrInvalid: a key could not be built from the inputs.
+var ErrInvalid = errors.New("dedupe: invalid input")
+
+// ScheduleKey is schedule:{actor}:{expectation}:{window}, window being the
+// planned tick in UTC with seconds (and anything finer) zeroed for cron
+// schedules, as RFC 3339. Interval schedules pass the tick aligned with
+// IntervalWindow.
+func ScheduleKey(actorID, expectationID string, tick time.Time) (string, error) {
+	return build("schedule", actorID, expectationID, tick.UTC().Format(time.RFC3339))
+}
+
+// CronWindow zeroes the seconds of a cron tick: a cron schedule has minute
+// resolution, so nodes whose timers fire a few seconds apart agree.
+func CronWindow(tick time.Time) time.Time { return tick.UTC().Truncate(time.Minute) }
+
+// IntervalWindow aligns t to the start of its interval, counted from the Unix
+// epoch in UTC, so every node maps any instant inside one interval to the
+// same window. every must be positive.
+func IntervalWindow(t time.Time, every time.Duration) time.Time {
+	ns := t.UnixNano()
+	off := ns % int64(every)
+	if off < 0 {
+		off += int64(every)
+	}
+	return time.Unix(0, ns-off).UTC()
+}
+
+// EventKey is event:{actor}:{expectation}:{hash}. hash is the caller's event
+// id when given (the producer knows best what "the same event" means), else
+// the hex SHA-256 of the payload's canonical JSON.
+func EventKey(actorID, expectationID, eventID string, payload any) (string, error) {
+	if eventID == "" {
+		h, err := PayloadHash(payload)
+		if err != nil {
+			return "", err
+		}
+		eventID = h
+	}
+	return build("event", actorID, expectationID, eventID)
+}
+
+// PayloadHash is the hex SHA-256 of payload's canonical JSON.
+func PayloadHash(payload any) (string, error) {
+	b, err := Canonical(payload)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// Canonical encodes v as canonical JSON: object keys sorted, no insignificant
+// whitespace, no HTML escaping, numbers as written. A json.RawMessage is
+// taken as JSON and re-encoded canonically; a plain []byte is encoded the way
+// encoding/json always encodes it, as a base64 string.
+func Canonical(v any) ([]byte, error) {
+	var raw []byte
+	switch x := v.(type) {
+	case json.RawMessage:
+		raw = x
+	default:
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, fmt.Errorf("%w: payload is not JSON-encodable: %v", ErrInvalid, err)
+		}
+		raw = b
+	}
+	if !utf8.Valid(raw) {
+		// Decoding would replace the bad bytes with U+FFFD, so payloads that
+		// differ only there would hash alike.
+		return nil, fmt.Errorf("%w: payload is not valid UTF-8", ErrInvalid)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var tree any
+	if err := dec.Decode(&tree); err != nil {
+		return nil, fmt.Errorf("%w: payload is not valid JSON: %v", ErrInvalid, err)
+	}
+	// More() reports false before a stray ']' or '}', so ask for the next
+	// token: only the end of input is acceptable.
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("%w: payload has data after the JSON value", ErrInvalid)
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	// encoding/json writes map keys sorted; decoding into any turned every
+	// object into a map, whatever its order in the input.
+	if err := enc.Encode(tree); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// build joins the parts with ':'. Every part but the last must be free of
+// ':', so that two different part lists can never make the same key.
+func build(kind string, parts ...string) (string, error) {
+	for i, p := range parts {
+		if p == "" {
+			return "", fmt.Errorf("%w: %s key part %d is empty", ErrInvalid, kind, i+1)
+		}
+		if i < len(parts)-1 && strings.Contains(p, ":") {
+			return "", fmt.Errorf("%w: %s key part %d (%q) contains ':'", ErrInvalid, kind, i+1, p)
+		}
+		if !utf8.ValidString(p) || strings.IndexByte(p, 0) >= 0 {
+			return "", fmt.Errorf("%w: %s key part %d is not valid text", ErrInvalid, kind, i+1)
+		}
+	}
+	key := kind + ":" + strings.Join(parts, ":")
+	if n := utf8.RuneCountInString(key); n > MaxKeyLen {
+		return "", fmt.Errorf("%w: %s key is %d characters, the limit is %d", ErrInvalid, kind, n, MaxKeyLen)
+	}
+	return key, nil
+}

@@ -1,0 +1,143 @@
+// Package episodes holds the episode model shared by the runner, recovery and
+// the adapters: what an episode is, its statuses, and the fenced writes made
+// on behalf of a run. The statements behind it are in
+// sql/queries/<dialect>/episodes.sql.
+package episodes
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/leasehold/leasehold/claims"
+)
+
+// Status of an episode.
+type Status string
+
+const (
+	// StatusQueued: created, waiting for a slot on the node that holds its
+	// claim. Never treated as stale by recovery.
+	StatusQueued          Status = "queued"
+	StatusRunning         Status = "running"
+	StatusBlocked         Status = "blocked"
+	StatusDone            Status = "done"
+	StatusFailed          Status = "failed"
+	StatusPartiallyFailed Status = "partially_failed"
+	StatusCanceled        Status = "canceled"
+)
+
+// Terminal reports whether s ends an episode.
+func (s Status) Terminal() bool {
+	switch s {
+	case StatusDone, StatusFailed, StatusPartiallyFailed, StatusCanceled:
+		return true
+	}
+	return false
+}
+
+// TriggerType says what created an episode.
+type TriggerType string
+
+const (
+	TriggerSchedule TriggerType = "schedule"
+	TriggerEvent    TriggerType = "event"
+	TriggerManual   TriggerType = "manual"
+	TriggerWorkflow TriggerType = "workflow"
+)
+
+// Error classes the runner writes.
+const (
+	ClassError          = "error"           // the strategy returned an error
+	ClassPanic          = "panic"           // the strategy panicked
+	ClassBudgetExceeded = "budget_exceeded" // max wall time or max steps
+	ClassCanceled       = "canceled"        // cancelled by an operator or the host
+)
+
+// ErrLeaseLost: a fenced episode write matched nothing because the run's
+// grant is gone (stolen, released, finished) or the episode is no longer in
+// the state the write expects. Nothing was written. It is claims.ErrLeaseLost,
+// so callers test one sentinel whichever layer noticed the loss.
+var ErrLeaseLost = claims.ErrLeaseLost
+
+// ErrNotFound: no episode with that id.
+var ErrNotFound = errors.New("episodes: not found")
+
+// New describes an episode to create.
+type New struct {
+	ActorID       string
+	ExpectationID string
+	TriggerType   TriggerType
+	TriggerRef    json.RawMessage // what fired it (schedule tick, event name and id)
+	DedupeKey     string          // "" for none: the episode can never be a duplicate
+	MaxAttempts   int32
+	Budget        json.RawMessage
+	SourceStack   string
+	SourceEnv     string
+	Payload       json.RawMessage
+}
+
+// Episode is an episode row.
+type Episode struct {
+	ID            int64
+	ActorID       string
+	ExpectationID string
+	TriggerType   TriggerType
+	TriggerRef    json.RawMessage
+	DedupeKey     string
+	Status        Status
+	Phase         string
+	Attempts      int32
+	MaxAttempts   int32
+	SourceStack   string
+	SourceEnv     string
+	OwnerNode     string
+	Payload       json.RawMessage
+	Result        json.RawMessage
+	ErrorClass    string
+	ErrorDetail   json.RawMessage
+	CreatedAt     time.Time
+	StartedAt     *time.Time
+	FinishedAt    *time.Time
+	LastStepAt    *time.Time
+	ArchivedAt    *time.Time
+}
+
+// ClaimKey is the work-claim key a run of the episode holds: its dedupe key,
+// or episode:{id} for an episode created without one.
+func (e Episode) ClaimKey() string { return ClaimKey(e.ID, e.DedupeKey) }
+
+// ClaimKey returns the work-claim key for episode id with dedupeKey.
+func ClaimKey(id int64, dedupeKey string) string {
+	if dedupeKey != "" {
+		return dedupeKey
+	}
+	return fmt.Sprintf("episode:%d", id)
+}
+
+// Finish is a run's terminal write.
+type Finish struct {
+	Status      Status // a terminal status
+	Result      json.RawMessage
+	ErrorClass  string
+	ErrorDetail json.RawMessage
+}
+
+// ClaimState is the work-claim state written with the finish: done for a done
+// episode, failed otherwise.
+func (f Finish) ClaimState() string {
+	if f.Status == StatusDone {
+		return "done"
+	}
+	return "failed"
+}
+
+// Step is one journal entry.
+type Step struct {
+	EpisodeID int64
+	StepNo    int32
+	Fence     int64
+	Data      json.RawMessage
+	CreatedAt time.Time
+}

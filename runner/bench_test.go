@@ -1,0 +1,116 @@
+package runner_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/leasehold/leasehold/adapters/postgres"
+	"github.com/leasehold/leasehold/db"
+	"github.com/leasehold/leasehold/internal/pgtest"
+	"github.com/leasehold/leasehold/runner"
+	"github.com/leasehold/leasehold/telemetry"
+)
+
+// counting counts the statements a Store sends.
+type counting struct {
+	db.DBTX
+	n *atomic.Int64
+}
+
+func (c counting) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	c.n.Add(1)
+	return c.DBTX.Exec(ctx, sql, args...)
+}
+
+func (c counting) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	c.n.Add(1)
+	return c.DBTX.Query(ctx, sql, args...)
+}
+
+func (c counting) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	c.n.Add(1)
+	return c.DBTX.QueryRow(ctx, sql, args...)
+}
+
+// BenchmarkEndToEnd: b.N distinct events, each fired on every node, 1-step
+// no-op strategy (Init, one journaled step, done), until all are done. Reports episodes/s and the statements
+// the whole cluster sent per episode.
+func BenchmarkEndToEnd(b *testing.B) {
+	for _, nodes := range []int{1, 3} {
+		b.Run(fmt.Sprintf("nodes=%d", nodes), func(b *testing.B) {
+			pool := pgtest.Schema(b)
+			var statements atomic.Int64
+			done := make(chan struct{}, 1<<16)
+			noop := funcStrategy{step: func(context.Context, *runner.Run) (runner.StepResult, error) {
+				return runner.StepResult{Done: true}, nil
+			}}
+			var cluster []*runner.Node
+			for i := range nodes {
+				sig := newSignals()
+				node, err := runner.NewNode(runner.Config{
+					Store:    postgres.New(counting{DBTX: pgtest.Another(b, pool, pgtest.Options{MaxConns: 16}), n: &statements}),
+					Identity: fmt.Sprintf("bench-%d", i), NoJitter: true,
+					Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})), Observer: doneObserver{sig, done},
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := node.Register(eventActor(noop, 32)); err != nil {
+					b.Fatal(err)
+				}
+				if err := node.Start(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { _ = node.Stop(context.Background()) })
+				cluster = append(cluster, node)
+			}
+			ctx := context.Background()
+			statements.Store(0)
+			b.ResetTimer()
+			// Each node fires every event from producers running side by side,
+			// as a host receiving them concurrently would.
+			const producers = 8
+			var wg sync.WaitGroup
+			for _, node := range cluster {
+				for p := range producers {
+					wg.Go(func() {
+						for i := p; i < b.N; i += producers {
+							if _, err := node.Fire(ctx, "monitor", "resource.updated", i, runner.FireOptions{}); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					})
+				}
+			}
+			wg.Wait()
+			for range b.N {
+				<-done
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "episodes/s")
+			b.ReportMetric(float64(statements.Load())/float64(b.N), "stmts/episode")
+		})
+	}
+}
+
+type doneObserver struct {
+	*signals
+	done chan struct{}
+}
+
+var _ telemetry.Observer = doneObserver{}
+
+func (d doneObserver) Observe(_ context.Context, e telemetry.Event) {
+	if e.Name == runner.EventCompleted {
+		d.done <- struct{}{}
+	}
+}

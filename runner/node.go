@@ -1,0 +1,471 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/leasehold/leasehold/claims"
+	"github.com/leasehold/leasehold/dedupe"
+	"github.com/leasehold/leasehold/episodes"
+	"github.com/leasehold/leasehold/telemetry"
+)
+
+// Telemetry events the runner emits.
+const (
+	EventCreated   = "episode.created"    // this node's insert won the trigger
+	EventDuplicate = "episode.duplicate"  // another node's insert won; silent skip
+	EventBusy      = "episode.busy"       // the episode's claim was held elsewhere
+	EventStarted   = "episode.started"    // queued -> running under this node's grant
+	EventCompleted = "episode.completed"  // done
+	EventFailed    = "episode.failed"     // failed (error, panic, budget)
+	EventCanceled  = "episode.canceled"   // canceled
+	EventLeaseLost = "episode.lease_lost" // a fenced write matched nothing; the run stopped
+	EventReleased  = "episode.released"   // handed over on stop; still running for recovery
+)
+
+// Errors callers branch on.
+var (
+	ErrStopped   = errors.New("runner: node is not running")
+	ErrUnknown   = errors.New("runner: unknown actor, expectation or event")
+	ErrCanceled  = errors.New("runner: episode canceled")
+	ErrNotLocal  = errors.New("runner: episode is not running on this node")
+	errStopping  = errors.New("runner: node stopping")
+	errWallSpent = errors.New("runner: wall-time budget exceeded")
+)
+
+// Store is what the runner needs from a dialect adapter: the work-claim
+// statements and the fenced episode statements.
+type Store interface {
+	claims.Store
+	CreateEpisode(ctx context.Context, n episodes.New) (episodes.Episode, bool, error)
+	StartEpisode(ctx context.Context, id int64, t claims.Token) (nextStep int32, err error)
+	AppendStep(ctx context.Context, id int64, t claims.Token, stepNo int32, data json.RawMessage) error
+	FinishEpisode(ctx context.Context, id int64, t claims.Token, f episodes.Finish) error
+}
+
+// DefaultJitter is the upper bound of the random wait before an episode
+// insert, which spreads trigger wins across nodes.
+const DefaultJitter = 200 * time.Millisecond
+
+// Config configures a Node.
+type Config struct {
+	// Store is the adapter, e.g. postgres.New(pool). Required.
+	Store Store
+	// Identity is this node's owner name in claims and episodes. When empty,
+	// IdentityFunc is asked once; when both are empty a random per-process
+	// identity nonode-<pid>-<hex> is used.
+	Identity     string
+	IdentityFunc func() (string, error)
+	// Lease is the work-claim lease; default claims.DefaultLease (2 min).
+	// A crashed node's episodes are recoverable this long after its last
+	// renewal.
+	Lease time.Duration
+	// Heartbeat tunes lease renewal; see claims.HeartbeatConfig.
+	Heartbeat claims.HeartbeatConfig
+	// Jitter bounds the random wait before each episode insert, default
+	// DefaultJitter. Without it the node with the lowest latency wins every
+	// trigger. NoJitter disables it (tests).
+	Jitter   time.Duration
+	NoJitter bool
+	// StackSlug and Env are stamped on the episodes this node creates.
+	StackSlug string
+	Env       string
+	// WriteTimeout bounds each fenced write. Default 30s.
+	WriteTimeout time.Duration
+	// Logger defaults to slog.Default(); Observer to discarding.
+	Logger   *slog.Logger
+	Observer telemetry.Observer
+}
+
+type lifecycle int
+
+const (
+	stateNew lifecycle = iota
+	stateRunning
+	stateStopping
+	stateStopped
+)
+
+// Node runs the registered actors: it turns triggers into episodes (one per
+// trigger across the cluster), runs the episodes it wins under a work claim,
+// and journals every step with a fenced write.
+type Node struct {
+	cfg    Config
+	id     string
+	store  Store
+	gate   *claims.Gate
+	hb     *claims.Heartbeat
+	log    *slog.Logger
+	obs    telemetry.Observer
+	actors map[string]*actorState
+
+	// intake guards the lifecycle: triggers hold it shared for their whole
+	// create-and-submit path, Start and Stop hold it exclusively, so no
+	// episode is submitted after Stop began.
+	intake sync.RWMutex
+	state  atomic.Int32 // a lifecycle; written under intake
+
+	base       context.Context // cancelled when the node has stopped
+	cancelBase context.CancelFunc
+	cancelBg   context.CancelFunc
+	bg         sync.WaitGroup // heartbeat and schedulers
+	runs       sync.WaitGroup // episode goroutines
+
+	mu      sync.Mutex
+	running map[int64]context.CancelCauseFunc
+}
+
+type actorState struct {
+	actor Actor
+	exps  map[string]*Expectation
+	exec  *executor
+}
+
+// NewNode validates cfg and returns a Node ready for Register and Start.
+func NewNode(cfg Config) (*Node, error) {
+	if cfg.Store == nil {
+		return nil, fmt.Errorf("%w: runner.Config.Store is nil", ErrInvalid)
+	}
+	if cfg.Jitter == 0 && !cfg.NoJitter {
+		cfg.Jitter = DefaultJitter
+	}
+	if cfg.NoJitter {
+		cfg.Jitter = 0
+	}
+	if cfg.Jitter < 0 {
+		return nil, fmt.Errorf("%w: jitter %v is negative", ErrInvalid, cfg.Jitter)
+	}
+	if cfg.WriteTimeout == 0 {
+		cfg.WriteTimeout = 30 * time.Second
+	}
+	if cfg.WriteTimeout < 0 {
+		return nil, fmt.Errorf("%w: write timeout %v is negative", ErrInvalid, cfg.WriteTimeout)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = telemetry.Nop{}
+	}
+	if cfg.Heartbeat.Logger == nil {
+		cfg.Heartbeat.Logger = cfg.Logger
+	}
+	id, err := resolveIdentity(cfg.Identity, cfg.IdentityFunc)
+	if err != nil {
+		return nil, err
+	}
+	gate, err := claims.NewGate(cfg.Store, claims.GateConfig{Owner: id, Lease: cfg.Lease, Observer: cfg.Observer})
+	if err != nil {
+		return nil, fmt.Errorf("runner: %w", err)
+	}
+	hb, err := claims.NewHeartbeat(gate, cfg.Heartbeat)
+	if err != nil {
+		return nil, fmt.Errorf("runner: %w", err)
+	}
+	return &Node{
+		cfg: cfg, id: id, store: cfg.Store, gate: gate, hb: hb,
+		log: cfg.Logger.With(slog.String("node", id)), obs: cfg.Observer,
+		actors: map[string]*actorState{}, running: map[int64]context.CancelCauseFunc{},
+	}, nil
+}
+
+// ID returns the node identity.
+func (n *Node) ID() string { return n.id }
+
+// Register adds an actor. Actors are registered before Start.
+func (n *Node) Register(a Actor) error {
+	if err := a.validate(); err != nil {
+		return err
+	}
+	if a.MaxConcurrent == 0 {
+		a.MaxConcurrent = 1
+	}
+	n.intake.Lock()
+	defer n.intake.Unlock()
+	if lifecycle(n.state.Load()) != stateNew {
+		return fmt.Errorf("%w: register actor %q before Start", ErrInvalid, a.ID)
+	}
+	if _, dup := n.actors[a.ID]; dup {
+		return fmt.Errorf("%w: actor %q registered twice", ErrInvalid, a.ID)
+	}
+	as := &actorState{actor: a, exps: map[string]*Expectation{}}
+	for i := range a.Expectations {
+		e := &a.Expectations[i]
+		if e.Recovery == "" {
+			e.Recovery = RecoveryFail
+		}
+		if e.MaxAttempts == 0 {
+			e.MaxAttempts = 3
+		}
+		as.exps[e.ID] = e
+	}
+	as.exec = &executor{node: n, max: a.MaxConcurrent}
+	n.actors[a.ID] = as
+	return nil
+}
+
+// Start begins renewing leases and firing schedules. The node runs until
+// Stop; ctx only bounds Start itself.
+func (n *Node) Start(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	n.intake.Lock()
+	defer n.intake.Unlock()
+	if lifecycle(n.state.Load()) != stateNew {
+		return fmt.Errorf("%w: Start called twice", ErrInvalid)
+	}
+	n.base, n.cancelBase = context.WithCancel(context.Background())
+	bg, cancelBg := context.WithCancel(n.base)
+	n.cancelBg = cancelBg
+	n.bg.Go(func() { _ = n.hb.Run(bg) })
+	for _, as := range n.actors {
+		for _, e := range as.exps {
+			if s, ok := e.Trigger.(Schedule); ok {
+				n.bg.Go(func() { n.schedule(bg, as, e, s) })
+			}
+		}
+	}
+	n.state.Store(int32(stateRunning))
+	return nil
+}
+
+// Outcome is what one trigger did on this node.
+type Outcome struct {
+	ExpectationID string
+	// EpisodeID is the episode this node created, 0 when Duplicate.
+	EpisodeID int64
+	// Duplicate: another node (or an earlier trigger) already created the
+	// live episode for this dedupe key; nothing was done here.
+	Duplicate bool
+}
+
+// FireOptions tunes Fire.
+type FireOptions struct {
+	// EventID identifies the event for deduplication. When empty, the
+	// SHA-256 of the payload's canonical JSON does.
+	EventID string
+}
+
+// Fire delivers event to actorID: every expectation of the actor triggered
+// by that event name gets one episode per distinct event across the cluster.
+// Every node may (and should) call Fire for the same event.
+func (n *Node) Fire(ctx context.Context, actorID, event string, payload any, opts FireOptions) ([]Outcome, error) {
+	n.intake.RLock()
+	defer n.intake.RUnlock()
+	as, err := n.lookupActor(actorID)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := dedupe.Canonical(payload)
+	if err != nil {
+		return nil, fmt.Errorf("fire %s/%s: %w", actorID, event, err)
+	}
+	var out []Outcome
+	for _, e := range as.actor.Expectations {
+		if t, ok := e.Trigger.(Event); !ok || t.Name != event {
+			continue
+		}
+		key, err := dedupe.EventKey(actorID, e.ID, opts.EventID, json.RawMessage(raw))
+		if err != nil {
+			return out, fmt.Errorf("fire %s/%s: %w", actorID, e.ID, err)
+		}
+		ref, _ := json.Marshal(map[string]string{"event": event, "event_id": opts.EventID})
+		o, err := n.trigger(ctx, as, as.exps[e.ID], key, ref, raw)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, o)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%w: actor %q has no expectation for event %q", ErrUnknown, actorID, event)
+	}
+	return out, nil
+}
+
+// Tick fires the schedule of actorID's expectation for the tick planned at
+// at: one episode per schedule window across the cluster. The node's
+// scheduler calls it; operators may call it to backfill a window.
+func (n *Node) Tick(ctx context.Context, actorID, expectationID string, at time.Time) (Outcome, error) {
+	n.intake.RLock()
+	defer n.intake.RUnlock()
+	as, e, err := n.lookup(actorID, expectationID)
+	if err != nil {
+		return Outcome{}, err
+	}
+	s, ok := e.Trigger.(Schedule)
+	if !ok {
+		return Outcome{}, fmt.Errorf("%w: %s/%s is not scheduled", ErrUnknown, actorID, expectationID)
+	}
+	window := dedupe.CronWindow(at)
+	if s.Every > 0 {
+		window = dedupe.IntervalWindow(at, s.Every)
+	}
+	key, err := dedupe.ScheduleKey(actorID, expectationID, window)
+	if err != nil {
+		return Outcome{}, fmt.Errorf("tick %s/%s: %w", actorID, expectationID, err)
+	}
+	ref, _ := json.Marshal(map[string]time.Time{"window": window})
+	return n.trigger(ctx, as, e, key, ref, nil)
+}
+
+// RunManual creates and runs a new episode of actorID's expectation, whatever
+// its trigger, for an operator. It is never deduplicated.
+func (n *Node) RunManual(ctx context.Context, actorID, expectationID string, payload any) (Outcome, error) {
+	n.intake.RLock()
+	defer n.intake.RUnlock()
+	as, e, err := n.lookup(actorID, expectationID)
+	if err != nil {
+		return Outcome{}, err
+	}
+	raw, err := dedupe.Canonical(payload)
+	if err != nil {
+		return Outcome{}, fmt.Errorf("run %s/%s: %w", actorID, expectationID, err)
+	}
+	ref, _ := json.Marshal(map[string]string{"manual": n.id})
+	return n.trigger(ctx, as, e, "", ref, raw)
+}
+
+// Cancel stops a running episode of this node; it ends with status canceled.
+func (n *Node) Cancel(episodeID int64) error {
+	n.mu.Lock()
+	cancel, ok := n.running[episodeID]
+	n.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("episode %d: %w", episodeID, ErrNotLocal)
+	}
+	cancel(ErrCanceled)
+	return nil
+}
+
+// Stop stops intake and schedules, lets each running episode finish its
+// current step until ctx is done, then cancels the rest. Every episode that
+// did not finish has its claim released (fence-and-release) so another node
+// can take it at once; it stays running (or queued) in the database for
+// recovery. Stop returns ctx's error if it had to cancel running steps.
+func (n *Node) Stop(ctx context.Context) error {
+	n.intake.Lock()
+	if lifecycle(n.state.Load()) != stateRunning {
+		n.intake.Unlock()
+		return nil
+	}
+	n.state.Store(int32(stateStopping))
+	n.intake.Unlock()
+
+	n.cancelBg() // schedulers stop firing
+	for _, as := range n.actors {
+		for _, j := range as.exec.drain() {
+			n.handOver(j)
+		}
+	}
+	done := make(chan struct{})
+	go func() { n.runs.Wait(); close(done) }()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = ctx.Err()
+		n.mu.Lock()
+		for _, cancel := range n.running {
+			cancel(errStopping)
+		}
+		n.mu.Unlock()
+		<-done
+	}
+	n.bg.Wait()
+	n.cancelBase()
+	n.intake.Lock()
+	n.state.Store(int32(stateStopped))
+	n.intake.Unlock()
+	return err
+}
+
+func (n *Node) stopping() bool { return lifecycle(n.state.Load()) != stateRunning }
+
+func (n *Node) lookupActor(actorID string) (*actorState, error) {
+	if n.stopping() {
+		return nil, ErrStopped
+	}
+	as, ok := n.actors[actorID]
+	if !ok {
+		return nil, fmt.Errorf("%w: actor %q", ErrUnknown, actorID)
+	}
+	return as, nil
+}
+
+func (n *Node) lookup(actorID, expectationID string) (*actorState, *Expectation, error) {
+	as, err := n.lookupActor(actorID)
+	if err != nil {
+		return nil, nil, err
+	}
+	e, ok := as.exps[expectationID]
+	if !ok {
+		return nil, nil, fmt.Errorf("%w: expectation %s/%s", ErrUnknown, actorID, expectationID)
+	}
+	return as, e, nil
+}
+
+// trigger creates the episode for one trigger and, if this node's insert
+// won, claims it and queues it on the actor's executor. Callers hold intake.
+func (n *Node) trigger(ctx context.Context, as *actorState, e *Expectation, key string, ref, payload json.RawMessage) (Outcome, error) {
+	if err := n.jitter(ctx); err != nil {
+		return Outcome{}, err
+	}
+	budget, _ := json.Marshal(map[string]any{"max_wall_ms": e.Budget.MaxWall.Milliseconds(), "max_steps": e.Budget.MaxSteps})
+	ep, created, err := n.store.CreateEpisode(ctx, episodes.New{
+		ActorID: as.actor.ID, ExpectationID: e.ID, TriggerType: e.Trigger.triggerType(), TriggerRef: ref,
+		DedupeKey: key, MaxAttempts: e.MaxAttempts, Budget: budget,
+		SourceStack: n.cfg.StackSlug, SourceEnv: n.cfg.Env, Payload: payload,
+	})
+	if err != nil {
+		return Outcome{}, fmt.Errorf("create episode %s/%s: %w", as.actor.ID, e.ID, err)
+	}
+	if !created {
+		n.emit(ctx, telemetry.Event{Name: EventDuplicate, Key: key, Owner: n.id})
+		n.log.DebugContext(ctx, "leasehold: dedupe skip", slog.String("key", key))
+		return Outcome{ExpectationID: e.ID, Duplicate: true}, nil
+	}
+	n.emit(ctx, telemetry.Event{Name: EventCreated, Key: ep.ClaimKey(), Owner: n.id})
+
+	// The episode exists now: claim it even if the caller gives up, so it is
+	// not left queued without an owner.
+	var claim claims.Claim
+	err = n.retrying(func(ctx context.Context) (err error) {
+		claim, err = n.gate.Acquire(ctx, ep.ClaimKey(), "episode")
+		return err
+	})
+	if errors.Is(err, claims.ErrBusy) {
+		// Only possible if another node took the new episode over already.
+		n.emit(ctx, telemetry.Event{Name: EventBusy, Key: ep.ClaimKey(), Owner: n.id})
+		return Outcome{ExpectationID: e.ID, EpisodeID: ep.ID}, nil
+	}
+	if err != nil {
+		return Outcome{ExpectationID: e.ID, EpisodeID: ep.ID}, fmt.Errorf("claim episode %d: %w", ep.ID, err)
+	}
+	runCtx, unhold := n.hb.Hold(n.base, claim)
+	as.exec.submit(&job{ep: ep, exp: e, claim: claim, ctx: runCtx, unhold: unhold})
+	return Outcome{ExpectationID: e.ID, EpisodeID: ep.ID}, nil
+}
+
+func (n *Node) jitter(ctx context.Context) error {
+	if n.cfg.Jitter <= 0 {
+		return nil
+	}
+	t := time.NewTimer(time.Duration(rand.Int64N(int64(n.cfg.Jitter) + 1)))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+func (n *Node) emit(ctx context.Context, e telemetry.Event) { n.obs.Observe(ctx, e) }

@@ -1,0 +1,289 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/leasehold/leasehold/claims"
+	"github.com/leasehold/leasehold/episodes"
+	"github.com/leasehold/leasehold/telemetry"
+)
+
+// job is an episode this node created and claimed, waiting for or holding a
+// slot of its actor. ctx is the heartbeat's: it is cancelled with cause
+// claims.ErrLeaseLost when the claim is lost.
+type job struct {
+	ep     episodes.Episode
+	exp    *Expectation
+	claim  claims.Claim
+	ctx    context.Context
+	unhold func()
+}
+
+// executor runs one actor's episodes, at most max at once on this node, the
+// rest in FIFO order. Waiting episodes are status queued in the database and
+// keep their claim, renewed by the heartbeat, so no other node runs them.
+type executor struct {
+	node   *Node
+	max    int
+	mu     sync.Mutex
+	active int
+	queue  []*job
+}
+
+func (x *executor) submit(j *job) {
+	x.mu.Lock()
+	if x.active >= x.max {
+		x.queue = append(x.queue, j)
+		x.mu.Unlock()
+		return
+	}
+	x.active++
+	x.mu.Unlock()
+	x.node.runs.Go(func() { x.work(j) })
+}
+
+// work runs j, then the queued jobs, until the queue is empty or the node
+// stops (then Stop hands the queue over).
+func (x *executor) work(j *job) {
+	for j != nil {
+		x.node.execute(j)
+		x.mu.Lock()
+		j = nil
+		if len(x.queue) > 0 && !x.node.stopping() {
+			j, x.queue = x.queue[0], x.queue[1:]
+		} else {
+			x.active--
+		}
+		x.mu.Unlock()
+	}
+}
+
+// drain removes and returns the jobs still waiting for a slot.
+func (x *executor) drain() []*job {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	q := x.queue
+	x.queue = nil
+	return q
+}
+
+// panicError carries a strategy panic to the terminal write.
+type panicError struct {
+	value any
+	stack []byte
+}
+
+func (p *panicError) Error() string { return fmt.Sprintf("strategy panicked: %v", p.value) }
+
+// execute runs one episode under its claim: start (queued -> running), Init,
+// then Step until done, journaling every step. Every write is fenced by the
+// claim's token; a write that matches nothing ends the run without another
+// write, because the episode now belongs to someone else.
+func (n *Node) execute(j *job) {
+	defer j.unhold()
+	ctx, cancel := context.WithCancelCause(j.ctx)
+	defer cancel(nil)
+	n.mu.Lock()
+	n.running[j.ep.ID] = cancel
+	n.mu.Unlock()
+	defer func() {
+		n.mu.Lock()
+		delete(n.running, j.ep.ID)
+		n.mu.Unlock()
+	}()
+
+	if n.stopping() {
+		n.handOver(j)
+		return
+	}
+	var next int32
+	err := n.retrying(func(ctx context.Context) (err error) {
+		next, err = n.store.StartEpisode(ctx, j.ep.ID, j.claim.Token)
+		return err
+	})
+	if err != nil {
+		// The episode was finished, archived or taken over meanwhile, or the
+		// database failed: either way another grant decides what happens now.
+		n.log.WarnContext(ctx, "leasehold: episode not started", slog.Int64("episode", j.ep.ID), slog.Any("error", err))
+		n.release(j)
+		return
+	}
+	n.emit(ctx, telemetry.Event{Name: EventStarted, Key: j.claim.Key, Owner: n.id, Fence: j.claim.Fence, Attempt: j.claim.Attempt})
+
+	run := &Run{Episode: j.ep, Attempt: j.claim.Attempt, StepNo: next}
+	run.Episode.Status, run.Episode.OwnerNode = episodes.StatusRunning, n.id
+	if w := j.exp.Budget.MaxWall; w > 0 {
+		var cancelWall context.CancelFunc
+		ctx, cancelWall = context.WithTimeoutCause(ctx, w, errWallSpent)
+		defer cancelWall()
+	}
+	if err := safely(func() error { return j.exp.Strategy.Init(ctx, run) }); err != nil {
+		n.end(ctx, j, err)
+		return
+	}
+	for steps := 1; ; steps++ {
+		if n.stopping() {
+			n.handOver(j)
+			return
+		}
+		var res StepResult
+		err := safely(func() (err error) { res, err = j.exp.Strategy.Step(ctx, run); return err })
+		if err != nil {
+			n.end(ctx, j, err)
+			return
+		}
+		// A finished step is journaled even if ctx was cancelled meanwhile:
+		// the fence decides whether this run may still write.
+		if err := n.appendStep(j, run, res.Data); err != nil {
+			n.end(ctx, j, err)
+			return
+		}
+		switch {
+		case res.Done:
+			n.finish(ctx, j, episodes.Finish{Status: episodes.StatusDone, Result: mustJSON(res.Result)})
+			return
+		case j.exp.Budget.MaxSteps > 0 && steps >= j.exp.Budget.MaxSteps:
+			n.finish(ctx, j, failure(episodes.ClassBudgetExceeded, fmt.Sprintf("max steps %d reached without done", j.exp.Budget.MaxSteps)))
+			return
+		case ctx.Err() != nil:
+			n.end(ctx, j, ctx.Err())
+			return
+		}
+	}
+}
+
+func (n *Node) appendStep(j *job, run *Run, data any) error {
+	raw := mustJSON(data)
+	if err := n.retrying(func(ctx context.Context) error {
+		return n.store.AppendStep(ctx, j.ep.ID, j.claim.Token, run.StepNo, raw)
+	}); err != nil {
+		return err
+	}
+	run.StepNo++
+	return nil
+}
+
+// end decides the terminal write for a run stopped by err, by why it stopped.
+func (n *Node) end(ctx context.Context, j *job, err error) {
+	cause := context.Cause(ctx)
+	if ctx.Err() == nil {
+		cause = nil
+	}
+	var p *panicError
+	switch {
+	case errors.Is(err, claims.ErrLeaseLost) || errors.Is(cause, claims.ErrLeaseLost):
+		n.emit(ctx, telemetry.Event{Name: EventLeaseLost, Key: j.claim.Key, Owner: n.id, Fence: j.claim.Fence, Err: err})
+		n.log.WarnContext(ctx, "leasehold: lease lost; run stopped without further writes", slog.Int64("episode", j.ep.ID), slog.Any("error", err))
+	case errors.Is(cause, errStopping):
+		n.handOver(j)
+	case errors.Is(cause, errWallSpent):
+		n.finish(ctx, j, failure(episodes.ClassBudgetExceeded, fmt.Sprintf("max wall time %v exceeded", j.exp.Budget.MaxWall)))
+	case errors.Is(cause, ErrCanceled):
+		n.finish(ctx, j, episodes.Finish{Status: episodes.StatusCanceled, ErrorClass: episodes.ClassCanceled,
+			ErrorDetail: mustJSON(map[string]string{"reason": "canceled"})})
+	case errors.As(err, &p):
+		f := failure(episodes.ClassPanic, fmt.Sprint(p.value))
+		f.ErrorDetail = mustJSON(map[string]string{"panic": fmt.Sprint(p.value), "stack": string(p.stack)})
+		n.finish(ctx, j, f)
+	default:
+		n.finish(ctx, j, failure(episodes.ClassError, err.Error()))
+	}
+}
+
+// finish writes the episode's terminal status and the claim's final state
+// in one fenced statement.
+func (n *Node) finish(ctx context.Context, j *job, f episodes.Finish) {
+	err := n.retrying(func(ctx context.Context) error { return n.store.FinishEpisode(ctx, j.ep.ID, j.claim.Token, f) })
+	switch {
+	case errors.Is(err, claims.ErrLeaseLost):
+		n.emit(ctx, telemetry.Event{Name: EventLeaseLost, Key: j.claim.Key, Owner: n.id, Fence: j.claim.Fence, Err: err})
+		return
+	case err != nil:
+		// The claim stays claimed and expires; recovery resolves the episode.
+		n.log.ErrorContext(ctx, "leasehold: terminal write failed", slog.Int64("episode", j.ep.ID), slog.Any("error", err))
+		return
+	}
+	name := EventFailed
+	switch f.Status {
+	case episodes.StatusDone:
+		name = EventCompleted
+	case episodes.StatusCanceled:
+		name = EventCanceled
+	}
+	n.emit(ctx, telemetry.Event{Name: name, Key: j.claim.Key, Owner: n.id, Fence: j.claim.Fence, Attempt: j.claim.Attempt})
+}
+
+// handOver releases j's claim so that any node can take the episode at once;
+// the episode keeps its status (running or queued) for recovery.
+func (n *Node) handOver(j *job) {
+	n.release(j)
+	n.emit(context.Background(), telemetry.Event{Name: EventReleased, Key: j.claim.Key, Owner: n.id, Fence: j.claim.Fence})
+	j.unhold()
+}
+
+func (n *Node) release(j *job) {
+	err := n.retrying(func(ctx context.Context) error { return n.gate.Release(ctx, j.claim) })
+	if err != nil && !errors.Is(err, claims.ErrNotOwner) {
+		n.log.Warn("leasehold: release failed; the lease will expire instead",
+			slog.String("key", j.claim.Key), slog.Any("error", err))
+	}
+}
+
+// retrying runs one write, sending it again (with jittered backoff) after
+// errors the adapter marked claims.ErrRetryable, until WriteTimeout. The
+// write's context does not inherit the run's: a run cancelled for its budget
+// or by an operator still records why, and the fence alone decides whether
+// the write may land.
+func (n *Node) retrying(write func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.WriteTimeout)
+	defer cancel()
+	backoff := 10 * time.Millisecond
+	for {
+		err := write(ctx)
+		if err == nil || !errors.Is(err, claims.ErrRetryable) {
+			return err
+		}
+		t := time.NewTimer(backoff/2 + rand.N(backoff/2+1))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+func safely(f func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &panicError{value: r, stack: debug.Stack()}
+		}
+	}()
+	return f()
+}
+
+func failure(class, reason string) episodes.Finish {
+	return episodes.Finish{Status: episodes.StatusFailed, ErrorClass: class, ErrorDetail: mustJSON(map[string]string{"reason": reason})}
+}
+
+// mustJSON encodes v for a jsonb column; a value that cannot be encoded is
+// recorded as a string saying so rather than losing the write.
+func mustJSON(v any) json.RawMessage {
+	if v == nil {
+		return nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		b, _ = json.Marshal(map[string]string{"unencodable": fmt.Sprintf("%T: %v", v, err)})
+	}
+	return b
+}

@@ -1,0 +1,532 @@
+package runner_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/leasehold/leasehold/adapters/postgres"
+	"github.com/leasehold/leasehold/claims"
+	"github.com/leasehold/leasehold/episodes"
+	"github.com/leasehold/leasehold/internal/pgtest"
+	"github.com/leasehold/leasehold/runner"
+	"github.com/leasehold/leasehold/telemetry"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// signals is a telemetry observer that tests wait on instead of sleeping.
+type signals struct {
+	telemetry.Recorder
+	ended chan telemetry.Event // completed, failed, canceled, lease_lost, released
+}
+
+func newSignals() *signals { return &signals{ended: make(chan telemetry.Event, 10_000)} }
+
+func (s *signals) Observe(ctx context.Context, e telemetry.Event) {
+	s.Recorder.Observe(ctx, e)
+	switch e.Name {
+	case runner.EventCompleted, runner.EventFailed, runner.EventCanceled, runner.EventLeaseLost, runner.EventReleased:
+		s.ended <- e
+	}
+}
+
+// waitEnded waits for n episode endings across sigs.
+func waitEnded(t *testing.T, n int, sigs ...*signals) {
+	t.Helper()
+	merged := make(chan telemetry.Event)
+	stop := make(chan struct{})
+	defer close(stop)
+	for _, s := range sigs {
+		go func() {
+			for {
+				select {
+				case e := <-s.ended:
+					select {
+					case merged <- e:
+					case <-stop:
+						return
+					}
+				case <-stop:
+					return
+				}
+			}
+		}()
+	}
+	deadline := time.After(60 * time.Second)
+	for i := range n {
+		select {
+		case <-merged:
+		case <-deadline:
+			t.Fatalf("only %d of %d episodes ended", i, n)
+		}
+	}
+}
+
+type cluster struct {
+	pool  *pgxpool.Pool // for assertions
+	nodes []*runner.Node
+	sigs  []*signals
+}
+
+// setup starts n nodes, each with its own pool and identity, on one fresh
+// schema, all registering the same actors.
+func setup(t *testing.T, n int, tune func(*runner.Config), actors ...runner.Actor) cluster {
+	t.Helper()
+	c := cluster{pool: pgtest.Schema(t)}
+	for i := range n {
+		sig := newSignals()
+		cfg := runner.Config{
+			Store:    postgres.New(pgtest.Another(t, c.pool, pgtest.Options{MaxConns: 8})),
+			Identity: fmt.Sprintf("node-%d", i),
+			NoJitter: true,
+			Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Observer: sig,
+		}
+		if tune != nil {
+			tune(&cfg)
+		}
+		node, err := runner.NewNode(cfg)
+		require.NoError(t, err)
+		for _, a := range actors {
+			require.NoError(t, node.Register(a))
+		}
+		require.NoError(t, node.Start(t.Context()))
+		t.Cleanup(func() { _ = node.Stop(context.Background()) })
+		c.nodes = append(c.nodes, node)
+		c.sigs = append(c.sigs, sig)
+	}
+	return c
+}
+
+func (c cluster) count(t *testing.T, where string, args ...any) int {
+	t.Helper()
+	var n int
+	require.NoError(t, c.pool.QueryRow(context.Background(), "SELECT count(*) FROM leasehold_episodes WHERE "+where, args...).Scan(&n))
+	return n
+}
+
+// funcStrategy adapts functions to runner.Strategy.
+type funcStrategy struct {
+	init func(ctx context.Context, r *runner.Run) error
+	step func(ctx context.Context, r *runner.Run) (runner.StepResult, error)
+}
+
+func (f funcStrategy) Init(ctx context.Context, r *runner.Run) error {
+	if f.init == nil {
+		return nil
+	}
+	return f.init(ctx, r)
+}
+
+func (f funcStrategy) Step(ctx context.Context, r *runner.Run) (runner.StepResult, error) {
+	return f.step(ctx, r)
+}
+
+// oneStep journals one step and is done.
+var oneStep = funcStrategy{step: func(context.Context, *runner.Run) (runner.StepResult, error) {
+	return runner.StepResult{Data: "only", Done: true, Result: map[string]bool{"ok": true}}, nil
+}}
+
+func eventActor(s runner.Strategy, maxConcurrent int) runner.Actor {
+	return runner.Actor{ID: "monitor", MaxConcurrent: maxConcurrent, Expectations: []runner.Expectation{
+		{ID: "check", Trigger: runner.Event{Name: "resource.updated"}, Strategy: s},
+	}}
+}
+
+// fireAll fires the same event on every node at the same instant.
+func fireAll(t *testing.T, c cluster, payload any) (created int) {
+	t.Helper()
+	var (
+		wg    sync.WaitGroup
+		start = make(chan struct{})
+		won   atomic.Int32
+	)
+	for _, node := range c.nodes {
+		wg.Go(func() {
+			<-start
+			out, err := node.Fire(t.Context(), "monitor", "resource.updated", payload, runner.FireOptions{})
+			if !errors.Is(err, nil) {
+				t.Errorf("fire: %v", err)
+				return
+			}
+			for _, o := range out {
+				if !o.Duplicate {
+					won.Add(1)
+				}
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	return int(won.Load())
+}
+
+func TestScheduleTickOnThreeNodesMakesOneEpisodePerWindow(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		jitter time.Duration
+	}{{"NoJitter", 0}, {"Jitter", 20 * time.Millisecond}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			actor := runner.Actor{ID: "reporter", MaxConcurrent: 8, Expectations: []runner.Expectation{
+				{ID: "hourly", Trigger: runner.Schedule{Cron: "0 * * * *"}, Strategy: oneStep},
+			}}
+			c := setup(t, 3, func(cfg *runner.Config) {
+				cfg.NoJitter, cfg.Jitter = tc.jitter == 0, tc.jitter
+			}, actor)
+			base := time.Date(2026, 6, 5, 0, 0, 0, 0, time.UTC)
+			wins := make([]int, len(c.nodes))
+			const windows = 100
+			for w := range windows {
+				var wg sync.WaitGroup
+				for i, node := range c.nodes {
+					// Timers fire a few seconds apart on different nodes;
+					// the window is the planned tick with seconds zeroed.
+					at := base.Add(time.Duration(w)*time.Hour + time.Duration(i*7)*time.Second)
+					wg.Go(func() {
+						out, err := node.Tick(t.Context(), "reporter", "hourly", at)
+						require.NoError(t, err)
+						if !out.Duplicate {
+							wins[i]++
+						}
+					})
+				}
+				wg.Wait()
+			}
+			waitEnded(t, windows, c.sigs...)
+			require.Equal(t, windows, wins[0]+wins[1]+wins[2])
+			require.Equal(t, windows, c.count(t, "status = 'done'"))
+			require.Equal(t, windows, c.count(t, "true"))
+			require.Equal(t, 1, c.count(t, "dedupe_key = 'schedule:reporter:hourly:2026-06-05T00:00:00Z'"))
+			if tc.jitter > 0 {
+				for i, n := range wins {
+					require.GreaterOrEqual(t, n, windows*15/100, "node-%d won %d of %d windows: %v", i, n, windows, wins)
+				}
+			}
+		})
+	}
+}
+
+func TestEventOnThreeNodesMakesOneEpisode(t *testing.T) {
+	t.Parallel()
+	c := setup(t, 3, nil, eventActor(oneStep, 50))
+
+	require.Equal(t, 1, fireAll(t, c, map[string]any{"resource": "db-1", "level": 3}))
+	// The same payload built in another order is the same event.
+	ordered := []byte(`{"level":3,"resource":"db-1"}`)
+	require.Equal(t, 0, fireAll(t, c, jsonRaw(ordered)))
+	waitEnded(t, 1, c.sigs...)
+	require.Equal(t, 1, c.count(t, "true"))
+
+	const distinct = 1000
+	created := 0
+	for i := range distinct {
+		created += fireAll(t, c, map[string]any{"resource": fmt.Sprintf("db-%d", i), "level": 3})
+	}
+	require.Equal(t, distinct-1, created, "db-1 at level 3 was already fired, the rest are new")
+	waitEnded(t, distinct-1, c.sigs...)
+	require.Equal(t, distinct, c.count(t, "status = 'done'"))
+}
+
+func TestEventWithEventIDDedupesOnTheID(t *testing.T) {
+	t.Parallel()
+	c := setup(t, 1, nil, eventActor(oneStep, 1))
+	for i := range 3 {
+		out, err := c.nodes[0].Fire(t.Context(), "monitor", "resource.updated", map[string]int{"try": i}, runner.FireOptions{EventID: "evt-42"})
+		require.NoError(t, err)
+		require.Equal(t, i > 0, out[0].Duplicate)
+	}
+	waitEnded(t, 1, c.sigs...)
+	require.Equal(t, 1, c.count(t, "dedupe_key = 'event:monitor:check:evt-42'"))
+}
+
+func TestMaxConcurrentQueuesInTheDatabase(t *testing.T) {
+	t.Parallel()
+	var (
+		running, peak atomic.Int32
+		started       = make(chan struct{}, 5)
+		proceed       = make(chan struct{})
+	)
+	blocking := funcStrategy{step: func(ctx context.Context, _ *runner.Run) (runner.StepResult, error) {
+		now := running.Add(1)
+		defer running.Add(-1)
+		for {
+			p := peak.Load()
+			if now <= p || peak.CompareAndSwap(p, now) {
+				break
+			}
+		}
+		started <- struct{}{}
+		select {
+		case <-proceed:
+		case <-ctx.Done():
+			return runner.StepResult{}, ctx.Err()
+		}
+		return runner.StepResult{Done: true}, nil
+	}}
+	c := setup(t, 1, nil, eventActor(blocking, 2))
+	for i := range 5 {
+		out, err := c.nodes[0].Fire(t.Context(), "monitor", "resource.updated", map[string]int{"i": i}, runner.FireOptions{})
+		require.NoError(t, err)
+		require.False(t, out[0].Duplicate)
+	}
+	<-started
+	<-started
+	require.Equal(t, 2, c.count(t, "status = 'running'"))
+	require.Equal(t, 3, c.count(t, "status = 'queued'"), "waiting episodes are queued in the database, never running")
+	close(proceed)
+	waitEnded(t, 5, c.sigs...)
+	require.Equal(t, 5, c.count(t, "status = 'done'"))
+	require.LessOrEqual(t, peak.Load(), int32(2))
+}
+
+func TestTerminalStatuses(t *testing.T) {
+	t.Parallel()
+	blockUntilCancelled := func(ctx context.Context, _ *runner.Run) (runner.StepResult, error) {
+		<-ctx.Done()
+		return runner.StepResult{}, ctx.Err()
+	}
+	neverDone := func(context.Context, *runner.Run) (runner.StepResult, error) {
+		return runner.StepResult{Data: "again"}, nil
+	}
+	for _, tc := range []struct {
+		name      string
+		exp       runner.Expectation
+		cancel    bool
+		status    episodes.Status
+		class     string
+		wantSteps int
+	}{
+		{name: "Done", exp: runner.Expectation{Strategy: oneStep}, status: episodes.StatusDone, wantSteps: 1},
+		{name: "WallBudget", exp: runner.Expectation{Strategy: funcStrategy{step: blockUntilCancelled},
+			Budget: runner.Budget{MaxWall: 50 * time.Millisecond}}, status: episodes.StatusFailed, class: episodes.ClassBudgetExceeded},
+		{name: "StepBudget", exp: runner.Expectation{Strategy: funcStrategy{step: neverDone},
+			Budget: runner.Budget{MaxSteps: 3}}, status: episodes.StatusFailed, class: episodes.ClassBudgetExceeded, wantSteps: 3},
+		{name: "StepPanics", exp: runner.Expectation{Strategy: funcStrategy{step: func(context.Context, *runner.Run) (runner.StepResult, error) {
+			panic("boom")
+		}}}, status: episodes.StatusFailed, class: episodes.ClassPanic},
+		{name: "InitPanics", exp: runner.Expectation{Strategy: funcStrategy{init: func(context.Context, *runner.Run) error {
+			panic("boom")
+		}, step: neverDone}}, status: episodes.StatusFailed, class: episodes.ClassPanic},
+		{name: "StepErrors", exp: runner.Expectation{Strategy: funcStrategy{step: func(context.Context, *runner.Run) (runner.StepResult, error) {
+			return runner.StepResult{}, errors.New("upstream 503")
+		}}}, status: episodes.StatusFailed, class: episodes.ClassError},
+		{name: "Canceled", exp: runner.Expectation{Strategy: funcStrategy{step: blockUntilCancelled}}, cancel: true,
+			status: episodes.StatusCanceled, class: episodes.ClassCanceled},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.exp.ID, tc.exp.Trigger = "job", runner.Manual{}
+			c := setup(t, 1, nil, runner.Actor{ID: "a", Expectations: []runner.Expectation{tc.exp,
+				{ID: "healthy", Trigger: runner.Manual{}, Strategy: oneStep}}})
+			node := c.nodes[0]
+			out, err := node.RunManual(t.Context(), "a", "job", nil)
+			require.NoError(t, err)
+			if tc.cancel {
+				require.Eventually(t, func() bool { return node.Cancel(out.EpisodeID) == nil }, 10*time.Second, time.Millisecond)
+			}
+			waitEnded(t, 1, c.sigs...)
+
+			ep, err := postgres.New(c.pool).GetEpisode(t.Context(), out.EpisodeID)
+			require.NoError(t, err)
+			require.Equal(t, tc.status, ep.Status)
+			require.Equal(t, tc.class, ep.ErrorClass)
+			require.NotNil(t, ep.FinishedAt)
+			steps, err := postgres.New(c.pool).ListSteps(t.Context(), out.EpisodeID)
+			require.NoError(t, err)
+			require.Len(t, steps, tc.wantSteps)
+
+			// The claim ended with the episode, in the same statement.
+			var state string
+			require.NoError(t, c.pool.QueryRow(t.Context(), `SELECT state FROM leasehold_work_claims WHERE dedupe_key = $1`,
+				episodes.ClaimKey(out.EpisodeID, "")).Scan(&state))
+			require.Equal(t, map[bool]string{true: "done", false: "failed"}[tc.status == episodes.StatusDone], state)
+
+			// The node survives panics and keeps running episodes.
+			_, err = node.RunManual(t.Context(), "a", "healthy", nil)
+			require.NoError(t, err)
+			waitEnded(t, 1, c.sigs...)
+		})
+	}
+}
+
+func TestZombieWritesAreRejectedAfterASteal(t *testing.T) {
+	t.Parallel()
+	var (
+		inStep2 = make(chan struct{})
+		resume  = make(chan struct{})
+	)
+	slow := funcStrategy{step: func(ctx context.Context, r *runner.Run) (runner.StepResult, error) {
+		if r.StepNo == 1 {
+			return runner.StepResult{Data: "a-step-1"}, nil
+		}
+		close(inStep2)
+		<-resume // the node is paused (GC, partition) while its lease is stolen
+		return runner.StepResult{Data: "a-step-2", Done: true, Result: "from A"}, nil
+	}}
+	c := setup(t, 1, nil, eventActor(slow, 1))
+	out, err := c.nodes[0].Fire(t.Context(), "monitor", "resource.updated", "x", runner.FireOptions{EventID: "e1"})
+	require.NoError(t, err)
+	<-inStep2
+
+	// Node B steals the expired lease and finishes the episode itself.
+	key := "event:monitor:check:e1"
+	pgtest.ExpireClaim(t, c.pool, key)
+	b := postgres.New(c.pool)
+	gateB, err := claims.NewGate(b, claims.GateConfig{Owner: "node-b", Lease: time.Minute})
+	require.NoError(t, err)
+	claimB, err := gateB.Acquire(t.Context(), key, "episode")
+	require.NoError(t, err)
+	require.EqualValues(t, 2, claimB.Fence)
+	next, err := b.StartEpisode(t.Context(), out[0].EpisodeID, claimB.Token)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, next)
+	require.NoError(t, b.AppendStep(t.Context(), out[0].EpisodeID, claimB.Token, next, []byte(`"b-step-2"`)))
+	require.NoError(t, b.FinishEpisode(t.Context(), out[0].EpisodeID, claimB.Token,
+		episodes.Finish{Status: episodes.StatusDone, Result: []byte(`"from B"`)}))
+
+	close(resume) // A wakes up and tries to journal step 2 and complete
+	waitEnded(t, 1, c.sigs...)
+	require.Equal(t, 1, c.sigs[0].Count(runner.EventLeaseLost))
+	require.Zero(t, c.sigs[0].Count(runner.EventCompleted))
+
+	ep, err := b.GetEpisode(t.Context(), out[0].EpisodeID)
+	require.NoError(t, err)
+	require.Equal(t, episodes.StatusDone, ep.Status)
+	require.JSONEq(t, `"from B"`, string(ep.Result))
+	require.Equal(t, "node-b", ep.OwnerNode)
+	steps, err := b.ListSteps(t.Context(), out[0].EpisodeID)
+	require.NoError(t, err)
+	require.Len(t, steps, 2)
+	require.Equal(t, []string{`"a-step-1"`, `"b-step-2"`}, []string{string(steps[0].Data), string(steps[1].Data)})
+	require.Equal(t, []int64{1, 2}, []int64{steps[0].Fence, steps[1].Fence})
+}
+
+func TestStopFinishesTheCurrentStepAndHandsOver(t *testing.T) {
+	t.Parallel()
+	var (
+		inStep  = make(chan struct{})
+		proceed = make(chan struct{})
+		steps   atomic.Int32
+	)
+	slow := funcStrategy{step: func(ctx context.Context, r *runner.Run) (runner.StepResult, error) {
+		steps.Add(1)
+		close(inStep)
+		<-proceed
+		return runner.StepResult{Data: "step"}, nil
+	}}
+	c := setup(t, 1, nil, eventActor(slow, 1))
+	out, err := c.nodes[0].Fire(t.Context(), "monitor", "resource.updated", "x", runner.FireOptions{EventID: "e1"})
+	require.NoError(t, err)
+	<-inStep
+
+	stopped := make(chan error, 1)
+	go func() { stopped <- c.nodes[0].Stop(context.Background()) }()
+	_, err = c.nodes[0].Fire(t.Context(), "monitor", "resource.updated", "y", runner.FireOptions{EventID: "e2"})
+	require.Eventually(t, func() bool {
+		_, err = c.nodes[0].Fire(t.Context(), "monitor", "resource.updated", "y", runner.FireOptions{EventID: "e2"})
+		return errors.Is(err, runner.ErrStopped)
+	}, 10*time.Second, time.Millisecond, "intake stops")
+	close(proceed)
+	require.NoError(t, <-stopped)
+	require.EqualValues(t, 1, steps.Load(), "no new step starts after Stop")
+
+	b := postgres.New(c.pool)
+	stepsDone, err := b.ListSteps(t.Context(), out[0].EpisodeID)
+	require.NoError(t, err)
+	require.Len(t, stepsDone, 1, "the step in flight completed and was journaled")
+	ep, err := b.GetEpisode(t.Context(), out[0].EpisodeID)
+	require.NoError(t, err)
+	require.Equal(t, episodes.StatusRunning, ep.Status, "left running for recovery")
+
+	// Released: another node acquires at once, no lease to wait out.
+	gateB, err := claims.NewGate(b, claims.GateConfig{Owner: "node-b"})
+	require.NoError(t, err)
+	claimB, err := gateB.Acquire(t.Context(), "event:monitor:check:e1", "episode")
+	require.NoError(t, err)
+	require.EqualValues(t, 2, claimB.Fence)
+}
+
+func TestStopDeadlineCancelsStepsAndReleasesClaims(t *testing.T) {
+	t.Parallel()
+	inStep := make(chan struct{}, 2)
+	stuck := funcStrategy{step: func(ctx context.Context, _ *runner.Run) (runner.StepResult, error) {
+		inStep <- struct{}{}
+		<-ctx.Done()
+		return runner.StepResult{}, ctx.Err()
+	}}
+	c := setup(t, 1, nil, eventActor(stuck, 1))
+	for i := range 2 { // one running, one queued
+		_, err := c.nodes[0].Fire(t.Context(), "monitor", "resource.updated", i, runner.FireOptions{})
+		require.NoError(t, err)
+	}
+	<-inStep
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // no grace at all
+	require.ErrorIs(t, c.nodes[0].Stop(ctx), context.Canceled)
+
+	var released, claimed int
+	require.NoError(t, c.pool.QueryRow(t.Context(), `SELECT count(*) FILTER (WHERE state = 'released'),
+		count(*) FILTER (WHERE state = 'claimed') FROM leasehold_work_claims`).Scan(&released, &claimed))
+	require.Equal(t, 2, released)
+	require.Zero(t, claimed)
+	require.Equal(t, 1, c.count(t, "status = 'running'"))
+	require.Equal(t, 1, c.count(t, "status = 'queued'"))
+}
+
+func TestRegisterRejectsBadActors(t *testing.T) {
+	t.Parallel()
+	node, err := runner.NewNode(runner.Config{Store: postgres.New(nil), Identity: "n"})
+	require.NoError(t, err)
+	for name, a := range map[string]runner.Actor{
+		"no id":           {Expectations: []runner.Expectation{{ID: "e", Trigger: runner.Manual{}, Strategy: oneStep}}},
+		"no expectations": {ID: "a"},
+		"colon in id":     {ID: "a:b", Expectations: []runner.Expectation{{ID: "e", Trigger: runner.Manual{}, Strategy: oneStep}}},
+		"no strategy":     {ID: "a", Expectations: []runner.Expectation{{ID: "e", Trigger: runner.Manual{}}}},
+		"no trigger":      {ID: "a", Expectations: []runner.Expectation{{ID: "e", Strategy: oneStep}}},
+		"bad cron":        {ID: "a", Expectations: []runner.Expectation{{ID: "e", Trigger: runner.Schedule{Cron: "61 * * * *"}, Strategy: oneStep}}},
+		"cron and every":  {ID: "a", Expectations: []runner.Expectation{{ID: "e", Trigger: runner.Schedule{Cron: "* * * * *", Every: time.Minute}, Strategy: oneStep}}},
+		"sub-second":      {ID: "a", Expectations: []runner.Expectation{{ID: "e", Trigger: runner.Schedule{Every: 1500 * time.Millisecond}, Strategy: oneStep}}},
+		"unnamed event":   {ID: "a", Expectations: []runner.Expectation{{ID: "e", Trigger: runner.Event{}, Strategy: oneStep}}},
+		"bad policy":      {ID: "a", Expectations: []runner.Expectation{{ID: "e", Trigger: runner.Manual{}, Strategy: oneStep, Recovery: "retry"}}},
+		"duplicate exp": {ID: "a", Expectations: []runner.Expectation{{ID: "e", Trigger: runner.Manual{}, Strategy: oneStep},
+			{ID: "e", Trigger: runner.Manual{}, Strategy: oneStep}}},
+	} {
+		require.ErrorIs(t, node.Register(a), runner.ErrInvalid, name)
+	}
+	_, err = runner.NewNode(runner.Config{})
+	require.ErrorIs(t, err, runner.ErrInvalid)
+	_, err = runner.NewNode(runner.Config{Store: postgres.New(nil), Jitter: -time.Second})
+	require.ErrorIs(t, err, runner.ErrInvalid)
+	_, err = runner.NewNode(runner.Config{Store: postgres.New(nil), IdentityFunc: func() (string, error) { return "", errors.New("no hostname") }})
+	require.ErrorIs(t, err, runner.ErrInvalid)
+}
+
+func TestNodeIdentity(t *testing.T) {
+	t.Parallel()
+	n1, err := runner.NewNode(runner.Config{Store: postgres.New(nil)})
+	require.NoError(t, err)
+	n2, err := runner.NewNode(runner.Config{Store: postgres.New(nil)})
+	require.NoError(t, err)
+	require.Regexp(t, `^nonode-\d+-[0-9a-f]{12}$`, n1.ID())
+	require.NotEqual(t, n1.ID(), n2.ID(), "two nodes in one process must not share leases")
+	n3, err := runner.NewNode(runner.Config{Store: postgres.New(nil), IdentityFunc: func() (string, error) { return "host-7", nil }})
+	require.NoError(t, err)
+	require.Equal(t, "host-7", n3.ID())
+}
+
+type jsonRaw []byte
+
+func (j jsonRaw) MarshalJSON() ([]byte, error) { return j, nil }

@@ -1,0 +1,129 @@
+-- Episodes and their step journal.
+--
+-- Creation is decided by the filtered unique index on dedupe_key. Every later
+-- write on behalf of a run is fenced: the same statement checks the work
+-- claim (dedupe key, owner, fence, claimed) and locks that claim row FOR
+-- SHARE, so a steal (an UPDATE of the claim row) waits for a write already
+-- admitted and every write that comes after the steal sees the new fence and
+-- matches nothing. All times are now(), the database clock.
+
+-- name: CreateEpisode :one
+-- One episode per trigger: N nodes insert the same dedupe_key, the filtered
+-- unique index lets exactly one insert through, and the others get no row
+-- back (a duplicate, not an error). Archived episodes are outside the index,
+-- so they do not block the trigger from running again. The ON CONFLICT
+-- predicate must match the index predicate for Postgres to use it.
+INSERT INTO leasehold_episodes (
+    actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status,
+    max_attempts, budget, source_stack, source_env, payload, queued_at
+) VALUES (
+    sqlc.arg(actor_id), sqlc.arg(expectation_id), sqlc.arg(trigger_type),
+    sqlc.narg(trigger_ref), sqlc.narg(dedupe_key), 'queued',
+    sqlc.arg(max_attempts), sqlc.narg(budget), sqlc.arg(source_stack),
+    sqlc.arg(source_env), sqlc.narg(payload), now()
+)
+ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL AND archived_at IS NULL
+DO NOTHING
+RETURNING id, created_at;
+
+-- name: StartEpisode :one
+-- Moves a queued episode to running under the caller's grant, or re-starts a
+-- running one whose grant moved to the caller (steal, recovery). Returns the
+-- next free step number so a re-run appends after the old journal.
+--
+-- Guarantee: fenced on the work claim; a terminal or archived episode is
+-- never started again.
+WITH lease AS (
+    SELECT 1 FROM leasehold_work_claims AS c
+    WHERE c.dedupe_key = sqlc.arg(claim_key)
+      AND c.owner_node = sqlc.arg(owner_node)::text
+      AND c.fence = sqlc.arg(fence)
+      AND c.state = 'claimed'
+    FOR SHARE
+)
+UPDATE leasehold_episodes AS e
+SET status       = 'running',
+    owner_node   = sqlc.arg(owner_node)::text,
+    started_at   = coalesce(e.started_at, now()),
+    last_step_at = now()
+WHERE e.id = sqlc.arg(id)
+  AND e.status IN ('queued', 'running')
+  AND e.archived_at IS NULL
+  AND EXISTS (SELECT 1 FROM lease)
+RETURNING e.id,
+    (SELECT coalesce(max(s.step_no), 0) + 1 FROM leasehold_episode_steps AS s
+     WHERE s.episode_id = e.id)::integer AS next_step_no;
+
+-- name: AppendStep :one
+-- Journals one step and refreshes last_step_at, for the cheap staleness check.
+--
+-- Guarantee: fenced on the work claim and on the episode still running under
+-- the same owner; a zombie whose lease was stolen writes nothing. step_no is
+-- unique per episode, so two writers can never both record the same step.
+WITH lease AS (
+    SELECT 1 FROM leasehold_work_claims AS c
+    WHERE c.dedupe_key = sqlc.arg(claim_key)
+      AND c.owner_node = sqlc.arg(owner_node)
+      AND c.fence = sqlc.arg(fence)
+      AND c.state = 'claimed'
+    FOR SHARE
+), episode AS (
+    UPDATE leasehold_episodes AS e
+    SET last_step_at = now()
+    WHERE e.id = sqlc.arg(id)
+      AND e.status = 'running'
+      AND e.owner_node = sqlc.arg(owner_node)
+      AND EXISTS (SELECT 1 FROM lease)
+    RETURNING e.id
+)
+INSERT INTO leasehold_episode_steps (episode_id, step_no, fence, data)
+SELECT episode.id, sqlc.arg(step_no), sqlc.arg(fence), sqlc.narg(data)
+FROM episode
+RETURNING step_no;
+
+-- name: FinishEpisode :one
+-- Ends a run: the episode's terminal status and the claim's final state are
+-- written by one statement, so neither can land without the other.
+--
+-- Guarantee: fenced; the claim UPDATE matches only the caller's live grant,
+-- and the episode UPDATE runs only if it did. A duplicate finish, or one from
+-- a grant that was stolen, changes nothing.
+WITH claim AS (
+    UPDATE leasehold_work_claims AS c
+    SET state        = sqlc.arg(claim_state),
+        finished_at  = now(),
+        lease_until  = now(),
+        error_detail = sqlc.narg(error_detail)
+    WHERE c.dedupe_key = sqlc.arg(claim_key)
+      AND c.owner_node = sqlc.arg(owner_node)
+      AND c.fence = sqlc.arg(fence)
+      AND c.state = 'claimed'
+      AND EXISTS (SELECT 1 FROM leasehold_episodes AS r
+                  WHERE r.id = sqlc.arg(id) AND r.status = 'running')
+    RETURNING c.dedupe_key
+)
+UPDATE leasehold_episodes AS e
+SET status       = sqlc.arg(status),
+    phase        = NULL,
+    result       = sqlc.narg(result),
+    error_class  = sqlc.narg(error_class),
+    error_detail = sqlc.narg(error_detail),
+    finished_at  = now()
+WHERE e.id = sqlc.arg(id)
+  AND e.status = 'running'
+  AND EXISTS (SELECT 1 FROM claim)
+RETURNING e.id;
+
+-- name: GetEpisode :one
+SELECT id, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key,
+    status, phase, attempts, max_attempts, budget, source_stack, source_env,
+    owner_node, payload, result, error_class, error_detail, queued_at,
+    started_at, finished_at, last_step_at, archived_at, created_at
+FROM leasehold_episodes
+WHERE id = sqlc.arg(id);
+
+-- name: ListSteps :many
+SELECT episode_id, step_no, fence, data, created_at
+FROM leasehold_episode_steps
+WHERE episode_id = sqlc.arg(episode_id)
+ORDER BY step_no;
