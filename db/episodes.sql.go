@@ -12,18 +12,21 @@ import (
 
 const appendStep = `-- name: AppendStep :one
 WITH lease AS (
-    SELECT 1 FROM leasehold_work_claims AS c
-    WHERE c.dedupe_key = $4
-      AND c.owner_node = $5
+    UPDATE leasehold_work_claims AS c
+    SET lease_until = greatest(c.lease_until,
+                               now() + ($4::bigint * interval '1 millisecond')),
+        last_heartbeat_at = now()
+    WHERE c.dedupe_key = $5
+      AND c.owner_node = $6
       AND c.fence = $2
       AND c.state = 'claimed'
-    FOR SHARE
+    RETURNING 1
 ), episode AS (
     UPDATE leasehold_episodes AS e
     SET last_step_at = now()
-    WHERE e.id = $6
+    WHERE e.id = $7
       AND e.status = 'running'
-      AND e.owner_node = $5
+      AND e.owner_node = $6
       AND EXISTS (SELECT 1 FROM lease)
     RETURNING e.id
 )
@@ -37,21 +40,28 @@ type AppendStepParams struct {
 	StepNo    int32
 	Fence     int64
 	Data      []byte
+	LeaseMs   int64
 	ClaimKey  string
 	OwnerNode string
 	ID        int64
 }
 
 // Journals one step and refreshes last_step_at, for the cheap staleness check.
+// A journaled step proves its run alive, so it also extends the lease (never
+// shortening it): recovery, which re-checks the lease in its claim, then
+// leaves alone an episode that journaled after it was listed.
 //
 // Guarantee: fenced on the work claim and on the episode still running under
-// the same owner; a zombie whose lease was stolen writes nothing. step_no is
-// unique per episode, so two writers can never both record the same step.
+// the same owner; a zombie whose lease was stolen writes nothing. The claim
+// row is updated (so locked) first, so a concurrent steal is ordered before
+// or after the whole write. step_no is unique per episode, so two writers can
+// never both record the same step.
 func (q *Queries) AppendStep(ctx context.Context, db DBTX, arg AppendStepParams) (int32, error) {
 	row := db.QueryRow(ctx, appendStep,
 		arg.StepNo,
 		arg.Fence,
 		arg.Data,
+		arg.LeaseMs,
 		arg.ClaimKey,
 		arg.OwnerNode,
 		arg.ID,
@@ -138,7 +148,7 @@ WITH claim AS (
       AND c.fence = $9
       AND c.state = 'claimed'
       AND EXISTS (SELECT 1 FROM leasehold_episodes AS r
-                  WHERE r.id = $5 AND r.status = 'running')
+                  WHERE r.id = $5 AND r.status IN ('queued', 'running'))
     RETURNING c.dedupe_key
 )
 UPDATE leasehold_episodes AS e
@@ -149,7 +159,7 @@ SET status       = $1,
     error_detail = $4,
     finished_at  = now()
 WHERE e.id = $5
-  AND e.status = 'running'
+  AND e.status IN ('queued', 'running')
   AND EXISTS (SELECT 1 FROM claim)
 RETURNING e.id
 `
@@ -167,7 +177,8 @@ type FinishEpisodeParams struct {
 }
 
 // Ends a run: the episode's terminal status and the claim's final state are
-// written by one statement, so neither can land without the other.
+// written by one statement, so neither can land without the other. A queued
+// episode can be finished too (recovery failing an orphan, a cancel).
 //
 // Guarantee: fenced; the claim UPDATE matches only the caller's live grant,
 // and the episode UPDATE runs only if it did. A duplicate finish, or one from
@@ -282,6 +293,7 @@ WITH lease AS (
 )
 UPDATE leasehold_episodes AS e
 SET status       = 'running',
+    phase        = NULL,
     owner_node   = $1::text,
     started_at   = coalesce(e.started_at, now()),
     last_step_at = now()

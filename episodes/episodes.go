@@ -141,3 +141,28 @@ type Step struct {
 	Data      json.RawMessage
 	CreatedAt time.Time
 }
+
+// OrphanQuery selects orphaned episodes. Stack "" means every stack;
+// otherwise Stack and unstamped rows. Env is matched exactly ("" is the
+// unset env).
+type OrphanQuery struct {
+	Stack      string
+	Env        string
+	StaleAfter time.Duration // for episodes with no claim at all
+	Limit      int
+}
+
+// Orphan is an episode nobody holds a live lease on, with why.
+type Orphan struct {
+	Episode         Episode
+	LastSeenAt      time.Time // last step, else start, else creation (database time)
+	ClaimState      string    // "" when the episode has no claim row
+	ClaimOwner      string
+	ClaimLeaseUntil *time.Time
+}
+
+// ClassOrphaned and ClassRecoveryExhausted are written by recovery.
+const (
+	ClassOrphaned          = "orphaned"
+	ClassRecoveryExhausted = "recovery_exhausted"
+)

@@ -49,7 +49,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 			pool := pgtest.Schema(b)
 			var statements atomic.Int64
 			done := make(chan struct{}, 1<<16)
-			noop := funcStrategy{step: func(context.Context, *runner.Run) (runner.StepResult, error) {
+			noop := funcStrategy{StepFunc: func(context.Context, *runner.Run) (runner.StepResult, error) {
 				return runner.StepResult{Done: true}, nil
 			}}
 			var cluster []*runner.Node

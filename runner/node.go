@@ -46,7 +46,7 @@ type Store interface {
 	claims.Store
 	CreateEpisode(ctx context.Context, n episodes.New) (episodes.Episode, bool, error)
 	StartEpisode(ctx context.Context, id int64, t claims.Token) (nextStep int32, err error)
-	AppendStep(ctx context.Context, id int64, t claims.Token, stepNo int32, data json.RawMessage) error
+	AppendStep(ctx context.Context, id int64, t claims.Token, stepNo int32, data json.RawMessage, lease time.Duration) error
 	FinishEpisode(ctx context.Context, id int64, t claims.Token, f episodes.Finish) error
 }
 
@@ -118,8 +118,11 @@ type Node struct {
 	bg         sync.WaitGroup // heartbeat and schedulers
 	runs       sync.WaitGroup // episode goroutines
 
+	// running holds the cancel of every run in progress. Keyed by run, not
+	// episode: a zombie run of an episode this node has re-acquired since is
+	// a separate run and must stay cancellable.
 	mu      sync.Mutex
-	running map[int64]context.CancelCauseFunc
+	running map[*job]context.CancelCauseFunc
 }
 
 type actorState struct {
@@ -172,12 +175,50 @@ func NewNode(cfg Config) (*Node, error) {
 	return &Node{
 		cfg: cfg, id: id, store: cfg.Store, gate: gate, hb: hb,
 		log: cfg.Logger.With(slog.String("node", id)), obs: cfg.Observer,
-		actors: map[string]*actorState{}, running: map[int64]context.CancelCauseFunc{},
+		actors: map[string]*actorState{}, running: map[*job]context.CancelCauseFunc{},
 	}, nil
 }
 
 // ID returns the node identity.
 func (n *Node) ID() string { return n.id }
+
+// Lease returns the work-claim lease of this node's grants.
+func (n *Node) Lease() time.Duration { return n.gate.Lease() }
+
+// Stack returns the stack slug stamped on this node's episodes.
+func (n *Node) Stack() string { return n.cfg.StackSlug }
+
+// Env returns the env stamped on this node's episodes.
+func (n *Node) Env() string { return n.cfg.Env }
+
+// RecoveryPolicy returns the policy of a registered expectation.
+func (n *Node) RecoveryPolicy(actorID, expectationID string) (string, bool) {
+	as, ok := n.actors[actorID]
+	if !ok {
+		return "", false
+	}
+	e, ok := as.exps[expectationID]
+	if !ok {
+		return "", false
+	}
+	return string(e.Recovery), true
+}
+
+// Resume queues an episode recovered by this node, holding its claim c, on
+// its actor: it runs under the actor's max concurrency, from Init, like a new
+// trigger. It fails when the actor or expectation is not registered here or
+// the node is not running.
+func (n *Node) Resume(ep episodes.Episode, c claims.Claim) error {
+	n.intake.RLock()
+	defer n.intake.RUnlock()
+	as, e, err := n.lookup(ep.ActorID, ep.ExpectationID)
+	if err != nil {
+		return err
+	}
+	runCtx, unhold := n.hb.Hold(n.base, c)
+	as.exec.submit(&job{ep: ep, exp: e, claim: c, ctx: runCtx, unhold: unhold})
+	return nil
+}
 
 // Register adds an actor. Actors are registered before Start.
 func (n *Node) Register(a Actor) error {
@@ -336,12 +377,17 @@ func (n *Node) RunManual(ctx context.Context, actorID, expectationID string, pay
 // Cancel stops a running episode of this node; it ends with status canceled.
 func (n *Node) Cancel(episodeID int64) error {
 	n.mu.Lock()
-	cancel, ok := n.running[episodeID]
-	n.mu.Unlock()
-	if !ok {
+	defer n.mu.Unlock()
+	found := false
+	for j, cancel := range n.running {
+		if j.ep.ID == episodeID {
+			cancel(ErrCanceled)
+			found = true
+		}
+	}
+	if !found {
 		return fmt.Errorf("episode %d: %w", episodeID, ErrNotLocal)
 	}
-	cancel(ErrCanceled)
 	return nil
 }
 

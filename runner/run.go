@@ -92,11 +92,11 @@ func (n *Node) execute(j *job) {
 	ctx, cancel := context.WithCancelCause(j.ctx)
 	defer cancel(nil)
 	n.mu.Lock()
-	n.running[j.ep.ID] = cancel
+	n.running[j] = cancel
 	n.mu.Unlock()
 	defer func() {
 		n.mu.Lock()
-		delete(n.running, j.ep.ID)
+		delete(n.running, j)
 		n.mu.Unlock()
 	}()
 
@@ -163,7 +163,7 @@ func (n *Node) execute(j *job) {
 func (n *Node) appendStep(j *job, run *Run, data any) error {
 	raw := mustJSON(data)
 	if err := n.retrying(func(ctx context.Context) error {
-		return n.store.AppendStep(ctx, j.ep.ID, j.claim.Token, run.StepNo, raw)
+		return n.store.AppendStep(ctx, j.ep.ID, j.claim.Token, run.StepNo, raw, n.gate.Lease())
 	}); err != nil {
 		return err
 	}

@@ -4,137 +4,46 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/leasehold/leasehold/adapters/postgres"
 	"github.com/leasehold/leasehold/claims"
 	"github.com/leasehold/leasehold/episodes"
+	"github.com/leasehold/leasehold/internal/nodetest"
 	"github.com/leasehold/leasehold/internal/pgtest"
 	"github.com/leasehold/leasehold/runner"
-	"github.com/leasehold/leasehold/telemetry"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// signals is a telemetry observer that tests wait on instead of sleeping.
-type signals struct {
-	telemetry.Recorder
-	ended chan telemetry.Event // completed, failed, canceled, lease_lost, released
-}
+type (
+	signals      = nodetest.Signals
+	cluster      = nodetest.Cluster
+	funcStrategy = nodetest.Strategy
+)
 
-func newSignals() *signals { return &signals{ended: make(chan telemetry.Event, 10_000)} }
+var (
+	newSignals = nodetest.NewSignals
+	waitEnded  = nodetest.WaitEnded
+)
 
-func (s *signals) Observe(ctx context.Context, e telemetry.Event) {
-	s.Recorder.Observe(ctx, e)
-	switch e.Name {
-	case runner.EventCompleted, runner.EventFailed, runner.EventCanceled, runner.EventLeaseLost, runner.EventReleased:
-		s.ended <- e
-	}
-}
-
-// waitEnded waits for n episode endings across sigs.
-func waitEnded(t *testing.T, n int, sigs ...*signals) {
-	t.Helper()
-	merged := make(chan telemetry.Event)
-	stop := make(chan struct{})
-	defer close(stop)
-	for _, s := range sigs {
-		go func() {
-			for {
-				select {
-				case e := <-s.ended:
-					select {
-					case merged <- e:
-					case <-stop:
-						return
-					}
-				case <-stop:
-					return
-				}
-			}
-		}()
-	}
-	deadline := time.After(60 * time.Second)
-	for i := range n {
-		select {
-		case <-merged:
-		case <-deadline:
-			t.Fatalf("only %d of %d episodes ended", i, n)
-		}
-	}
-}
-
-type cluster struct {
-	pool  *pgxpool.Pool // for assertions
-	nodes []*runner.Node
-	sigs  []*signals
-}
-
-// setup starts n nodes, each with its own pool and identity, on one fresh
-// schema, all registering the same actors.
 func setup(t *testing.T, n int, tune func(*runner.Config), actors ...runner.Actor) cluster {
 	t.Helper()
-	c := cluster{pool: pgtest.Schema(t)}
-	for i := range n {
-		sig := newSignals()
-		cfg := runner.Config{
-			Store:    postgres.New(pgtest.Another(t, c.pool, pgtest.Options{MaxConns: 8})),
-			Identity: fmt.Sprintf("node-%d", i),
-			NoJitter: true,
-			Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
-			Observer: sig,
-		}
-		if tune != nil {
-			tune(&cfg)
-		}
-		node, err := runner.NewNode(cfg)
-		require.NoError(t, err)
-		for _, a := range actors {
-			require.NoError(t, node.Register(a))
-		}
-		require.NoError(t, node.Start(t.Context()))
-		t.Cleanup(func() { _ = node.Stop(context.Background()) })
-		c.nodes = append(c.nodes, node)
-		c.sigs = append(c.sigs, sig)
+	var each func(int, *runner.Config)
+	if tune != nil {
+		each = func(_ int, cfg *runner.Config) { tune(cfg) }
 	}
-	return c
-}
-
-func (c cluster) count(t *testing.T, where string, args ...any) int {
-	t.Helper()
-	var n int
-	require.NoError(t, c.pool.QueryRow(context.Background(), "SELECT count(*) FROM leasehold_episodes WHERE "+where, args...).Scan(&n))
-	return n
-}
-
-// funcStrategy adapts functions to runner.Strategy.
-type funcStrategy struct {
-	init func(ctx context.Context, r *runner.Run) error
-	step func(ctx context.Context, r *runner.Run) (runner.StepResult, error)
-}
-
-func (f funcStrategy) Init(ctx context.Context, r *runner.Run) error {
-	if f.init == nil {
-		return nil
-	}
-	return f.init(ctx, r)
-}
-
-func (f funcStrategy) Step(ctx context.Context, r *runner.Run) (runner.StepResult, error) {
-	return f.step(ctx, r)
+	return nodetest.Start(t, n, each, actors...)
 }
 
 // oneStep journals one step and is done.
-var oneStep = funcStrategy{step: func(context.Context, *runner.Run) (runner.StepResult, error) {
+var oneStep = funcStrategy{StepFunc: func(context.Context, *runner.Run) (runner.StepResult, error) {
 	return runner.StepResult{Data: "only", Done: true, Result: map[string]bool{"ok": true}}, nil
 }}
 
@@ -152,7 +61,7 @@ func fireAll(t *testing.T, c cluster, payload any) (created int) {
 		start = make(chan struct{})
 		won   atomic.Int32
 	)
-	for _, node := range c.nodes {
+	for _, node := range c.Nodes {
 		wg.Go(func() {
 			<-start
 			out, err := node.Fire(t.Context(), "monitor", "resource.updated", payload, runner.FireOptions{})
@@ -187,11 +96,11 @@ func TestScheduleTickOnThreeNodesMakesOneEpisodePerWindow(t *testing.T) {
 				cfg.NoJitter, cfg.Jitter = tc.jitter == 0, tc.jitter
 			}, actor)
 			base := time.Date(2026, 6, 5, 0, 0, 0, 0, time.UTC)
-			wins := make([]int, len(c.nodes))
+			wins := make([]int, len(c.Nodes))
 			const windows = 100
 			for w := range windows {
 				var wg sync.WaitGroup
-				for i, node := range c.nodes {
+				for i, node := range c.Nodes {
 					// Timers fire a few seconds apart on different nodes;
 					// the window is the planned tick with seconds zeroed.
 					at := base.Add(time.Duration(w)*time.Hour + time.Duration(i*7)*time.Second)
@@ -205,11 +114,11 @@ func TestScheduleTickOnThreeNodesMakesOneEpisodePerWindow(t *testing.T) {
 				}
 				wg.Wait()
 			}
-			waitEnded(t, windows, c.sigs...)
+			waitEnded(t, windows, c.Sigs...)
 			require.Equal(t, windows, wins[0]+wins[1]+wins[2])
-			require.Equal(t, windows, c.count(t, "status = 'done'"))
-			require.Equal(t, windows, c.count(t, "true"))
-			require.Equal(t, 1, c.count(t, "dedupe_key = 'schedule:reporter:hourly:2026-06-05T00:00:00Z'"))
+			require.Equal(t, windows, c.Count(t, "status = 'done'"))
+			require.Equal(t, windows, c.Count(t, "true"))
+			require.Equal(t, 1, c.Count(t, "dedupe_key = 'schedule:reporter:hourly:2026-06-05T00:00:00Z'"))
 			if tc.jitter > 0 {
 				for i, n := range wins {
 					require.GreaterOrEqual(t, n, windows*15/100, "node-%d won %d of %d windows: %v", i, n, windows, wins)
@@ -227,8 +136,8 @@ func TestEventOnThreeNodesMakesOneEpisode(t *testing.T) {
 	// The same payload built in another order is the same event.
 	ordered := []byte(`{"level":3,"resource":"db-1"}`)
 	require.Equal(t, 0, fireAll(t, c, jsonRaw(ordered)))
-	waitEnded(t, 1, c.sigs...)
-	require.Equal(t, 1, c.count(t, "true"))
+	waitEnded(t, 1, c.Sigs...)
+	require.Equal(t, 1, c.Count(t, "true"))
 
 	const distinct = 1000
 	created := 0
@@ -236,20 +145,20 @@ func TestEventOnThreeNodesMakesOneEpisode(t *testing.T) {
 		created += fireAll(t, c, map[string]any{"resource": fmt.Sprintf("db-%d", i), "level": 3})
 	}
 	require.Equal(t, distinct-1, created, "db-1 at level 3 was already fired, the rest are new")
-	waitEnded(t, distinct-1, c.sigs...)
-	require.Equal(t, distinct, c.count(t, "status = 'done'"))
+	waitEnded(t, distinct-1, c.Sigs...)
+	require.Equal(t, distinct, c.Count(t, "status = 'done'"))
 }
 
 func TestEventWithEventIDDedupesOnTheID(t *testing.T) {
 	t.Parallel()
 	c := setup(t, 1, nil, eventActor(oneStep, 1))
 	for i := range 3 {
-		out, err := c.nodes[0].Fire(t.Context(), "monitor", "resource.updated", map[string]int{"try": i}, runner.FireOptions{EventID: "evt-42"})
+		out, err := c.Nodes[0].Fire(t.Context(), "monitor", "resource.updated", map[string]int{"try": i}, runner.FireOptions{EventID: "evt-42"})
 		require.NoError(t, err)
 		require.Equal(t, i > 0, out[0].Duplicate)
 	}
-	waitEnded(t, 1, c.sigs...)
-	require.Equal(t, 1, c.count(t, "dedupe_key = 'event:monitor:check:evt-42'"))
+	waitEnded(t, 1, c.Sigs...)
+	require.Equal(t, 1, c.Count(t, "dedupe_key = 'event:monitor:check:evt-42'"))
 }
 
 func TestMaxConcurrentQueuesInTheDatabase(t *testing.T) {
@@ -259,7 +168,7 @@ func TestMaxConcurrentQueuesInTheDatabase(t *testing.T) {
 		started       = make(chan struct{}, 5)
 		proceed       = make(chan struct{})
 	)
-	blocking := funcStrategy{step: func(ctx context.Context, _ *runner.Run) (runner.StepResult, error) {
+	blocking := funcStrategy{StepFunc: func(ctx context.Context, _ *runner.Run) (runner.StepResult, error) {
 		now := running.Add(1)
 		defer running.Add(-1)
 		for {
@@ -278,17 +187,17 @@ func TestMaxConcurrentQueuesInTheDatabase(t *testing.T) {
 	}}
 	c := setup(t, 1, nil, eventActor(blocking, 2))
 	for i := range 5 {
-		out, err := c.nodes[0].Fire(t.Context(), "monitor", "resource.updated", map[string]int{"i": i}, runner.FireOptions{})
+		out, err := c.Nodes[0].Fire(t.Context(), "monitor", "resource.updated", map[string]int{"i": i}, runner.FireOptions{})
 		require.NoError(t, err)
 		require.False(t, out[0].Duplicate)
 	}
 	<-started
 	<-started
-	require.Equal(t, 2, c.count(t, "status = 'running'"))
-	require.Equal(t, 3, c.count(t, "status = 'queued'"), "waiting episodes are queued in the database, never running")
+	require.Equal(t, 2, c.Count(t, "status = 'running'"))
+	require.Equal(t, 3, c.Count(t, "status = 'queued'"), "waiting episodes are queued in the database, never running")
 	close(proceed)
-	waitEnded(t, 5, c.sigs...)
-	require.Equal(t, 5, c.count(t, "status = 'done'"))
+	waitEnded(t, 5, c.Sigs...)
+	require.Equal(t, 5, c.Count(t, "status = 'done'"))
 	require.LessOrEqual(t, peak.Load(), int32(2))
 }
 
@@ -310,20 +219,20 @@ func TestTerminalStatuses(t *testing.T) {
 		wantSteps int
 	}{
 		{name: "Done", exp: runner.Expectation{Strategy: oneStep}, status: episodes.StatusDone, wantSteps: 1},
-		{name: "WallBudget", exp: runner.Expectation{Strategy: funcStrategy{step: blockUntilCancelled},
+		{name: "WallBudget", exp: runner.Expectation{Strategy: funcStrategy{StepFunc: blockUntilCancelled},
 			Budget: runner.Budget{MaxWall: 50 * time.Millisecond}}, status: episodes.StatusFailed, class: episodes.ClassBudgetExceeded},
-		{name: "StepBudget", exp: runner.Expectation{Strategy: funcStrategy{step: neverDone},
+		{name: "StepBudget", exp: runner.Expectation{Strategy: funcStrategy{StepFunc: neverDone},
 			Budget: runner.Budget{MaxSteps: 3}}, status: episodes.StatusFailed, class: episodes.ClassBudgetExceeded, wantSteps: 3},
-		{name: "StepPanics", exp: runner.Expectation{Strategy: funcStrategy{step: func(context.Context, *runner.Run) (runner.StepResult, error) {
+		{name: "StepPanics", exp: runner.Expectation{Strategy: funcStrategy{StepFunc: func(context.Context, *runner.Run) (runner.StepResult, error) {
 			panic("boom")
 		}}}, status: episodes.StatusFailed, class: episodes.ClassPanic},
-		{name: "InitPanics", exp: runner.Expectation{Strategy: funcStrategy{init: func(context.Context, *runner.Run) error {
+		{name: "InitPanics", exp: runner.Expectation{Strategy: funcStrategy{InitFunc: func(context.Context, *runner.Run) error {
 			panic("boom")
-		}, step: neverDone}}, status: episodes.StatusFailed, class: episodes.ClassPanic},
-		{name: "StepErrors", exp: runner.Expectation{Strategy: funcStrategy{step: func(context.Context, *runner.Run) (runner.StepResult, error) {
+		}, StepFunc: neverDone}}, status: episodes.StatusFailed, class: episodes.ClassPanic},
+		{name: "StepErrors", exp: runner.Expectation{Strategy: funcStrategy{StepFunc: func(context.Context, *runner.Run) (runner.StepResult, error) {
 			return runner.StepResult{}, errors.New("upstream 503")
 		}}}, status: episodes.StatusFailed, class: episodes.ClassError},
-		{name: "Canceled", exp: runner.Expectation{Strategy: funcStrategy{step: blockUntilCancelled}}, cancel: true,
+		{name: "Canceled", exp: runner.Expectation{Strategy: funcStrategy{StepFunc: blockUntilCancelled}}, cancel: true,
 			status: episodes.StatusCanceled, class: episodes.ClassCanceled},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -331,33 +240,33 @@ func TestTerminalStatuses(t *testing.T) {
 			tc.exp.ID, tc.exp.Trigger = "job", runner.Manual{}
 			c := setup(t, 1, nil, runner.Actor{ID: "a", Expectations: []runner.Expectation{tc.exp,
 				{ID: "healthy", Trigger: runner.Manual{}, Strategy: oneStep}}})
-			node := c.nodes[0]
+			node := c.Nodes[0]
 			out, err := node.RunManual(t.Context(), "a", "job", nil)
 			require.NoError(t, err)
 			if tc.cancel {
 				require.Eventually(t, func() bool { return node.Cancel(out.EpisodeID) == nil }, 10*time.Second, time.Millisecond)
 			}
-			waitEnded(t, 1, c.sigs...)
+			waitEnded(t, 1, c.Sigs...)
 
-			ep, err := postgres.New(c.pool).GetEpisode(t.Context(), out.EpisodeID)
+			ep, err := postgres.New(c.Pool).GetEpisode(t.Context(), out.EpisodeID)
 			require.NoError(t, err)
 			require.Equal(t, tc.status, ep.Status)
 			require.Equal(t, tc.class, ep.ErrorClass)
 			require.NotNil(t, ep.FinishedAt)
-			steps, err := postgres.New(c.pool).ListSteps(t.Context(), out.EpisodeID)
+			steps, err := postgres.New(c.Pool).ListSteps(t.Context(), out.EpisodeID)
 			require.NoError(t, err)
 			require.Len(t, steps, tc.wantSteps)
 
 			// The claim ended with the episode, in the same statement.
 			var state string
-			require.NoError(t, c.pool.QueryRow(t.Context(), `SELECT state FROM leasehold_work_claims WHERE dedupe_key = $1`,
+			require.NoError(t, c.Pool.QueryRow(t.Context(), `SELECT state FROM leasehold_work_claims WHERE dedupe_key = $1`,
 				episodes.ClaimKey(out.EpisodeID, "")).Scan(&state))
 			require.Equal(t, map[bool]string{true: "done", false: "failed"}[tc.status == episodes.StatusDone], state)
 
 			// The node survives panics and keeps running episodes.
 			_, err = node.RunManual(t.Context(), "a", "healthy", nil)
 			require.NoError(t, err)
-			waitEnded(t, 1, c.sigs...)
+			waitEnded(t, 1, c.Sigs...)
 		})
 	}
 }
@@ -368,7 +277,7 @@ func TestZombieWritesAreRejectedAfterASteal(t *testing.T) {
 		inStep2 = make(chan struct{})
 		resume  = make(chan struct{})
 	)
-	slow := funcStrategy{step: func(ctx context.Context, r *runner.Run) (runner.StepResult, error) {
+	slow := funcStrategy{StepFunc: func(ctx context.Context, r *runner.Run) (runner.StepResult, error) {
 		if r.StepNo == 1 {
 			return runner.StepResult{Data: "a-step-1"}, nil
 		}
@@ -377,14 +286,14 @@ func TestZombieWritesAreRejectedAfterASteal(t *testing.T) {
 		return runner.StepResult{Data: "a-step-2", Done: true, Result: "from A"}, nil
 	}}
 	c := setup(t, 1, nil, eventActor(slow, 1))
-	out, err := c.nodes[0].Fire(t.Context(), "monitor", "resource.updated", "x", runner.FireOptions{EventID: "e1"})
+	out, err := c.Nodes[0].Fire(t.Context(), "monitor", "resource.updated", "x", runner.FireOptions{EventID: "e1"})
 	require.NoError(t, err)
 	<-inStep2
 
 	// Node B steals the expired lease and finishes the episode itself.
 	key := "event:monitor:check:e1"
-	pgtest.ExpireClaim(t, c.pool, key)
-	b := postgres.New(c.pool)
+	pgtest.ExpireClaim(t, c.Pool, key)
+	b := postgres.New(c.Pool)
 	gateB, err := claims.NewGate(b, claims.GateConfig{Owner: "node-b", Lease: time.Minute})
 	require.NoError(t, err)
 	claimB, err := gateB.Acquire(t.Context(), key, "episode")
@@ -393,14 +302,14 @@ func TestZombieWritesAreRejectedAfterASteal(t *testing.T) {
 	next, err := b.StartEpisode(t.Context(), out[0].EpisodeID, claimB.Token)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, next)
-	require.NoError(t, b.AppendStep(t.Context(), out[0].EpisodeID, claimB.Token, next, []byte(`"b-step-2"`)))
+	require.NoError(t, b.AppendStep(t.Context(), out[0].EpisodeID, claimB.Token, next, []byte(`"b-step-2"`), time.Minute))
 	require.NoError(t, b.FinishEpisode(t.Context(), out[0].EpisodeID, claimB.Token,
 		episodes.Finish{Status: episodes.StatusDone, Result: []byte(`"from B"`)}))
 
 	close(resume) // A wakes up and tries to journal step 2 and complete
-	waitEnded(t, 1, c.sigs...)
-	require.Equal(t, 1, c.sigs[0].Count(runner.EventLeaseLost))
-	require.Zero(t, c.sigs[0].Count(runner.EventCompleted))
+	waitEnded(t, 1, c.Sigs...)
+	require.Equal(t, 1, c.Sigs[0].Count(runner.EventLeaseLost))
+	require.Zero(t, c.Sigs[0].Count(runner.EventCompleted))
 
 	ep, err := b.GetEpisode(t.Context(), out[0].EpisodeID)
 	require.NoError(t, err)
@@ -421,29 +330,29 @@ func TestStopFinishesTheCurrentStepAndHandsOver(t *testing.T) {
 		proceed = make(chan struct{})
 		steps   atomic.Int32
 	)
-	slow := funcStrategy{step: func(ctx context.Context, r *runner.Run) (runner.StepResult, error) {
+	slow := funcStrategy{StepFunc: func(ctx context.Context, r *runner.Run) (runner.StepResult, error) {
 		steps.Add(1)
 		close(inStep)
 		<-proceed
 		return runner.StepResult{Data: "step"}, nil
 	}}
 	c := setup(t, 1, nil, eventActor(slow, 1))
-	out, err := c.nodes[0].Fire(t.Context(), "monitor", "resource.updated", "x", runner.FireOptions{EventID: "e1"})
+	out, err := c.Nodes[0].Fire(t.Context(), "monitor", "resource.updated", "x", runner.FireOptions{EventID: "e1"})
 	require.NoError(t, err)
 	<-inStep
 
 	stopped := make(chan error, 1)
-	go func() { stopped <- c.nodes[0].Stop(context.Background()) }()
-	_, err = c.nodes[0].Fire(t.Context(), "monitor", "resource.updated", "y", runner.FireOptions{EventID: "e2"})
+	go func() { stopped <- c.Nodes[0].Stop(context.Background()) }()
+	_, err = c.Nodes[0].Fire(t.Context(), "monitor", "resource.updated", "y", runner.FireOptions{EventID: "e2"})
 	require.Eventually(t, func() bool {
-		_, err = c.nodes[0].Fire(t.Context(), "monitor", "resource.updated", "y", runner.FireOptions{EventID: "e2"})
+		_, err = c.Nodes[0].Fire(t.Context(), "monitor", "resource.updated", "y", runner.FireOptions{EventID: "e2"})
 		return errors.Is(err, runner.ErrStopped)
 	}, 10*time.Second, time.Millisecond, "intake stops")
 	close(proceed)
 	require.NoError(t, <-stopped)
 	require.EqualValues(t, 1, steps.Load(), "no new step starts after Stop")
 
-	b := postgres.New(c.pool)
+	b := postgres.New(c.Pool)
 	stepsDone, err := b.ListSteps(t.Context(), out[0].EpisodeID)
 	require.NoError(t, err)
 	require.Len(t, stepsDone, 1, "the step in flight completed and was journaled")
@@ -462,28 +371,28 @@ func TestStopFinishesTheCurrentStepAndHandsOver(t *testing.T) {
 func TestStopDeadlineCancelsStepsAndReleasesClaims(t *testing.T) {
 	t.Parallel()
 	inStep := make(chan struct{}, 2)
-	stuck := funcStrategy{step: func(ctx context.Context, _ *runner.Run) (runner.StepResult, error) {
+	stuck := funcStrategy{StepFunc: func(ctx context.Context, _ *runner.Run) (runner.StepResult, error) {
 		inStep <- struct{}{}
 		<-ctx.Done()
 		return runner.StepResult{}, ctx.Err()
 	}}
 	c := setup(t, 1, nil, eventActor(stuck, 1))
 	for i := range 2 { // one running, one queued
-		_, err := c.nodes[0].Fire(t.Context(), "monitor", "resource.updated", i, runner.FireOptions{})
+		_, err := c.Nodes[0].Fire(t.Context(), "monitor", "resource.updated", i, runner.FireOptions{})
 		require.NoError(t, err)
 	}
 	<-inStep
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // no grace at all
-	require.ErrorIs(t, c.nodes[0].Stop(ctx), context.Canceled)
+	require.ErrorIs(t, c.Nodes[0].Stop(ctx), context.Canceled)
 
 	var released, claimed int
-	require.NoError(t, c.pool.QueryRow(t.Context(), `SELECT count(*) FILTER (WHERE state = 'released'),
+	require.NoError(t, c.Pool.QueryRow(t.Context(), `SELECT count(*) FILTER (WHERE state = 'released'),
 		count(*) FILTER (WHERE state = 'claimed') FROM leasehold_work_claims`).Scan(&released, &claimed))
 	require.Equal(t, 2, released)
 	require.Zero(t, claimed)
-	require.Equal(t, 1, c.count(t, "status = 'running'"))
-	require.Equal(t, 1, c.count(t, "status = 'queued'"))
+	require.Equal(t, 1, c.Count(t, "status = 'running'"))
+	require.Equal(t, 1, c.Count(t, "status = 'queued'"))
 }
 
 func TestRegisterRejectsBadActors(t *testing.T) {

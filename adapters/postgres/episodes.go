@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -51,10 +52,10 @@ func (s *Store) StartEpisode(ctx context.Context, id int64, t claims.Token) (int
 	return row.NextStepNo, nil
 }
 
-// AppendStep runs AppendStep.
-func (s *Store) AppendStep(ctx context.Context, id int64, t claims.Token, stepNo int32, data json.RawMessage) error {
+// AppendStep runs AppendStep; the step also extends the lease to lease.
+func (s *Store) AppendStep(ctx context.Context, id int64, t claims.Token, stepNo int32, data json.RawMessage, lease time.Duration) error {
 	_, err := s.q.AppendStep(ctx, s.conn, db.AppendStepParams{
-		ClaimKey: t.Key, OwnerNode: t.Owner, Fence: t.Fence, ID: id, StepNo: stepNo, Data: data,
+		LeaseMs: lease.Milliseconds(), ClaimKey: t.Key, OwnerNode: t.Owner, Fence: t.Fence, ID: id, StepNo: stepNo, Data: data,
 	})
 	return episodeFenced("AppendStep", err)
 }
@@ -131,4 +132,75 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
+}
+
+// ListOrphans runs ListOrphanedEpisodes.
+func (s *Store) ListOrphans(ctx context.Context, q episodes.OrphanQuery) ([]episodes.Orphan, error) {
+	rows, err := s.q.ListOrphanedEpisodes(ctx, s.conn, db.ListOrphanedEpisodesParams{
+		MaxRows: int32(min(q.Limit, 1<<31-1)), SourceStack: q.Stack, SourceEnv: q.Env, StaleAfterMs: q.StaleAfter.Milliseconds(),
+	})
+	if err != nil {
+		return nil, dbError("ListOrphanedEpisodes", err)
+	}
+	out := make([]episodes.Orphan, len(rows))
+	for i, r := range rows {
+		out[i] = episodes.Orphan{
+			Episode: episodes.Episode{
+				ID: r.ID, ActorID: r.ActorID, ExpectationID: r.ExpectationID, Status: episodes.Status(r.Status),
+				DedupeKey: deref(r.DedupeKey), Attempts: r.Attempts, MaxAttempts: r.MaxAttempts,
+				SourceStack: r.SourceStack, SourceEnv: r.SourceEnv, OwnerNode: deref(r.OwnerNode),
+			},
+			LastSeenAt: r.LastSeenAt, ClaimState: deref(r.ClaimState), ClaimOwner: deref(r.ClaimOwner),
+			ClaimLeaseUntil: r.ClaimLeaseUntil,
+		}
+	}
+	return out, nil
+}
+
+// ClaimForRecovery runs ClaimForRecovery; claims.ErrBusy when the episode is
+// not (or no longer) an orphan, or another sweeper won it.
+func (s *Store) ClaimForRecovery(ctx context.Context, id int64, owner string, lease, staleAfter time.Duration) (episodes.Episode, claims.Claim, error) {
+	r, err := s.q.ClaimForRecovery(ctx, s.conn, db.ClaimForRecoveryParams{
+		ID: id, StaleAfterMs: staleAfter.Milliseconds(), OwnerNode: owner, LeaseMs: lease.Milliseconds(),
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return episodes.Episode{}, claims.Claim{}, claims.ErrBusy
+	}
+	if err != nil {
+		return episodes.Episode{}, claims.Claim{}, dbError("ClaimForRecovery", err)
+	}
+	ep := episodes.Episode{
+		ID: r.ID, ActorID: r.ActorID, ExpectationID: r.ExpectationID, TriggerType: episodes.TriggerType(r.TriggerType),
+		DedupeKey: deref(r.DedupeKey), Status: episodes.StatusQueued, Phase: "recovering", Attempts: r.Attempts,
+		MaxAttempts: r.MaxAttempts, SourceStack: r.SourceStack, SourceEnv: r.SourceEnv, OwnerNode: owner,
+		Payload: r.Payload, CreatedAt: r.CreatedAt,
+	}
+	c := claims.Claim{
+		Token: claims.Token{Key: r.ClaimKey, Owner: owner, Fence: r.Fence}, State: claims.StateClaimed,
+		Attempt: r.ClaimAttempt, LeaseUntil: r.LeaseUntil, ClaimedAt: r.ClaimedAt,
+		Grant: claims.GrantKind(r.GrantKind), WorkType: "episode",
+	}
+	return ep, c, nil
+}
+
+// AgentRecoveryPolicy runs GetAgentRecoveryPolicy; found is false when the
+// actor's expectation has no definition.
+func (s *Store) AgentRecoveryPolicy(ctx context.Context, actorID, expectationID string) (policy string, found bool, err error) {
+	p, err := s.q.GetAgentRecoveryPolicy(ctx, s.conn, db.GetAgentRecoveryPolicyParams{ActorID: actorID, ExpectationID: expectationID})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, dbError("GetAgentRecoveryPolicy", err)
+	}
+	return p, true, nil
+}
+
+// PutAgentDefinition runs PutAgentDefinition.
+func (s *Store) PutAgentDefinition(ctx context.Context, actorID, expectationID, policy string) error {
+	err := s.q.PutAgentDefinition(ctx, s.conn, db.PutAgentDefinitionParams{ActorID: actorID, ExpectationID: expectationID, RecoveryPolicy: policy})
+	if err != nil {
+		return dbError("PutAgentDefinition", err)
+	}
+	return nil
 }

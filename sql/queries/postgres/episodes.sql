@@ -43,6 +43,7 @@ WITH lease AS (
 )
 UPDATE leasehold_episodes AS e
 SET status       = 'running',
+    phase        = NULL,
     owner_node   = sqlc.arg(owner_node)::text,
     started_at   = coalesce(e.started_at, now()),
     last_step_at = now()
@@ -56,17 +57,25 @@ RETURNING e.id,
 
 -- name: AppendStep :one
 -- Journals one step and refreshes last_step_at, for the cheap staleness check.
+-- A journaled step proves its run alive, so it also extends the lease (never
+-- shortening it): recovery, which re-checks the lease in its claim, then
+-- leaves alone an episode that journaled after it was listed.
 --
 -- Guarantee: fenced on the work claim and on the episode still running under
--- the same owner; a zombie whose lease was stolen writes nothing. step_no is
--- unique per episode, so two writers can never both record the same step.
+-- the same owner; a zombie whose lease was stolen writes nothing. The claim
+-- row is updated (so locked) first, so a concurrent steal is ordered before
+-- or after the whole write. step_no is unique per episode, so two writers can
+-- never both record the same step.
 WITH lease AS (
-    SELECT 1 FROM leasehold_work_claims AS c
+    UPDATE leasehold_work_claims AS c
+    SET lease_until = greatest(c.lease_until,
+                               now() + (sqlc.arg(lease_ms)::bigint * interval '1 millisecond')),
+        last_heartbeat_at = now()
     WHERE c.dedupe_key = sqlc.arg(claim_key)
       AND c.owner_node = sqlc.arg(owner_node)
       AND c.fence = sqlc.arg(fence)
       AND c.state = 'claimed'
-    FOR SHARE
+    RETURNING 1
 ), episode AS (
     UPDATE leasehold_episodes AS e
     SET last_step_at = now()
@@ -83,7 +92,8 @@ RETURNING step_no;
 
 -- name: FinishEpisode :one
 -- Ends a run: the episode's terminal status and the claim's final state are
--- written by one statement, so neither can land without the other.
+-- written by one statement, so neither can land without the other. A queued
+-- episode can be finished too (recovery failing an orphan, a cancel).
 --
 -- Guarantee: fenced; the claim UPDATE matches only the caller's live grant,
 -- and the episode UPDATE runs only if it did. A duplicate finish, or one from
@@ -99,7 +109,7 @@ WITH claim AS (
       AND c.fence = sqlc.arg(fence)
       AND c.state = 'claimed'
       AND EXISTS (SELECT 1 FROM leasehold_episodes AS r
-                  WHERE r.id = sqlc.arg(id) AND r.status = 'running')
+                  WHERE r.id = sqlc.arg(id) AND r.status IN ('queued', 'running'))
     RETURNING c.dedupe_key
 )
 UPDATE leasehold_episodes AS e
@@ -110,7 +120,7 @@ SET status       = sqlc.arg(status),
     error_detail = sqlc.narg(error_detail),
     finished_at  = now()
 WHERE e.id = sqlc.arg(id)
-  AND e.status = 'running'
+  AND e.status IN ('queued', 'running')
   AND EXISTS (SELECT 1 FROM claim)
 RETURNING e.id;
 

@@ -1,0 +1,45 @@
+// Package recovery finds orphaned episodes — work whose node crashed, was
+// killed, or stopped without finishing — and takes each over exactly once,
+// cluster-wide, on the database clock.
+//
+// # What is an orphan, and who decides
+//
+// ListOrphanedEpisodes (sql/queries/<dialect>/recovery.sql) lists, in the
+// sweeping node's stack and env:
+//
+//	running, claim expired or released                 -> orphan
+//	running, no claim at all, last sign of life older  -> orphan
+//	  than stale_after (last_step_at, else started_at)
+//	queued, claim expired or released                  -> orphan (its node is gone)
+//	queued, claim live                                 -> waiting for a slot; never touched
+//	running, claim live (however old its last step)    -> alive; never touched
+//
+// Every node lists the same orphans, shuffles them (so the wins spread over
+// the cluster) and calls ClaimForRecovery for each. That one statement
+// re-checks the orphan condition under the claim row's lock and grants the
+// episode's work claim to the sweeper (fence + 1), marking the episode queued
+// for recovery with attempts + 1. Only one node's grant can succeed; an
+// episode that journaled a step since it was listed has extended its lease
+// and is skipped; an episode already being recovered holds a live lease and
+// is skipped the same way. The sweeper now holds the claim, so the restarted
+// run is never "busy with itself".
+//
+// # What happens next
+//
+//	attempts > max_attempts      -> failed, error_class recovery_exhausted
+//	policy restart               -> queued on the local actor (its max concurrency
+//	                                applies; never dropped), holding the claim
+//	policy fail                  -> failed, error_class orphaned, with the reason
+//
+// The policy is resolved by the caller's resolver, else the compiled actor
+// registry of the node, else leasehold_agent_definitions, else fail. A
+// restart whose actor is not registered on this node releases the claim so
+// a node that has it can take over; each such round counts as an attempt.
+//
+// Every terminal write uses the sweeper's claim token (FinishEpisode) and is
+// fenced like any run's: the old owner, if it is in fact alive, can no
+// longer write.
+//
+// A Sweeper runs Sweep periodically after an initial delay; Sweep with
+// DryRun reports what it would do and why without claiming anything.
+package recovery

@@ -1,0 +1,332 @@
+package recovery_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/leasehold/leasehold/adapters/postgres"
+	"github.com/leasehold/leasehold/claims"
+	"github.com/leasehold/leasehold/episodes"
+	"github.com/leasehold/leasehold/internal/nodetest"
+	"github.com/leasehold/leasehold/recovery"
+	"github.com/leasehold/leasehold/runner"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// orphans inserts n episodes left behind by a dead node: running, last step
+// an hour ago (database time), with an expired claim (fence 1) unless
+// claimless. Returns their ids.
+type orphanSpec struct {
+	n                    int
+	actor, expectation   string
+	stack, env, status   string
+	claimless, liveClaim bool
+	maxAttempts          int
+}
+
+func insertOrphans(t *testing.T, pool *pgxpool.Pool, s orphanSpec) []int64 {
+	t.Helper()
+	if s.actor == "" {
+		s.actor, s.expectation = "worker", "job"
+	}
+	if s.status == "" {
+		s.status = "running"
+	}
+	if s.maxAttempts == 0 {
+		s.maxAttempts = 3
+	}
+	prefix := fmt.Sprintf("orphan:%s:%s:%s:%d", s.stack, s.env, s.status, time.Now().UnixNano())
+	rows, err := pool.Query(context.Background(), `INSERT INTO leasehold_episodes
+		(actor_id, expectation_id, trigger_type, dedupe_key, status, max_attempts, source_stack, source_env,
+		 owner_node, created_at, started_at, last_step_at)
+		SELECT $1, $2, 'event', $3 || ':' || g, $4, $5, $6, $7, 'dead-node',
+		       now() - interval '2 hours', now() - interval '1 hour', now() - interval '1 hour'
+		FROM generate_series(1, $8::int) AS g RETURNING id, dedupe_key`,
+		s.actor, s.expectation, prefix, s.status, s.maxAttempts, s.stack, s.env, s.n)
+	require.NoError(t, err)
+	var ids []int64
+	var keys []string
+	for rows.Next() {
+		var id int64
+		var key string
+		require.NoError(t, rows.Scan(&id, &key))
+		ids, keys = append(ids, id), append(keys, key)
+	}
+	require.NoError(t, rows.Err())
+	if !s.claimless {
+		lease := "now() - interval '1 minute'"
+		if s.liveClaim {
+			lease = "now() + interval '1 hour'"
+		}
+		_, err := pool.Exec(context.Background(), `INSERT INTO leasehold_work_claims
+			(dedupe_key, state, owner_node, lease_until, claimed_at, attempt, fence)
+			SELECT k, 'claimed', 'dead-node', `+lease+`, now() - interval '1 hour', 1, 1 FROM unnest($1::text[]) AS k`, keys)
+		require.NoError(t, err)
+	}
+	return ids
+}
+
+func newRecoverer(t *testing.T, c nodetest.Cluster, i int) *recovery.Recoverer {
+	t.Helper()
+	r, err := recovery.New(postgres.New(c.Pool), c.Nodes[i], nil, nil)
+	require.NoError(t, err)
+	return r
+}
+
+func worker(policy runner.RecoveryPolicy, s runner.Strategy, maxConcurrent int) runner.Actor {
+	return runner.Actor{ID: "worker", MaxConcurrent: maxConcurrent, Expectations: []runner.Expectation{
+		{ID: "job", Trigger: runner.Manual{}, Strategy: s, Recovery: policy},
+	}}
+}
+
+var journalOnce = nodetest.Strategy{StepFunc: func(_ context.Context, r *runner.Run) (runner.StepResult, error) {
+	return runner.StepResult{Data: map[string]int32{"attempt": r.Attempt}, Done: true}, nil
+}}
+
+func TestThreeNodesRestartEachOrphanExactlyOnce(t *testing.T) {
+	t.Parallel()
+	c := nodetest.Start(t, 3, nil, worker(runner.RecoveryRestart, journalOnce, 16))
+	ids := insertOrphans(t, c.Pool, orphanSpec{n: 300})
+
+	reports := make([]recovery.Report, 3)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range c.Nodes {
+		r := newRecoverer(t, c, i)
+		wg.Go(func() {
+			<-start
+			rep, err := r.Sweep(t.Context(), recovery.Options{})
+			require.NoError(t, err)
+			reports[i] = rep
+		})
+	}
+	close(start)
+	wg.Wait()
+	nodetest.WaitEnded(t, len(ids), c.Sigs...)
+
+	restarted := 0
+	for i, rep := range reports {
+		require.LessOrEqual(t, rep.Found, 300) // a slower node lists after others claimed some
+		restarted += rep.Restarted
+		require.LessOrEqual(t, rep.Restarted, 180, "node-%d took %d of 300: %+v", i, rep.Restarted, reports)
+	}
+	require.Equal(t, 300, restarted)
+	require.Equal(t, 300, c.Count(t, "status = 'done' AND attempts = 1"))
+
+	// Exactly one run per orphan: one journal entry each, written under the
+	// recovery grant (fence 2), and every claim granted exactly twice.
+	var steps, badFence, claimsAtFence2 int
+	require.NoError(t, c.Pool.QueryRow(t.Context(), `SELECT count(*), count(*) FILTER (WHERE fence <> 2)
+		FROM leasehold_episode_steps WHERE episode_id = ANY($1)`, ids).Scan(&steps, &badFence))
+	require.Equal(t, 300, steps)
+	require.Zero(t, badFence)
+	require.NoError(t, c.Pool.QueryRow(t.Context(), `SELECT count(*) FROM leasehold_work_claims
+		WHERE fence = 2 AND state = 'done'`).Scan(&claimsAtFence2))
+	if claimsAtFence2 != 300 {
+		rows, _ := c.Pool.Query(t.Context(), `SELECT dedupe_key, state, owner_node, fence, attempt, grant_kind FROM leasehold_work_claims WHERE NOT (fence = 2 AND state = 'done')`)
+		for rows.Next() {
+			v, _ := rows.Values()
+			t.Log(v...)
+		}
+	}
+	require.Equal(t, 300, claimsAtFence2)
+}
+
+func TestAliveEpisodesAreNotRecovered(t *testing.T) {
+	t.Parallel()
+	c := nodetest.Start(t, 1, nil, worker(runner.RecoveryFail, journalOnce, 1))
+	store := postgres.New(c.Pool)
+	queued := insertOrphans(t, c.Pool, orphanSpec{n: 1, status: "queued", liveClaim: true})
+	queuedNoClaim := insertOrphans(t, c.Pool, orphanSpec{n: 1, status: "queued", claimless: true})
+	liveOld := insertOrphans(t, c.Pool, orphanSpec{n: 1, liveClaim: true})
+
+	rep, err := newRecoverer(t, c, 0).Sweep(t.Context(), recovery.Options{StaleAfter: time.Millisecond})
+	require.NoError(t, err)
+	require.Zero(t, rep.Found, "%+v", rep.Decisions)
+	for _, id := range append(append(queued, queuedNoClaim...), liveOld...) {
+		_, _, err := store.ClaimForRecovery(t.Context(), id, "sweeper", time.Minute, time.Millisecond)
+		require.ErrorIs(t, err, claims.ErrBusy, "episode %d", id)
+	}
+	require.Equal(t, 2, c.Count(t, "status = 'queued' AND attempts = 0"))
+	require.Equal(t, 1, c.Count(t, "status = 'running' AND attempts = 0"))
+}
+
+func TestEpisodeThatJournalsAfterListingIsNotRecovered(t *testing.T) {
+	t.Parallel()
+	c := nodetest.Start(t, 1, nil, worker(runner.RecoveryFail, journalOnce, 1))
+	store := postgres.New(c.Pool)
+	id := insertOrphans(t, c.Pool, orphanSpec{n: 1})[0]
+	orphans, err := store.ListOrphans(t.Context(), episodes.OrphanQuery{StaleAfter: time.Minute, Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, orphans, 1)
+
+	// The "dead" node was only slow: it journals a step with its old grant.
+	owner := claims.Token{Key: orphans[0].Episode.DedupeKey, Owner: "dead-node", Fence: 1}
+	require.NoError(t, store.AppendStep(t.Context(), id, owner, 1, []byte(`"late but alive"`), time.Minute))
+
+	_, _, err = store.ClaimForRecovery(t.Context(), id, "sweeper", time.Minute, time.Minute)
+	require.ErrorIs(t, err, claims.ErrBusy)
+	require.Equal(t, 1, c.Count(t, "id = $1 AND status = 'running' AND attempts = 0", id))
+
+	// Claim-less episodes: a step since listing makes them fresh too.
+	id2 := insertOrphans(t, c.Pool, orphanSpec{n: 1, claimless: true})[0]
+	_, err = c.Pool.Exec(t.Context(), `UPDATE leasehold_episodes SET last_step_at = now() WHERE id = $1`, id2)
+	require.NoError(t, err)
+	_, _, err = store.ClaimForRecovery(t.Context(), id2, "sweeper", time.Minute, time.Minute)
+	require.ErrorIs(t, err, claims.ErrBusy)
+}
+
+func TestPolicyResolutionOrder(t *testing.T) {
+	t.Parallel()
+	registered := runner.Actor{ID: "compiled", Expectations: []runner.Expectation{
+		{ID: "restarts", Trigger: runner.Manual{}, Strategy: journalOnce, Recovery: runner.RecoveryRestart},
+		{ID: "fails", Trigger: runner.Manual{}, Strategy: journalOnce},
+	}}
+	c := nodetest.Start(t, 1, nil, registered)
+	store := postgres.New(c.Pool)
+	require.NoError(t, store.PutAgentDefinition(t.Context(), "dynamic", "restarts", "restart"))
+	require.NoError(t, store.PutAgentDefinition(t.Context(), "compiled", "fails", "restart")) // registry wins
+	for _, a := range [][2]string{{"compiled", "restarts"}, {"compiled", "fails"}, {"dynamic", "restarts"}, {"unknown", "x"}, {"resolved", "x"}} {
+		insertOrphans(t, c.Pool, orphanSpec{n: 1, actor: a[0], expectation: a[1]})
+	}
+	rep, err := newRecoverer(t, c, 0).Sweep(t.Context(), recovery.Options{DryRun: true,
+		Resolve: func(ep episodes.Episode) (recovery.Policy, bool) {
+			return recovery.PolicyRestart, ep.ActorID == "resolved" || ep.ExpectationID == "restarts"
+		}})
+	require.NoError(t, err)
+	got := map[string]string{}
+	for _, d := range rep.Decisions {
+		got[d.ActorID+"/"+d.ExpectationID] = string(d.Policy) + " from " + d.PolicySource
+	}
+	require.Equal(t, map[string]string{
+		"compiled/restarts": "restart from resolver",
+		"compiled/fails":    "fail from registry",
+		"dynamic/restarts":  "restart from resolver",
+		"unknown/x":         "fail from default",
+		"resolved/x":        "restart from resolver",
+	}, got)
+	require.Equal(t, 5, c.Count(t, "status = 'running' AND attempts = 0"), "a dry run claims nothing")
+
+	rep, err = newRecoverer(t, c, 0).Sweep(t.Context(), recovery.Options{DryRun: true})
+	require.NoError(t, err)
+	got = map[string]string{}
+	for _, d := range rep.Decisions {
+		got[d.ActorID+"/"+d.ExpectationID] = string(d.Policy) + " from " + d.PolicySource
+	}
+	require.Equal(t, "restart from registry", got["compiled/restarts"])
+	require.Equal(t, "restart from table", got["dynamic/restarts"])
+	require.Equal(t, "fail from default", got["resolved/x"])
+
+	// For real: unknown actors fail as orphaned; the dynamic actor's restart
+	// is not possible here (no code for it), so its claim is released.
+	rep, err = newRecoverer(t, c, 0).Sweep(t.Context(), recovery.Options{})
+	require.NoError(t, err)
+	require.Equal(t, recovery.Report{Found: 5, Claimed: 5, Restarted: 1, Failed: 3, Skipped: 1}, withoutDecisions(rep))
+	nodetest.WaitEnded(t, 1, c.Sigs...)
+	require.Equal(t, 3, c.Count(t, "status = 'failed' AND error_class = 'orphaned'"))
+	require.Equal(t, 1, c.Count(t, "status = 'done' AND actor_id = 'compiled'"))
+}
+
+func TestRestartsAreBackpressured(t *testing.T) {
+	t.Parallel()
+	var running, peak atomic.Int32
+	gate := make(chan struct{})
+	slow := nodetest.Strategy{StepFunc: func(ctx context.Context, _ *runner.Run) (runner.StepResult, error) {
+		now := running.Add(1)
+		defer running.Add(-1)
+		for p := peak.Load(); now > p && !peak.CompareAndSwap(p, now); p = peak.Load() {
+		}
+		select {
+		case <-gate:
+		case <-ctx.Done():
+		}
+		return runner.StepResult{Done: true}, nil
+	}}
+	c := nodetest.Start(t, 1, nil, worker(runner.RecoveryRestart, slow, 2))
+	insertOrphans(t, c.Pool, orphanSpec{n: 10})
+	rep, err := newRecoverer(t, c, 0).Sweep(t.Context(), recovery.Options{})
+	require.NoError(t, err)
+	require.Equal(t, 10, rep.Restarted, "recovered work is queued, never dropped")
+	require.Eventually(t, func() bool { return running.Load() == 2 }, 10*time.Second, time.Millisecond)
+	require.Equal(t, 8, c.Count(t, "status = 'queued'"))
+	close(gate)
+	nodetest.WaitEnded(t, 10, c.Sigs...)
+	require.Equal(t, 10, c.Count(t, "status = 'done'"))
+	require.LessOrEqual(t, peak.Load(), int32(2))
+}
+
+func TestPoisonEpisodeStopsAtMaxAttempts(t *testing.T) {
+	t.Parallel()
+	started := make(chan struct{}, 10)
+	hang := nodetest.Strategy{StepFunc: func(ctx context.Context, _ *runner.Run) (runner.StepResult, error) {
+		started <- struct{}{}
+		<-ctx.Done() // the process "dies" every time this episode runs
+		return runner.StepResult{}, ctx.Err()
+	}}
+	c := nodetest.Start(t, 1, nil, worker(runner.RecoveryRestart, hang, 4))
+	id := insertOrphans(t, c.Pool, orphanSpec{n: 1, maxAttempts: 2})[0]
+	key := ""
+	require.NoError(t, c.Pool.QueryRow(t.Context(), `SELECT dedupe_key FROM leasehold_episodes WHERE id = $1`, id).Scan(&key))
+	r := newRecoverer(t, c, 0)
+	for attempt := 1; attempt <= 2; attempt++ {
+		rep, err := r.Sweep(t.Context(), recovery.Options{})
+		require.NoError(t, err)
+		require.Equal(t, 1, rep.Restarted, "attempt %d", attempt)
+		<-started
+		_, err = c.Pool.Exec(t.Context(), `UPDATE leasehold_work_claims SET lease_until = now() - interval '1 second' WHERE dedupe_key = $1`, key)
+		require.NoError(t, err)
+	}
+	rep, err := r.Sweep(t.Context(), recovery.Options{})
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.Failed)
+	require.Equal(t, 1, c.Count(t, "id = $1 AND status = 'failed' AND error_class = 'recovery_exhausted' AND attempts = 3", id))
+}
+
+func TestScopeByStackAndEnv(t *testing.T) {
+	t.Parallel()
+	c := nodetest.Start(t, 1, func(_ int, cfg *runner.Config) { cfg.StackSlug = "a" })
+	ids := map[string]int64{}
+	for _, stack := range []string{"a", "b", ""} {
+		for _, env := range []string{"", "rc"} {
+			ids[stack+"/"+env] = insertOrphans(t, c.Pool, orphanSpec{n: 1, stack: stack, env: env})[0]
+		}
+	}
+	swept := func(opts recovery.Options) []string {
+		opts.DryRun = true
+		rep, err := newRecoverer(t, c, 0).Sweep(t.Context(), opts)
+		require.NoError(t, err)
+		var got []string
+		for name, id := range ids {
+			for _, d := range rep.Decisions {
+				if d.EpisodeID == id {
+					got = append(got, name)
+				}
+			}
+		}
+		return got
+	}
+	str := func(s string) *string { return &s }
+	require.ElementsMatch(t, []string{"a/", "/"}, swept(recovery.Options{}), "own stack + unstamped rows, unset env only")
+	require.ElementsMatch(t, []string{"a/rc", "/rc"}, swept(recovery.Options{Env: str("rc")}))
+	require.ElementsMatch(t, []string{"b/", "/"}, swept(recovery.Options{Stack: str("b")}))
+	require.ElementsMatch(t, []string{"a/", "b/", "/"}, swept(recovery.Options{Stack: str("")}), "no stack: every stack")
+
+	rep, err := newRecoverer(t, c, 0).Sweep(t.Context(), recovery.Options{})
+	require.NoError(t, err)
+	require.Equal(t, 2, rep.Failed)
+	require.Equal(t, 4, c.Count(t, "status = 'running'"))
+}
+
+func withoutDecisions(r recovery.Report) recovery.Report {
+	r.Decisions = nil
+	return r
+}

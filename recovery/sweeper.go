@@ -1,0 +1,59 @@
+package recovery
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// SweeperConfig configures a Sweeper.
+type SweeperConfig struct {
+	// InitialDelay before the first sweep, so a cluster that is restarting
+	// (a deploy) settles and live nodes renew their leases first. Default 2m.
+	InitialDelay time.Duration
+	// Interval between sweeps. Default 1m.
+	Interval time.Duration
+	// Options for every sweep (DryRun is ignored).
+	Options Options
+}
+
+// Sweeper runs Sweep periodically on one node. Every node runs one; the
+// claim statement makes each orphan recovered exactly once cluster-wide.
+type Sweeper struct {
+	r   *Recoverer
+	cfg SweeperConfig
+}
+
+// NewSweeper validates cfg and returns a Sweeper.
+func NewSweeper(r *Recoverer, cfg SweeperConfig) (*Sweeper, error) {
+	if cfg.InitialDelay == 0 {
+		cfg.InitialDelay = 2 * time.Minute
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = time.Minute
+	}
+	if r == nil || cfg.InitialDelay < 0 || cfg.Interval <= 0 {
+		return nil, fmt.Errorf("recovery.NewSweeper: a recoverer, a non-negative initial delay and a positive interval are required")
+	}
+	cfg.Options.DryRun = false
+	return &Sweeper{r: r, cfg: cfg}, nil
+}
+
+// Run sweeps until ctx is done and returns ctx's error. A failed sweep is
+// logged and retried at the next interval.
+func (s *Sweeper) Run(ctx context.Context) error {
+	t := time.NewTimer(s.cfg.InitialDelay)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+		if _, err := s.r.Sweep(ctx, s.cfg.Options); err != nil && ctx.Err() == nil {
+			s.r.log.ErrorContext(ctx, "leasehold: recovery sweep failed", slog.Any("error", err))
+		}
+		t.Reset(s.cfg.Interval)
+	}
+}

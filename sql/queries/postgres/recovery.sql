@@ -1,0 +1,129 @@
+-- Recovery: finding orphaned episodes and taking each over exactly once.
+--
+-- An episode is orphaned when nobody holds a live lease on it:
+--   * running, and its claim expired or was released, or it has no claim at
+--     all and its last sign of life (last_step_at, else started_at) is older
+--     than stale_after;
+--   * queued, and its claim expired or was released: the node that held it
+--     in its slot queue is gone. A queued episode whose claim is live is
+--     waiting for a slot and is never touched.
+-- All cut-offs are computed from now(), the database clock.
+--
+-- Scope: a sweep sees its own stack plus unstamped rows (source_stack = ''),
+-- or every stack when it names none; env is matched by strict equality, the
+-- unset env ('') being its own world.
+
+-- name: ListOrphanedEpisodes :many
+-- Read-only listing; ClaimForRecovery re-checks everything under the row
+-- lock. Each branch is served by its partial index (running, queued), so the
+-- cost follows the live work, not the size of the history.
+SELECT e.id, e.actor_id, e.expectation_id, e.status, e.dedupe_key, e.attempts,
+    e.max_attempts, e.source_stack, e.source_env, e.owner_node,
+    coalesce(e.last_step_at, e.started_at, e.created_at)::timestamptz AS last_seen_at,
+    c.state AS claim_state, c.owner_node AS claim_owner, c.lease_until AS claim_lease_until
+FROM leasehold_episodes AS e
+LEFT JOIN leasehold_work_claims AS c
+    ON c.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id)
+WHERE e.status = 'running'
+  AND e.archived_at IS NULL
+  AND (sqlc.arg(source_stack)::text = '' OR e.source_stack IN (sqlc.arg(source_stack)::text, ''))
+  AND e.source_env = sqlc.arg(source_env)::text
+  AND CASE
+        WHEN c.dedupe_key IS NULL THEN coalesce(e.last_step_at, e.started_at, e.created_at)
+            < now() - (sqlc.arg(stale_after_ms)::bigint * interval '1 millisecond')
+        ELSE (c.state = 'claimed' AND c.lease_until <= now()) OR c.state = 'released'
+      END
+UNION ALL
+SELECT e.id, e.actor_id, e.expectation_id, e.status, e.dedupe_key, e.attempts,
+    e.max_attempts, e.source_stack, e.source_env, e.owner_node,
+    coalesce(e.last_step_at, e.started_at, e.created_at)::timestamptz AS last_seen_at,
+    c.state AS claim_state, c.owner_node AS claim_owner, c.lease_until AS claim_lease_until
+FROM leasehold_episodes AS e
+JOIN leasehold_work_claims AS c
+    ON c.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id)
+WHERE e.status = 'queued'
+  AND e.archived_at IS NULL
+  AND (sqlc.arg(source_stack)::text = '' OR e.source_stack IN (sqlc.arg(source_stack)::text, ''))
+  AND e.source_env = sqlc.arg(source_env)::text
+  AND ((c.state = 'claimed' AND c.lease_until <= now()) OR c.state = 'released')
+LIMIT sqlc.arg(max_rows)::integer;
+
+-- name: ClaimForRecovery :one
+-- Takes one orphan over for owner_node: grants its work claim (fence + 1,
+-- attempt + 1) and marks the episode queued for recovery, attempts + 1.
+--
+-- Guarantee: exactly one caller wins per orphan. The claim upsert re-checks,
+-- under the claim row's lock, that no live lease exists, so a second sweeper
+-- (or the original owner, whose journal writes extend its lease) makes it
+-- match nothing; an episode already being recovered holds a live lease and
+-- is excluded the same way. The staleness of a claim-less episode is
+-- re-checked here too. The new grant belongs to the sweeper, so a restarted
+-- run holds the claim itself and never finds it busy.
+WITH orphan AS (
+    SELECT e.id, coalesce(e.dedupe_key, 'episode:' || e.id) AS claim_key
+    FROM leasehold_episodes AS e
+    WHERE e.id = sqlc.arg(id)
+      AND e.archived_at IS NULL
+      AND (
+        EXISTS (SELECT 1 FROM leasehold_work_claims AS x
+                WHERE x.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id))
+        OR (e.status = 'running'
+            AND coalesce(e.last_step_at, e.started_at, e.created_at)
+                < now() - (sqlc.arg(stale_after_ms)::bigint * interval '1 millisecond'))
+      )
+      AND e.status IN ('running', 'queued')
+), grant_row AS (
+    INSERT INTO leasehold_work_claims AS c (
+        dedupe_key, state, owner_node, lease_until, claimed_at, last_heartbeat_at,
+        attempt, fence, grant_kind, work_type
+    )
+    SELECT orphan.claim_key, 'claimed', sqlc.arg(owner_node)::text,
+        now() + (sqlc.arg(lease_ms)::bigint * interval '1 millisecond'),
+        now(), now(), 1, 1, 'fresh', 'episode'
+    FROM orphan
+    ON CONFLICT (dedupe_key) DO UPDATE SET
+        state             = 'claimed',
+        owner_node        = excluded.owner_node,
+        lease_until       = excluded.lease_until,
+        claimed_at        = excluded.claimed_at,
+        last_heartbeat_at = excluded.claimed_at,
+        finished_at       = NULL,
+        error_detail      = NULL,
+        attempt           = c.attempt + 1,
+        fence             = c.fence + 1,
+        grant_kind        = CASE WHEN c.state = 'claimed' THEN 'steal' ELSE 'reclaim' END,
+        work_type         = excluded.work_type
+    -- Only an expired or released grant is taken over, never a done or
+    -- failed one: if the owner finished the episode while this statement
+    -- waited for the claim row, the re-check sees its final state and
+    -- matches nothing (the race River's rescuer once lost).
+    WHERE (c.state = 'claimed' AND c.lease_until <= now()) OR c.state = 'released'
+    RETURNING c.dedupe_key, c.owner_node, c.fence, c.attempt, c.lease_until, c.claimed_at, c.grant_kind
+)
+UPDATE leasehold_episodes AS e
+SET status     = 'queued',
+    phase      = 'recovering',
+    attempts   = e.attempts + 1,
+    owner_node = grant_row.owner_node
+FROM grant_row
+WHERE e.id = sqlc.arg(id)
+  AND e.status IN ('running', 'queued')
+  AND e.archived_at IS NULL
+RETURNING e.id, e.actor_id, e.expectation_id, e.trigger_type, e.dedupe_key,
+    e.attempts, e.max_attempts, e.source_stack, e.source_env, e.payload,
+    e.created_at, grant_row.dedupe_key AS claim_key, grant_row.fence,
+    grant_row.attempt AS claim_attempt, grant_row.lease_until, grant_row.claimed_at,
+    grant_row.grant_kind;
+
+-- name: GetAgentRecoveryPolicy :one
+-- The recovery policy of a dynamic actor's expectation, if defined.
+SELECT recovery_policy
+FROM leasehold_agent_definitions
+WHERE actor_id = sqlc.arg(actor_id) AND expectation_id = sqlc.arg(expectation_id);
+
+-- name: PutAgentDefinition :exec
+-- Records (or changes) a dynamic actor's recovery policy.
+INSERT INTO leasehold_agent_definitions (actor_id, expectation_id, recovery_policy)
+VALUES (sqlc.arg(actor_id), sqlc.arg(expectation_id), sqlc.arg(recovery_policy))
+ON CONFLICT (actor_id, expectation_id) DO UPDATE
+SET recovery_policy = excluded.recovery_policy, updated_at = now();
