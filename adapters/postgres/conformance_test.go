@@ -52,3 +52,21 @@ func TestConformanceClaims(t *testing.T) {
 		}
 	})
 }
+
+func TestConformanceEpisodes(t *testing.T) {
+	t.Parallel()
+	conformance.RunEpisodes(t, func(t *testing.T) conformance.EpisodesBackend {
+		pool := pgtest.Schema(t)
+		return conformance.EpisodesBackend{
+			Store:       postgres.New(pool),
+			ExpireClaim: func(t testing.TB, key string) { pgtest.ExpireClaim(t, pool, key) },
+			Archive: func(t testing.TB, id int64) {
+				pgtest.Exec(t, pool, `UPDATE leasehold_episodes SET archived_at = now() WHERE id = $1`, id)
+			},
+			Age: func(t testing.TB, id int64, d time.Duration) {
+				pgtest.Exec(t, pool, `UPDATE leasehold_episodes SET created_at = created_at - $2::interval,
+					started_at = started_at - $2::interval, last_step_at = last_step_at - $2::interval WHERE id = $1`, id, d)
+			},
+		}
+	})
+}

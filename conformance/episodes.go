@@ -1,0 +1,308 @@
+package conformance
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasehold/leasehold/claims"
+	"github.com/leasehold/leasehold/episodes"
+)
+
+// EpisodeStore is the episode, journal and recovery surface of an adapter.
+type EpisodeStore interface {
+	claims.Store
+	CreateEpisode(ctx context.Context, n episodes.New) (episodes.Episode, bool, error)
+	StartEpisode(ctx context.Context, id int64, t claims.Token) (int32, error)
+	AppendStep(ctx context.Context, id int64, t claims.Token, stepNo int32, data json.RawMessage, lease time.Duration) error
+	FinishEpisode(ctx context.Context, id int64, t claims.Token, f episodes.Finish) error
+	GetEpisode(ctx context.Context, id int64) (episodes.Episode, error)
+	ListSteps(ctx context.Context, episodeID int64) ([]episodes.Step, error)
+	ListOrphans(ctx context.Context, q episodes.OrphanQuery) ([]episodes.Orphan, error)
+	ClaimForRecovery(ctx context.Context, id int64, owner string, lease, staleAfter time.Duration) (episodes.Episode, claims.Claim, error)
+}
+
+// EpisodesBackend is what the episode scenarios need from one isolated backend.
+type EpisodesBackend struct {
+	Store EpisodeStore
+	// ExpireClaim makes key's lease past on the database clock.
+	ExpireClaim func(t testing.TB, key string)
+	// Archive sets the episode's archived_at.
+	Archive func(t testing.TB, id int64)
+	// Age moves the episode's created_at, started_at and last_step_at back
+	// by d on the database clock.
+	Age func(t testing.TB, id int64, d time.Duration)
+}
+
+// RunEpisodes runs the episode, journal and recovery scenarios.
+func RunEpisodes(t *testing.T, newBackend func(t *testing.T) EpisodesBackend) {
+	t.Run("CreateDeduplicates", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		first, created := create(t, b, "event:a:e:1")
+		require.True(t, created)
+		require.Equal(t, episodes.StatusQueued, first.Status)
+		_, created = create(t, b, "event:a:e:1")
+		require.False(t, created, "a live episode holds the key")
+		_, created = create(t, b, "event:a:e:2")
+		require.True(t, created)
+		n1, created := create(t, b, "")
+		require.True(t, created)
+		n2, created := create(t, b, "")
+		require.True(t, created, "episodes without a key never collide")
+		require.NotEqual(t, n1.ID, n2.ID)
+
+		b.Archive(t, first.ID)
+		again, created := create(t, b, "event:a:e:1")
+		require.True(t, created, "archived episodes do not block the trigger")
+		require.NotEqual(t, first.ID, again.ID)
+	})
+
+	t.Run("ConcurrentCreateMakesOneEpisode", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		var (
+			wg      sync.WaitGroup
+			mu      sync.Mutex
+			won     int
+			errs    []error
+			startCh = make(chan struct{})
+		)
+		for range 16 {
+			wg.Go(func() {
+				<-startCh
+				_, created, err := b.Store.CreateEpisode(context.Background(), newEpisode("schedule:a:e:2026-06-05T05:00:00Z"))
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					errs = append(errs, err)
+				} else if created {
+					won++
+				}
+			})
+		}
+		close(startCh)
+		wg.Wait()
+		require.Empty(t, errs, "a duplicate is not an error")
+		require.Equal(t, 1, won)
+	})
+
+	t.Run("StartIsFenced", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		ep, _ := create(t, b, "k")
+		c := acquire(t, b, "k", "node-a")
+		_, err := b.Store.StartEpisode(ctx(t), ep.ID, claims.Token{Key: "k", Owner: "node-a", Fence: c.Fence + 1})
+		require.ErrorIs(t, err, claims.ErrLeaseLost)
+		_, err = b.Store.StartEpisode(ctx(t), ep.ID, claims.Token{Key: "k", Owner: "node-b", Fence: c.Fence})
+		require.ErrorIs(t, err, claims.ErrLeaseLost)
+		require.Equal(t, episodes.StatusQueued, get(t, b, ep.ID).Status)
+
+		next, err := b.Store.StartEpisode(ctx(t), ep.ID, c.Token)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, next)
+		got := get(t, b, ep.ID)
+		require.Equal(t, episodes.StatusRunning, got.Status)
+		require.Equal(t, "node-a", got.OwnerNode)
+		require.NotNil(t, got.StartedAt)
+	})
+
+	t.Run("ZombieJournalIsRejectedAfterSteal", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		ep, _ := create(t, b, "k")
+		a := acquire(t, b, "k", "node-a")
+		_, err := b.Store.StartEpisode(ctx(t), ep.ID, a.Token)
+		require.NoError(t, err)
+		require.NoError(t, b.Store.AppendStep(ctx(t), ep.ID, a.Token, 1, json.RawMessage(`"a1"`), time.Minute))
+
+		b.ExpireClaim(t, "k")
+		bb := acquire(t, b, "k", "node-b")
+		next, err := b.Store.StartEpisode(ctx(t), ep.ID, bb.Token)
+		require.NoError(t, err)
+		require.EqualValues(t, 2, next, "a re-run appends after the old journal")
+
+		require.ErrorIs(t, b.Store.AppendStep(ctx(t), ep.ID, a.Token, 2, json.RawMessage(`"a2"`), time.Minute), claims.ErrLeaseLost)
+		require.ErrorIs(t, b.Store.FinishEpisode(ctx(t), ep.ID, a.Token, episodes.Finish{Status: episodes.StatusDone}), claims.ErrLeaseLost)
+		require.NoError(t, b.Store.AppendStep(ctx(t), ep.ID, bb.Token, 2, json.RawMessage(`"b2"`), time.Minute))
+		require.NoError(t, b.Store.FinishEpisode(ctx(t), ep.ID, bb.Token, episodes.Finish{Status: episodes.StatusDone, Result: json.RawMessage(`{"by":"b"}`)}))
+		require.ErrorIs(t, b.Store.FinishEpisode(ctx(t), ep.ID, bb.Token, episodes.Finish{Status: episodes.StatusFailed}), claims.ErrLeaseLost, "a duplicate finish changes nothing")
+
+		steps, err := b.Store.ListSteps(ctx(t), ep.ID)
+		require.NoError(t, err)
+		require.Len(t, steps, 2)
+		require.Equal(t, [][2]any{{int64(1), `"a1"`}, {int64(2), `"b2"`}},
+			[][2]any{{steps[0].Fence, string(steps[0].Data)}, {steps[1].Fence, string(steps[1].Data)}})
+		got := get(t, b, ep.ID)
+		require.Equal(t, episodes.StatusDone, got.Status)
+		require.JSONEq(t, `{"by":"b"}`, string(got.Result))
+		require.NotNil(t, got.FinishedAt)
+		_, err = b.Store.Renew(ctx(t), bb.Token, time.Minute)
+		require.ErrorIs(t, err, claims.ErrNotOwner, "the finish ended the claim too")
+	})
+
+	t.Run("StepNumbersAreUnique", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		ep, _ := create(t, b, "k")
+		c := acquire(t, b, "k", "node-a")
+		_, err := b.Store.StartEpisode(ctx(t), ep.ID, c.Token)
+		require.NoError(t, err)
+		require.NoError(t, b.Store.AppendStep(ctx(t), ep.ID, c.Token, 1, nil, time.Minute))
+		require.Error(t, b.Store.AppendStep(ctx(t), ep.ID, c.Token, 1, nil, time.Minute))
+	})
+
+	t.Run("FailureIsRecorded", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		ep, _ := create(t, b, "k")
+		c := acquire(t, b, "k", "node-a")
+		_, err := b.Store.StartEpisode(ctx(t), ep.ID, c.Token)
+		require.NoError(t, err)
+		require.NoError(t, b.Store.FinishEpisode(ctx(t), ep.ID, c.Token, episodes.Finish{
+			Status: episodes.StatusFailed, ErrorClass: episodes.ClassPanic, ErrorDetail: json.RawMessage(`{"panic":"boom"}`)}))
+		got := get(t, b, ep.ID)
+		require.Equal(t, episodes.StatusFailed, got.Status)
+		require.Equal(t, episodes.ClassPanic, got.ErrorClass)
+		require.JSONEq(t, `{"panic":"boom"}`, string(got.ErrorDetail))
+		// The claim failed with it: a re-claim counts a further attempt.
+		again := acquire(t, b, "k", "node-b")
+		require.EqualValues(t, 2, again.Attempt)
+	})
+
+	t.Run("RecoveryClaimsEachOrphanOnce", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		ep, _ := create(t, b, "k")
+		c := acquire(t, b, "k", "node-a")
+		_, err := b.Store.StartEpisode(ctx(t), ep.ID, c.Token)
+		require.NoError(t, err)
+		orphans(t, b, 0)
+
+		b.ExpireClaim(t, "k")
+		require.Equal(t, []int64{ep.ID}, orphans(t, b, 1))
+		var (
+			wg      sync.WaitGroup
+			mu      sync.Mutex
+			winners []claims.Claim
+			startCh = make(chan struct{})
+		)
+		for i := range 8 {
+			wg.Go(func() {
+				<-startCh
+				_, won, err := b.Store.ClaimForRecovery(context.Background(), ep.ID, fmt.Sprintf("sweeper-%d", i), time.Minute, time.Minute)
+				if errors.Is(err, claims.ErrBusy) {
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				require.NoError(t, err)
+				winners = append(winners, won)
+			})
+		}
+		close(startCh)
+		wg.Wait()
+		require.Len(t, winners, 1)
+		require.EqualValues(t, 2, winners[0].Fence)
+		got := get(t, b, ep.ID)
+		require.Equal(t, episodes.StatusQueued, got.Status)
+		require.EqualValues(t, 1, got.Attempts)
+		require.Equal(t, winners[0].Owner, got.OwnerNode)
+		orphans(t, b, 0)
+
+		// The old owner is fenced out; the sweeper's grant starts the re-run.
+		require.ErrorIs(t, b.Store.AppendStep(ctx(t), ep.ID, c.Token, 1, nil, time.Minute), claims.ErrLeaseLost)
+		_, err = b.Store.StartEpisode(ctx(t), ep.ID, winners[0].Token)
+		require.NoError(t, err)
+	})
+
+	t.Run("RecoveryLeavesLiveAndFinishedWorkAlone", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		live, _ := create(t, b, "live")
+		lc := acquire(t, b, "live", "node-a")
+		_, err := b.Store.StartEpisode(ctx(t), live.ID, lc.Token)
+		require.NoError(t, err)
+		b.Age(t, live.ID, time.Hour) // old last step, but a live lease
+
+		waiting, _ := create(t, b, "waiting")
+		acquire(t, b, "waiting", "node-a")
+		b.Age(t, waiting.ID, time.Hour) // queued for a slot, claim live
+
+		done, _ := create(t, b, "done")
+		dc := acquire(t, b, "done", "node-a")
+		_, err = b.Store.StartEpisode(ctx(t), done.ID, dc.Token)
+		require.NoError(t, err)
+		require.NoError(t, b.Store.FinishEpisode(ctx(t), done.ID, dc.Token, episodes.Finish{Status: episodes.StatusDone}))
+		b.ExpireClaim(t, "done")
+
+		orphans(t, b, 0)
+		for _, id := range []int64{live.ID, waiting.ID, done.ID} {
+			_, _, err := b.Store.ClaimForRecovery(ctx(t), id, "sweeper", time.Minute, time.Millisecond)
+			require.ErrorIs(t, err, claims.ErrBusy, "episode %d", id)
+		}
+
+		// A journaled step extends the lease: listed, then alive again.
+		b.ExpireClaim(t, "live")
+		require.Equal(t, []int64{live.ID}, orphans(t, b, 1))
+		require.NoError(t, b.Store.AppendStep(ctx(t), live.ID, lc.Token, 1, nil, time.Minute))
+		_, _, err = b.Store.ClaimForRecovery(ctx(t), live.ID, "sweeper", time.Minute, time.Millisecond)
+		require.ErrorIs(t, err, claims.ErrBusy)
+	})
+
+	t.Run("ClaimlessEpisodesAreOrphanedAfterStaleAfter", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		ep, _ := create(t, b, "")
+		c := acquire(t, b, ep.ClaimKey(), "node-a")
+		_, err := b.Store.StartEpisode(ctx(t), ep.ID, c.Token)
+		require.NoError(t, err)
+		b.ExpireClaim(t, ep.ClaimKey())
+		require.Equal(t, []int64{ep.ID}, orphans(t, b, 1), "episode:{id} keys are claims like any other")
+	})
+}
+
+func newEpisode(key string) episodes.New {
+	return episodes.New{ActorID: "actor", ExpectationID: "exp", TriggerType: episodes.TriggerEvent, DedupeKey: key,
+		MaxAttempts: 3, Payload: json.RawMessage(`{"n":1}`)}
+}
+
+func create(t testing.TB, b EpisodesBackend, key string) (episodes.Episode, bool) {
+	t.Helper()
+	ep, created, err := b.Store.CreateEpisode(ctx(t), newEpisode(key))
+	require.NoError(t, err)
+	return ep, created
+}
+
+func acquire(t testing.TB, b EpisodesBackend, key, owner string) claims.Claim {
+	t.Helper()
+	c, err := b.Store.Acquire(ctx(t), claims.AcquireParams{Key: key, Owner: owner, Lease: time.Minute, WorkType: "episode"})
+	require.NoError(t, err)
+	return c
+}
+
+func get(t testing.TB, b EpisodesBackend, id int64) episodes.Episode {
+	t.Helper()
+	ep, err := b.Store.GetEpisode(ctx(t), id)
+	require.NoError(t, err)
+	return ep
+}
+
+// orphans lists the orphans in the default scope and checks their number.
+func orphans(t testing.TB, b EpisodesBackend, want int) []int64 {
+	t.Helper()
+	list, err := b.Store.ListOrphans(ctx(t), episodes.OrphanQuery{StaleAfter: time.Minute, Limit: 100})
+	require.NoError(t, err)
+	ids := make([]int64, len(list))
+	for i, o := range list {
+		ids[i] = o.Episode.ID
+	}
+	require.Len(t, ids, want, "orphans: %v", ids)
+	return ids
+}
