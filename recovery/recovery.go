@@ -14,8 +14,8 @@ import (
 	"github.com/leasehold/leasehold/telemetry"
 )
 
-// EventSweep is emitted once per sweep; its Count is the number found, the
-// counts by outcome are in the Report (and logged).
+// EventSweep is emitted once per sweep (dry runs included) with the counts
+// found, claimed, restarted, failed and skipped.
 const EventSweep = "recovery.sweep"
 
 // Defaults.
@@ -158,7 +158,9 @@ func (r *Recoverer) Sweep(ctx context.Context, opts Options) (Report, error) {
 		d := r.recoverOne(ctx, o, opts, &rep)
 		rep.Decisions = append(rep.Decisions, d)
 	}
-	r.obs.Observe(ctx, telemetry.Event{Name: EventSweep, Owner: r.node.ID(), Count: rep.Found})
+	r.obs.Observe(ctx, telemetry.Event{Name: EventSweep, Owner: r.node.ID(), Count: rep.Found, Counts: map[string]int{
+		"found": rep.Found, "claimed": rep.Claimed, "restarted": rep.Restarted, "failed": rep.Failed, "skipped": rep.Skipped,
+	}})
 	r.log.InfoContext(ctx, "leasehold: recovery sweep", slog.Bool("dry_run", opts.DryRun), slog.Int("found", rep.Found),
 		slog.Int("claimed", rep.Claimed), slog.Int("restarted", rep.Restarted), slog.Int("failed", rep.Failed), slog.Int("skipped", rep.Skipped))
 	return rep, nil

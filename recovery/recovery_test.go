@@ -3,6 +3,7 @@ package recovery_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"github.com/leasehold/leasehold/internal/nodetest"
 	"github.com/leasehold/leasehold/recovery"
 	"github.com/leasehold/leasehold/runner"
+	"github.com/leasehold/leasehold/telemetry"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -77,7 +79,7 @@ func insertOrphans(t *testing.T, pool *pgxpool.Pool, s orphanSpec) []int64 {
 
 func newRecoverer(t *testing.T, c nodetest.Cluster, i int) *recovery.Recoverer {
 	t.Helper()
-	r, err := recovery.New(postgres.New(c.Pool), c.Nodes[i], nil, nil)
+	r, err := recovery.New(postgres.New(c.Pool), c.Nodes[i], slog.New(slog.DiscardHandler), c.Sigs[i])
 	require.NoError(t, err)
 	return r
 }
@@ -233,6 +235,13 @@ func TestPolicyResolutionOrder(t *testing.T) {
 	require.Equal(t, recovery.Report{Found: 5, Claimed: 5, Restarted: 1, Failed: 3, Skipped: 1}, withoutDecisions(rep))
 	nodetest.WaitEnded(t, 1, c.Sigs...)
 	require.Equal(t, 3, c.Count(t, "status = 'failed' AND error_class = 'orphaned'"))
+	var last telemetry.Event
+	for _, e := range c.Sigs[0].Events() {
+		if e.Name == recovery.EventSweep {
+			last = e
+		}
+	}
+	require.Equal(t, map[string]int{"found": 5, "claimed": 5, "restarted": 1, "failed": 3, "skipped": 1}, last.Counts)
 	require.Equal(t, 1, c.Count(t, "status = 'done' AND actor_id = 'compiled'"))
 }
 

@@ -14,13 +14,14 @@ import (
 // ("claims.acquired"); the other fields are filled where they apply.
 type Event struct {
 	Name     string
-	Key      string        // dedupe key of the claim or episode
-	Owner    string        // node identity acting
-	Fence    int64         // fence of the grant concerned, 0 when none
-	Attempt  int32         // attempt of the grant concerned, 0 when none
-	Duration time.Duration // time the operation took, 0 when not timed
-	Count    int           // number of items concerned (batch operations)
-	Err      error         // the failure, for *_failed and lease_lost events
+	Key      string         // dedupe key of the claim or episode
+	Owner    string         // node identity acting
+	Fence    int64          // fence of the grant concerned, 0 when none
+	Attempt  int32          // attempt of the grant concerned, 0 when none
+	Duration time.Duration  // time the operation took, 0 when not timed
+	Count    int            // number of items concerned (batch operations)
+	Counts   map[string]int // named counts, for summaries such as recovery.sweep
+	Err      error          // the failure, for *_failed and lease_lost events
 }
 
 // Observer receives events. Implementations must be safe for concurrent use
