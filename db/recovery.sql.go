@@ -159,10 +159,17 @@ const listOrphanedEpisodes = `-- name: ListOrphanedEpisodes :many
 SELECT e.id, e.actor_id, e.expectation_id, e.status, e.dedupe_key, e.attempts,
     e.max_attempts, e.source_stack, e.source_env, e.owner_node,
     coalesce(e.last_step_at, e.started_at, e.created_at)::timestamptz AS last_seen_at,
-    c.state AS claim_state, c.owner_node AS claim_owner, c.lease_until AS claim_lease_until
+    -- No claim row: claim_state '' (the lease column then repeats created_at).
+    coalesce(c.state, '')::text AS claim_state,
+    coalesce(c.owner_node, '')::text AS claim_owner,
+    coalesce(c.lease_until, e.created_at)::timestamptz AS claim_lease_until
 FROM leasehold_episodes AS e
-LEFT JOIN leasehold_work_claims AS c
-    ON c.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id)
+LEFT JOIN LATERAL (
+    SELECT x.dedupe_key, x.state, x.owner_node, x.lease_until
+    FROM leasehold_work_claims AS x
+    WHERE x.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id)
+    LIMIT 1
+) AS c ON true
 WHERE e.status = 'running'
   AND e.archived_at IS NULL
   AND ($2::text = '' OR e.source_stack IN ($2::text, ''))
@@ -176,10 +183,17 @@ UNION ALL
 SELECT e.id, e.actor_id, e.expectation_id, e.status, e.dedupe_key, e.attempts,
     e.max_attempts, e.source_stack, e.source_env, e.owner_node,
     coalesce(e.last_step_at, e.started_at, e.created_at)::timestamptz AS last_seen_at,
-    c.state AS claim_state, c.owner_node AS claim_owner, c.lease_until AS claim_lease_until
+    -- No claim row: claim_state '' (the lease column then repeats created_at).
+    coalesce(c.state, '')::text AS claim_state,
+    coalesce(c.owner_node, '')::text AS claim_owner,
+    coalesce(c.lease_until, e.created_at)::timestamptz AS claim_lease_until
 FROM leasehold_episodes AS e
-JOIN leasehold_work_claims AS c
-    ON c.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id)
+JOIN LATERAL (
+    SELECT x.dedupe_key, x.state, x.owner_node, x.lease_until
+    FROM leasehold_work_claims AS x
+    WHERE x.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id)
+    LIMIT 1
+) AS c ON true
 WHERE e.status = 'queued'
   AND e.archived_at IS NULL
   AND ($2::text = '' OR e.source_stack IN ($2::text, ''))
@@ -207,9 +221,9 @@ type ListOrphanedEpisodesRow struct {
 	SourceEnv       string
 	OwnerNode       *string
 	LastSeenAt      time.Time
-	ClaimState      *string
-	ClaimOwner      *string
-	ClaimLeaseUntil *time.Time
+	ClaimState      string
+	ClaimOwner      string
+	ClaimLeaseUntil time.Time
 }
 
 // Recovery: finding orphaned episodes and taking each over exactly once.
@@ -228,8 +242,10 @@ type ListOrphanedEpisodesRow struct {
 // or every stack when it names none; env is matched by strict equality, the
 // unset env (”) being its own world.
 // Read-only listing; ClaimForRecovery re-checks everything under the row
-// lock. Each branch is served by its partial index (running, queued), so the
-// cost follows the live work, not the size of the history.
+// lock. Each branch is served by its partial index (running, queued), and
+// each episode's claim is one primary-key lookup: the LATERAL ... LIMIT 1
+// keeps the planner from hashing the whole claims table (which keeps every
+// finished claim), so the cost follows the live work, not the history.
 func (q *Queries) ListOrphanedEpisodes(ctx context.Context, db DBTX, arg ListOrphanedEpisodesParams) ([]ListOrphanedEpisodesRow, error) {
 	rows, err := db.Query(ctx, listOrphanedEpisodes,
 		arg.MaxRows,

@@ -150,8 +150,10 @@ func (s *Store) ListOrphans(ctx context.Context, q episodes.OrphanQuery) ([]epis
 				DedupeKey: deref(r.DedupeKey), Attempts: r.Attempts, MaxAttempts: r.MaxAttempts,
 				SourceStack: r.SourceStack, SourceEnv: r.SourceEnv, OwnerNode: deref(r.OwnerNode),
 			},
-			LastSeenAt: r.LastSeenAt, ClaimState: deref(r.ClaimState), ClaimOwner: deref(r.ClaimOwner),
-			ClaimLeaseUntil: r.ClaimLeaseUntil,
+			LastSeenAt: r.LastSeenAt, ClaimState: r.ClaimState, ClaimOwner: r.ClaimOwner,
+		}
+		if r.ClaimState != "" {
+			out[i].ClaimLeaseUntil = &r.ClaimLeaseUntil
 		}
 	}
 	return out, nil
