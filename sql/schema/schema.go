@@ -2,6 +2,7 @@
 // The same folders work with the goose CLI:
 //
 //	goose -dir sql/schema/postgres -table leasehold_schema_version postgres "$DATABASE_URL" up
+//	goose -dir sql/schema/sqlserver -table leasehold_schema_version sqlserver "$MSSQL_URL" up
 package schema
 
 import (
@@ -14,10 +15,15 @@ import (
 const VersionTable = "leasehold_schema_version"
 
 //go:embed postgres/*.sql
+//go:embed sqlserver/*.sql
 var files embed.FS
 
 // Postgres returns the Postgres migrations, files at the root.
 func Postgres() fs.FS { return sub("postgres") }
+
+// SQLServer returns the SQL Server (T-SQL) migrations, files at the root.
+// They need the session SET options listed at the top of the migration.
+func SQLServer() fs.FS { return sub("sqlserver") }
 
 func sub(dir string) fs.FS {
 	f, err := fs.Sub(files, dir)

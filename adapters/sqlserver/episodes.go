@@ -1,0 +1,166 @@
+package sqlserver
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/leasehold/leasehold/claims"
+	"github.com/leasehold/leasehold/episodes"
+)
+
+// CreateEpisode runs CreateEpisode; created is false when a live episode
+// already holds the dedupe key (another node won the trigger), whether the
+// batch says so with an empty result or the filtered unique index with a
+// duplicate-key error.
+func (s *Store) CreateEpisode(ctx context.Context, n episodes.New) (ep episodes.Episode, created bool, err error) {
+	var (
+		id        int64
+		createdAt time.Time
+	)
+	err = s.queryRow(ctx, "CreateEpisode",
+		sql.Named("actor_id", n.ActorID),
+		sql.Named("expectation_id", n.ExpectationID),
+		sql.Named("trigger_type", string(n.TriggerType)),
+		sql.Named("trigger_ref", jsonArg(n.TriggerRef)),
+		sql.Named("dedupe_key", nullString(n.DedupeKey)),
+		sql.Named("max_attempts", n.MaxAttempts),
+		sql.Named("budget", jsonArg(n.Budget)),
+		sql.Named("source_stack", n.SourceStack),
+		sql.Named("source_env", n.SourceEnv),
+		sql.Named("payload", jsonArg(n.Payload)),
+	).Scan(&id, &createdAt)
+	if errors.Is(err, sql.ErrNoRows) || isDuplicate(err) {
+		return episodes.Episode{}, false, nil
+	}
+	if err != nil {
+		return episodes.Episode{}, false, err
+	}
+	return episodes.Episode{
+		ID: id, ActorID: n.ActorID, ExpectationID: n.ExpectationID, TriggerType: n.TriggerType,
+		TriggerRef: n.TriggerRef, DedupeKey: n.DedupeKey, Status: episodes.StatusQueued,
+		MaxAttempts: n.MaxAttempts, SourceStack: n.SourceStack, SourceEnv: n.SourceEnv,
+		Payload: n.Payload, CreatedAt: createdAt,
+	}, true, nil
+}
+
+// StartEpisode runs StartEpisode and returns the next free step number.
+func (s *Store) StartEpisode(ctx context.Context, id int64, t claims.Token) (int32, error) {
+	var (
+		gotID int64
+		next  int32
+	)
+	err := s.queryRow(ctx, "StartEpisode",
+		sql.Named("claim_key", t.Key),
+		sql.Named("owner_node", t.Owner),
+		sql.Named("fence", t.Fence),
+		sql.Named("id", id),
+	).Scan(&gotID, &next)
+	if err != nil {
+		return 0, episodeFenced(err)
+	}
+	return next, nil
+}
+
+// AppendStep runs AppendStep; the step also extends the lease to lease.
+func (s *Store) AppendStep(ctx context.Context, id int64, t claims.Token, stepNo int32, data json.RawMessage, lease time.Duration) error {
+	var got int32
+	return episodeFenced(s.queryRow(ctx, "AppendStep",
+		sql.Named("lease_ms", lease.Milliseconds()),
+		sql.Named("claim_key", t.Key),
+		sql.Named("owner_node", t.Owner),
+		sql.Named("fence", t.Fence),
+		sql.Named("id", id),
+		sql.Named("step_no", stepNo),
+		sql.Named("data", jsonArg(data)),
+	).Scan(&got))
+}
+
+// FinishEpisode runs FinishEpisode.
+func (s *Store) FinishEpisode(ctx context.Context, id int64, t claims.Token, f episodes.Finish) error {
+	var got int64
+	return episodeFenced(s.queryRow(ctx, "FinishEpisode",
+		sql.Named("status", string(f.Status)),
+		sql.Named("result", jsonArg(f.Result)),
+		sql.Named("error_class", nullString(f.ErrorClass)),
+		sql.Named("error_detail", jsonArg(f.ErrorDetail)),
+		sql.Named("id", id),
+		sql.Named("claim_state", f.ClaimState()),
+		sql.Named("claim_key", t.Key),
+		sql.Named("owner_node", t.Owner),
+		sql.Named("fence", t.Fence),
+	).Scan(&got))
+}
+
+// GetEpisode runs GetEpisode.
+func (s *Store) GetEpisode(ctx context.Context, id int64) (episodes.Episode, error) {
+	var (
+		e                                        episodes.Episode
+		triggerType, status                      string
+		dedupeKey, phase, owner, errorClass      sql.NullString
+		triggerRef, budget, payload, res, detail sql.NullString
+		queued, started, finished, lastStep, arc sql.NullTime
+	)
+	err := s.queryRow(ctx, "GetEpisode",
+		sql.Named("id", id),
+	).Scan(
+		&e.ID, &e.ActorID, &e.ExpectationID, &triggerType, &triggerRef, &dedupeKey,
+		&status, &phase, &e.Attempts, &e.MaxAttempts, &budget, &e.SourceStack, &e.SourceEnv,
+		&owner, &payload, &res, &errorClass, &detail, &queued,
+		&started, &finished, &lastStep, &arc, &e.CreatedAt,
+	)
+	if errors.Is(err, sql.ErrNoRows) {
+		return episodes.Episode{}, fmt.Errorf("episode %d: %w", id, episodes.ErrNotFound)
+	}
+	if err != nil {
+		return episodes.Episode{}, err
+	}
+	e.TriggerType, e.Status = episodes.TriggerType(triggerType), episodes.Status(status)
+	e.TriggerRef, e.Payload, e.Result, e.ErrorDetail = rawJSON(triggerRef), rawJSON(payload), rawJSON(res), rawJSON(detail)
+	e.DedupeKey, e.Phase, e.OwnerNode, e.ErrorClass = dedupeKey.String, phase.String, owner.String, errorClass.String
+	e.StartedAt, e.FinishedAt, e.LastStepAt, e.ArchivedAt = timePtr(started), timePtr(finished), timePtr(lastStep), timePtr(arc)
+	return e, nil
+}
+
+// ListSteps runs ListSteps: the journal of one episode, in step order.
+func (s *Store) ListSteps(ctx context.Context, episodeID int64) ([]episodes.Step, error) {
+	rows, err := s.query(ctx, "ListSteps",
+		sql.Named("episode_id", episodeID),
+	)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]episodes.Step, 0, len(rows.rows))
+	for rows.Next() {
+		var (
+			st   episodes.Step
+			data sql.NullString
+		)
+		if err := rows.Scan(&st.EpisodeID, &st.StepNo, &st.Fence, &data, &st.CreatedAt); err != nil {
+			return nil, err
+		}
+		st.Data = rawJSON(data)
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+// episodeFenced maps "the fenced write matched nothing" to ErrLeaseLost.
+func episodeFenced(err error) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return episodes.ErrLeaseLost
+	}
+	return err
+}
+
+// timePtr turns a nullable datetime2 (already UTC) into a *time.Time.
+func timePtr(nt sql.NullTime) *time.Time {
+	if !nt.Valid {
+		return nil
+	}
+	t := nt.Time
+	return &t
+}

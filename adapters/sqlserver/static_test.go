@@ -1,0 +1,985 @@
+// Static checks of the SQL Server dialect: the T-SQL batches in
+// sql/queries/sqlserver, the migration in sql/schema/sqlserver, and the
+// adapter's calls of the batches.
+//
+// This repository's CI has no SQL Server, so nothing here runs a statement.
+// The tests prove that the T-SQL parses (github.com/sqlc-dev/teesql, a Go
+// parser of SqlScriptDOM's grammar), that it declares the Postgres statements
+// with the same kinds and result columns, that the lock hints the guarantees
+// depend on are present and spelled right, that time comes from the database
+// clock only, and that the adapter passes every batch exactly its
+// @parameters. They prove nothing about locking behaviour; the conformance
+// suite does that, where MSSQL_URL names a server.
+package sqlserver_test
+
+import (
+	"context"
+	"encoding/json"
+	"go/ast"
+	goparser "go/parser"
+	"go/token"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/sqlc-dev/teesql/parser"
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasehold/leasehold/sql/queries"
+	"github.com/leasehold/leasehold/sql/schema"
+)
+
+const (
+	claimsTable = "leasehold_work_claims"
+	agentsTable = "leasehold_agent_definitions"
+)
+
+// TestStaticParse: every named batch, and every statement of every Up and
+// Down section of the migrations, parses as T-SQL made of the statement
+// types these files are meant to hold.
+func TestStaticParse(t *testing.T) {
+	t.Parallel()
+
+	for _, q := range byName(sqlServerQueries(t)) {
+		t.Run("query/"+q.Name, func(t *testing.T) {
+			tree, err := parseTSQL(q.SQL)
+			require.NoError(t, err)
+			requireStatementTypes(t, tree, batchStatements)
+		})
+	}
+	sections := migrationStatements(t)
+	require.NotEmpty(t, sections)
+	for name, stmts := range sections {
+		t.Run("migration/"+name, func(t *testing.T) {
+			require.NotEmpty(t, stmts, "empty section")
+			for i, sql := range stmts {
+				tree, err := parseTSQL(sql)
+				require.NoError(t, err, "statement %d:\n%s", i+1, sql)
+				requireStatementTypes(t, tree, migrationStatementTypes)
+			}
+		})
+	}
+}
+
+// The statement types the files may contain. The parser is lenient: it reads
+// an unknown "CREATE X ..." as an empty CREATE PROCEDURE and a stray word
+// (a Postgres "LIMIT 1") as an EXECUTE, so a statement of any other type
+// means the text is not the T-SQL it was meant to be. Extend the lists when
+// a new statement kind is needed on purpose.
+var (
+	batchStatements = map[string]bool{
+		"SelectStatement": true, "InsertStatement": true, "UpdateStatement": true,
+		"PredicateSetStatement": true, "DeclareVariableStatement": true,
+		"DeclareTableVariableStatement": true, "IfStatement": true,
+		"BeginEndBlockStatement": true, "TryCatchStatement": true, "ThrowStatement": true,
+		"BeginTransactionStatement": true, "CommitTransactionStatement": true,
+		"RollbackTransactionStatement": true,
+	}
+	migrationStatementTypes = map[string]bool{
+		"CreateTableStatement": true, "CreateIndexStatement": true, "DropTableStatement": true,
+	}
+)
+
+// requireStatementTypes fails unless the tree has statements and all of
+// them, nested ones included, are of an allowed type.
+func requireStatementTypes(t *testing.T, tree node, allowed map[string]bool) {
+	t.Helper()
+	top := topStatements(tree)
+	require.NotEmpty(t, top, "no statement parsed")
+	var check func(stmt any)
+	check = func(stmt any) {
+		typ := getString(stmt, "$type")
+		require.True(t, allowed[typ], "parsed as %s, a statement type these files do not use: a typo the parser guessed around?", typ)
+		for _, child := range childStatements(stmt) {
+			check(child)
+		}
+	}
+	for _, stmt := range top {
+		check(stmt)
+	}
+}
+
+// TestStaticSameQueriesAsPostgres: both dialects declare the same query
+// names with the same kinds.
+func TestStaticSameQueriesAsPostgres(t *testing.T) {
+	t.Parallel()
+
+	require.Equal(t, kinds(postgresQueries(t)), kinds(sqlServerQueries(t)))
+}
+
+// TestStaticSchemaMatchesPostgres: the SQL Server migrations create the
+// tables of the Postgres ones, with the same columns in the same order, and
+// the indexes of the same names (constraint indexes aside). Only CREATE
+// TABLE and CREATE INDEX are compared.
+func TestStaticSchemaMatchesPostgres(t *testing.T) {
+	t.Parallel()
+
+	wantTables, wantIndexes := map[string][]string{}, []string{}
+	pgFiles, err := fs.Glob(schema.Postgres(), "*.sql")
+	require.NoError(t, err)
+	for _, file := range pgFiles {
+		text, err := fs.ReadFile(schema.Postgres(), file)
+		require.NoError(t, err)
+		tables, indexes := postgresSchema(string(text))
+		maps.Copy(wantTables, tables)
+		wantIndexes = append(wantIndexes, indexes...)
+	}
+	require.NotEmpty(t, wantTables)
+
+	tables, indexes := map[string][]string{}, []string{}
+	for name, stmts := range migrationStatements(t) {
+		if !strings.HasSuffix(name, " Up") {
+			continue
+		}
+		for _, sql := range stmts {
+			for _, stmt := range topStatements(mustParse(t, sql)) {
+				switch getString(stmt, "$type") {
+				case "CreateTableStatement":
+					var cols []string
+					for _, c := range getList(stmt, "Definition", "ColumnDefinitions") {
+						cols = append(cols, getString(c, "ColumnIdentifier", "Value"))
+					}
+					tables[getString(stmt, "SchemaObjectName", "BaseIdentifier", "Value")] = cols
+				case "CreateIndexStatement":
+					indexes = append(indexes, getString(stmt, "Name", "Value"))
+				}
+			}
+		}
+	}
+	require.Equal(t, wantTables, tables)
+	require.ElementsMatch(t, wantIndexes, indexes)
+}
+
+// TestStaticResultSets: the adapter contract on results. A :one or :many
+// batch sends exactly one result set, from its last statement (nothing runs
+// after the result, so no lock is held while the client reads it), with the
+// columns of the Postgres statement of the same name, in the same order. An
+// :exec batch sends none.
+func TestStaticResultSets(t *testing.T) {
+	t.Parallel()
+
+	pg := postgresQueries(t)
+	for _, q := range byName(sqlServerQueries(t)) {
+		t.Run(q.Name, func(t *testing.T) {
+			tree := mustParse(t, q.SQL)
+			sets, last := resultSets(tree)
+			if q.Kind == ":exec" {
+				require.Empty(t, sets, "an :exec batch must not send a result set")
+				return
+			}
+			require.Len(t, sets, 1, "want exactly one result set")
+			require.True(t, last, "the result set must come from the batch's last statement")
+			want := postgresColumns(t, pg[q.Name].SQL)
+			require.Equal(t, want, sets[0], "result columns differ from the Postgres statement's")
+		})
+	}
+}
+
+// knownHints are the table hints the batches may use. The parser accepts a
+// misspelled hint in a list and silently drops it from the tree, so hints are
+// also read from the source text of each table reference and compared.
+var knownHints = map[string]bool{
+	"UPDLOCK": true, "HOLDLOCK": true, "SERIALIZABLE": true, "READPAST": true,
+	"ROWLOCK": true, "READCOMMITTEDLOCK": true,
+}
+
+// TestStaticLockHints checks hints on the parse tree: every hint written
+// anywhere is a known one (never NOLOCK), and the statements whose
+// guarantees rest on a lock carry it.
+func TestStaticLockHints(t *testing.T) {
+	t.Parallel()
+
+	qs := sqlServerQueries(t)
+
+	for name, sql := range allBatches(t) {
+		t.Run("known/"+name, func(t *testing.T) {
+			for _, ref := range tableRefs(mustParse(t, sql), sql) {
+				for _, h := range ref.written {
+					require.NotEqual(t, "NOLOCK", h, "%s: NOLOCK is forbidden (dirty reads)", ref.table)
+					require.NotEqual(t, "READUNCOMMITTED", h, "%s: READUNCOMMITTED is forbidden (dirty reads)", ref.table)
+					require.True(t, knownHints[h], "%s: unknown table hint %q (misspelled?)", ref.table, h)
+				}
+				require.ElementsMatch(t, ref.written, ref.hints,
+					"%s: the parser kept %v of the hints written %v", ref.table, ref.hints, ref.written)
+				if slices.Contains(ref.hints, "READPAST") {
+					require.Contains(t, ref.hints, "READCOMMITTEDLOCK",
+						"%s: READPAST needs READCOMMITTEDLOCK under READ_COMMITTED_SNAPSHOT", ref.table)
+				}
+			}
+		})
+	}
+
+	upsert := [][]string{{"UPDLOCK"}, {"HOLDLOCK", "SERIALIZABLE"}}
+	fenced := [][]string{{"UPDLOCK"}}
+	rules := []struct {
+		query string
+		table string
+		// updates: check the UPDATE targets on table (at least one);
+		// otherwise every reference to table (at least one).
+		updates bool
+		// need: for each inner list, one of its hints must be present.
+		need [][]string
+	}{
+		{"AcquireClaim", claimsTable, true, upsert},
+		{"ClaimForRecovery", claimsTable, true, upsert},
+		{"PutAgentDefinition", agentsTable, true, upsert},
+		{"RenewClaim", claimsTable, false, fenced},
+		{"RenewClaims", claimsTable, false, fenced},
+		{"CompleteClaim", claimsTable, false, fenced},
+		{"FailClaim", claimsTable, false, fenced},
+		{"ReleaseClaim", claimsTable, false, fenced},
+		{"StartEpisode", claimsTable, false, fenced},
+		{"AppendStep", claimsTable, false, fenced},
+		{"FinishEpisode", claimsTable, false, fenced},
+	}
+	for _, r := range rules {
+		t.Run("required/"+r.query, func(t *testing.T) {
+			q, ok := qs[r.query]
+			require.True(t, ok, "no query %s", r.query)
+			tree := mustParse(t, q.SQL)
+			refs := tableRefs(tree, q.SQL)
+			what := "a reference to"
+			if r.updates {
+				refs, what = updateTargets(tree, q.SQL), "an UPDATE of"
+			}
+			var n int
+			for _, ref := range refs {
+				if !strings.EqualFold(ref.table, r.table) {
+					continue
+				}
+				n++
+				for _, anyOf := range r.need {
+					require.True(t, slices.ContainsFunc(anyOf, func(h string) bool { return slices.Contains(ref.hints, h) }),
+						"%s %s carries %v, needs one of %v", what, r.table, ref.hints, anyOf)
+				}
+			}
+			require.NotZero(t, n, "found no %s %s", what, r.table)
+		})
+	}
+}
+
+// TestStaticDatabaseClock: SYSUTCDATETIME() is the only clock (invariant 1).
+// GETDATE() and CURRENT_TIMESTAMP are server-local time, GETUTCDATE() is
+// datetime (3.33 ms), and NOW() is a Postgres leftover.
+func TestStaticDatabaseClock(t *testing.T) {
+	t.Parallel()
+
+	other := map[string]bool{
+		"GETDATE": true, "GETUTCDATE": true, "SYSDATETIME": true, "SYSDATETIMEOFFSET": true,
+		"CURRENT_TIMESTAMP": true, "NOW": true,
+	}
+	for name, sql := range allBatches(t) {
+		t.Run(name, func(t *testing.T) {
+			for _, w := range codeWords(sql) {
+				require.False(t, other[strings.ToUpper(w)], "uses %s; use SYSUTCDATETIME()", w)
+			}
+		})
+	}
+}
+
+// TestStaticAdapterCalls: every call s.query / s.queryRow / s.exec in
+// the adapter's non-test files names an existing batch with a string literal
+// and passes exactly the batch's @parameters as sql.Named("x", ...)
+// arguments, and every batch is called at least once.
+func TestStaticAdapterCalls(t *testing.T) {
+	t.Parallel()
+
+	qs := sqlServerQueries(t)
+	calls := adapterCalls(t, ".")
+	require.NotEmpty(t, calls,
+		"adapters/sqlserver has no non-test Go file calling query/queryRow/exec: the adapter is not written yet, "+
+			"so no statement can be checked against its call sites")
+
+	called := map[string]bool{}
+	for _, c := range calls {
+		called[c.name] = true
+		t.Run(c.pos, func(t *testing.T) {
+			require.Empty(t, c.problems, "%s(%q)", c.method, c.name)
+			q, ok := qs[c.name]
+			require.True(t, ok, "%s calls %q, which is not a statement in sql/queries/sqlserver", c.method, c.name)
+			require.Equal(t, batchParams(t, q.SQL), slices.Sorted(slices.Values(c.named)),
+				"%s: sql.Named arguments differ from the batch's @parameters", c.name)
+		})
+	}
+	for _, q := range byName(qs) {
+		require.True(t, called[q.Name], "statement %s is never called by the adapter", q.Name)
+	}
+}
+
+// --- loading ---
+
+func sqlServerQueries(t *testing.T) map[string]queries.Query {
+	t.Helper()
+	qs, err := queries.SQLServer()
+	require.NoError(t, err)
+	return qs
+}
+
+func postgresQueries(t *testing.T) map[string]queries.Query {
+	t.Helper()
+	qs, err := queries.Parse(os.DirFS(filepath.Join("..", "..", "sql", "queries", "postgres")), "*.sql")
+	require.NoError(t, err)
+	return qs
+}
+
+// byName returns the queries sorted by name.
+func byName(qs map[string]queries.Query) []queries.Query {
+	out := slices.Collect(maps.Values(qs))
+	slices.SortFunc(out, func(a, b queries.Query) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// allBatches returns every batch the server would receive, by name: the
+// named queries, and each migration statement as "file Up#n".
+func allBatches(t *testing.T) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for name, q := range sqlServerQueries(t) {
+		out["query/"+name] = q.SQL
+	}
+	for section, stmts := range migrationStatements(t) {
+		for i, sql := range stmts {
+			out["migration/"+section+"#"+strconv.Itoa(i+1)] = sql
+		}
+	}
+	return out
+}
+
+func kinds(qs map[string]queries.Query) map[string]string {
+	out := make(map[string]string, len(qs))
+	for name, q := range qs {
+		out[name] = q.Kind
+	}
+	return out
+}
+
+// migrationStatements splits every SQL Server migration the way goose does,
+// keyed "file Up" and "file Down": a statement ends at a line whose code
+// ends with ";", or at "-- +goose StatementEnd" inside a StatementBegin
+// block. Annotation lines are dropped. Each statement is one batch on the
+// server, so each must parse on its own.
+func migrationStatements(t *testing.T) map[string][]string {
+	t.Helper()
+	files, err := fs.Glob(schema.SQLServer(), "*.sql")
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	out := map[string][]string{}
+	for _, file := range files {
+		text, err := fs.ReadFile(schema.SQLServer(), file)
+		require.NoError(t, err)
+		var (
+			section string
+			inBlock bool
+			buf     []string
+		)
+		flush := func() {
+			if stmt := strings.TrimSpace(strings.Join(buf, "\n")); stmt != "" {
+				out[file+" "+section] = append(out[file+" "+section], stmt)
+			}
+			buf = nil
+		}
+		for _, line := range strings.Split(string(text), "\n") {
+			if a, ok := strings.CutPrefix(strings.TrimSpace(line), "-- +goose "); ok {
+				switch strings.TrimSpace(a) {
+				case "Up", "Down":
+					require.False(t, inBlock, "%s: section starts inside a StatementBegin block", file)
+					require.Empty(t, codeWords(strings.Join(buf, "\n")), "%s: statement without ';' before %q", file, line)
+					buf, section = nil, strings.TrimSpace(a)
+				case "StatementBegin":
+					inBlock = true
+				case "StatementEnd":
+					inBlock = false
+					flush()
+				}
+				continue
+			}
+			if section == "" {
+				continue
+			}
+			buf = append(buf, line)
+			if !inBlock && endsWithSemicolon(line) {
+				flush()
+			}
+		}
+		require.Empty(t, codeWords(strings.Join(buf, "\n")), "%s: last statement has no ';'", file)
+		require.Contains(t, out, file+" Up")
+		require.Contains(t, out, file+" Down")
+	}
+	return out
+}
+
+// endsWithSemicolon is goose's rule: the last word before any "--" ends
+// with ";".
+func endsWithSemicolon(line string) bool {
+	prev := ""
+	for _, w := range strings.Fields(line) {
+		if strings.HasPrefix(w, "--") {
+			break
+		}
+		prev = w
+	}
+	return strings.HasSuffix(prev, ";")
+}
+
+// --- the parse tree ---
+
+type node = map[string]any
+
+// parseTSQL parses sql and returns the JSON form of the tree
+// (parser.MarshalScript, SqlScriptDOM's shape) decoded into maps.
+func parseTSQL(sql string) (node, error) {
+	script, err := parser.Parse(context.Background(), strings.NewReader(sql))
+	if err != nil {
+		return nil, err
+	}
+	raw, err := parser.MarshalScript(script)
+	if err != nil {
+		return nil, err
+	}
+	var tree node
+	if err := json.Unmarshal(raw, &tree); err != nil {
+		return nil, err
+	}
+	return tree, nil
+}
+
+func mustParse(t *testing.T, sql string) node {
+	t.Helper()
+	tree, err := parseTSQL(sql)
+	require.NoError(t, err)
+	return tree
+}
+
+// walk calls visit for every object in the tree, parents first.
+func walk(v any, visit func(node)) {
+	switch v := v.(type) {
+	case node:
+		visit(v)
+		for _, child := range v {
+			walk(child, visit)
+		}
+	case []any:
+		for _, child := range v {
+			walk(child, visit)
+		}
+	}
+}
+
+// get follows keys through nested objects; nil when one is missing.
+func get(v any, keys ...string) any {
+	for _, k := range keys {
+		n, ok := v.(node)
+		if !ok {
+			return nil
+		}
+		v = n[k]
+	}
+	return v
+}
+
+func getString(v any, keys ...string) string {
+	s, _ := get(v, keys...).(string)
+	return s
+}
+
+func getList(v any, keys ...string) []any {
+	l, _ := get(v, keys...).([]any)
+	return l
+}
+
+// topStatements returns the statements of the script's batches.
+func topStatements(tree node) []any {
+	var out []any
+	for _, b := range getList(tree, "Batches") {
+		out = append(out, getList(b, "Statements")...)
+	}
+	return out
+}
+
+// childStatements returns the statements nested in a control-flow
+// statement: IF branches, BEGIN...END, TRY and CATCH blocks. Subqueries are
+// expressions, not statements, and are not returned.
+func childStatements(stmt any) []any {
+	var out []any
+	for _, k := range []string{"ThenStatement", "ElseStatement", "Statement"} {
+		if s, ok := get(stmt, k).(node); ok {
+			out = append(out, s)
+		}
+	}
+	for _, k := range []string{"StatementList", "TryStatements", "CatchStatements"} {
+		out = append(out, getList(stmt, k, "Statements")...)
+	}
+	return out
+}
+
+// resultSets returns the columns of every result set a batch sends: each
+// SELECT that assigns no variable, and each INSERT/UPDATE/DELETE with an
+// OUTPUT clause that has no INTO. last reports whether the last one comes
+// from the batch's last top-level statement.
+func resultSets(tree node) (sets [][]string, last bool) {
+	var visit func(stmt any, top bool)
+	top := topStatements(tree)
+	visit = func(stmt any, isLast bool) {
+		if cols, ok := resultColumns(stmt); ok {
+			sets = append(sets, cols)
+			last = isLast
+		}
+		for _, child := range childStatements(stmt) {
+			visit(child, false)
+		}
+	}
+	for i, stmt := range top {
+		visit(stmt, i == len(top)-1)
+	}
+	return sets, last
+}
+
+// resultColumns returns the column names of the result set stmt sends, if
+// it sends one.
+func resultColumns(stmt any) ([]string, bool) {
+	var elems []any
+	switch getString(stmt, "$type") {
+	case "SelectStatement":
+		if get(stmt, "Into") != nil {
+			return nil, false
+		}
+		q := get(stmt, "QueryExpression")
+		for getString(q, "$type") == "BinaryQueryExpression" { // UNION: the first branch names the columns
+			q = get(q, "FirstQueryExpression")
+		}
+		elems = getList(q, "SelectElements")
+		for _, e := range elems {
+			if getString(e, "$type") == "SelectSetVariable" {
+				return nil, false
+			}
+		}
+	case "InsertStatement", "UpdateStatement", "DeleteStatement":
+		spec := strings.TrimSuffix(getString(stmt, "$type"), "Statement") + "Specification"
+		out := get(stmt, spec, "OutputClause")
+		if out == nil {
+			return nil, false
+		}
+		elems = getList(out, "SelectColumns")
+	default:
+		return nil, false
+	}
+	cols := []string{}
+	for _, e := range elems {
+		cols = append(cols, columnName(e))
+	}
+	return cols, true
+}
+
+// columnName is the name a select element gives its column: its alias, or
+// the last part of a column reference ("?" for an unnamed expression).
+func columnName(elem any) string {
+	if alias := getString(elem, "ColumnName", "Value"); alias != "" {
+		return alias
+	}
+	ids := getList(elem, "Expression", "MultiPartIdentifier", "Identifiers")
+	if len(ids) > 0 {
+		if name := getString(ids[len(ids)-1], "Value"); name != "" {
+			return name
+		}
+	}
+	return "?"
+}
+
+// tableRef is one reference to a table, as the parser saw it and as written.
+type tableRef struct {
+	table   string   // base table name, e.g. leasehold_work_claims
+	alias   string   // "" when none
+	hints   []string // hint kinds in the tree, upper case: UPDLOCK, ...
+	written []string // hint names in the source text, upper case
+}
+
+// tableRefs returns every table reference (NamedTableReference) in the tree,
+// wherever it appears: UPDATE and INSERT targets, FROM clauses, subqueries.
+// sql is the text that was parsed; node offsets count characters (runes).
+func tableRefs(tree any, sql string) []tableRef {
+	src := []rune(sql)
+	var out []tableRef
+	walk(tree, func(n node) {
+		if getString(n, "$type") != "NamedTableReference" {
+			return
+		}
+		ref := tableRef{
+			table: getString(n, "SchemaObject", "BaseIdentifier", "Value"),
+			alias: getString(n, "Alias", "Value"),
+		}
+		for _, h := range getList(n, "TableHints") {
+			ref.hints = append(ref.hints, strings.ToUpper(getString(h, "HintKind")))
+		}
+		start, _ := get(n, "StartOffset").(float64)
+		length, _ := get(n, "FragmentLength").(float64)
+		if end := int(start) + int(length); int(start) >= 0 && end <= len(src) {
+			ref.written = writtenHints(string(src[int(start):end]))
+		}
+		out = append(out, ref)
+	})
+	return out
+}
+
+// writtenHints returns the names in the parenthesised hint list of a table
+// reference's text ("t AS c WITH (UPDLOCK, ROWLOCK)" gives UPDLOCK,
+// ROWLOCK), upper case, as written.
+func writtenHints(text string) []string {
+	open, closing := strings.IndexByte(text, '('), strings.LastIndexByte(text, ')')
+	if open < 0 || closing < open {
+		return nil
+	}
+	var out []string
+	depth, from := 0, open+1
+	for i := open + 1; i <= closing; i++ {
+		switch {
+		case text[i] == '(':
+			depth++
+		case text[i] == ')' && depth > 0:
+			depth--
+		case (text[i] == ',' && depth == 0) || i == closing:
+			if h := strings.ToUpper(strings.TrimSpace(text[from:i])); h != "" {
+				out = append(out, h)
+			}
+			from = i + 1
+		}
+	}
+	return out
+}
+
+// updateTargets returns the target of every UPDATE, resolved through its
+// FROM clause when the target is an alias ("UPDATE c ... FROM t AS c WITH
+// (...)"): then the table is t and the hints are those written on either.
+func updateTargets(tree any, sql string) []tableRef {
+	var out []tableRef
+	walk(tree, func(n node) {
+		if getString(n, "$type") != "UpdateSpecification" {
+			return
+		}
+		targets := tableRefs(get(n, "Target"), sql)
+		if len(targets) == 0 {
+			return // a table variable
+		}
+		target := targets[0]
+		for _, from := range tableRefs(get(n, "FromClause"), sql) {
+			if from.alias != "" && strings.EqualFold(from.alias, target.table) {
+				target.table = from.table
+				target.hints = append(target.hints, from.hints...)
+				target.written = append(target.written, from.written...)
+				break
+			}
+		}
+		out = append(out, target)
+	})
+	return out
+}
+
+// --- text ---
+
+// codeWords returns the words of T-SQL text outside comments, string
+// literals and quoted identifiers: keywords, names, numbers, @variables and
+// @@functions.
+func codeWords(sql string) []string {
+	var out []string
+	isWord := func(c byte) bool {
+		return c == '_' || c == '@' || c == '#' || c == '$' ||
+			'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c >= 0x80
+	}
+	// skipTo returns the index after the closing delim, treating a doubled
+	// delim as an escaped one ('it''s', [a]]b]).
+	skipTo := func(i int, delim byte) int {
+		for i < len(sql) {
+			if sql[i] == delim {
+				if i+1 < len(sql) && sql[i+1] == delim {
+					i += 2
+					continue
+				}
+				return i + 1
+			}
+			i++
+		}
+		return i
+	}
+	for i := 0; i < len(sql); {
+		switch c := sql[i]; {
+		case strings.HasPrefix(sql[i:], "--"):
+			if nl := strings.IndexByte(sql[i:], '\n'); nl >= 0 {
+				i += nl + 1
+			} else {
+				i = len(sql)
+			}
+		case strings.HasPrefix(sql[i:], "/*"): // block comments nest in T-SQL
+			depth := 0
+			for i < len(sql) {
+				if strings.HasPrefix(sql[i:], "/*") {
+					depth, i = depth+1, i+2
+				} else if strings.HasPrefix(sql[i:], "*/") {
+					depth, i = depth-1, i+2
+					if depth == 0 {
+						break
+					}
+				} else {
+					i++
+				}
+			}
+		case c == '\'':
+			i = skipTo(i+1, '\'')
+		case c == '"':
+			i = skipTo(i+1, '"')
+		case c == '[':
+			i = skipTo(i+1, ']')
+		case isWord(c):
+			j := i
+			for j < len(sql) && isWord(sql[j]) {
+				j++
+			}
+			out = append(out, sql[i:j])
+			i = j
+		default:
+			i++
+		}
+	}
+	return out
+}
+
+// batchParams returns the parameters of a batch, sorted: the @names it uses
+// that it does not DECLARE itself, without the "@". @@names are system
+// functions; names in comments and string literals do not count.
+func batchParams(t *testing.T, sql string) []string {
+	t.Helper()
+	declared := map[string]bool{}
+	walk(mustParse(t, sql), func(n node) {
+		switch getString(n, "$type") {
+		case "DeclareVariableElement", "DeclareTableVariableBody":
+			declared[getString(n, "VariableName", "Value")] = true
+		}
+	})
+	set := map[string]bool{}
+	for _, w := range codeWords(sql) {
+		if strings.HasPrefix(w, "@") && !strings.HasPrefix(w, "@@") && !declared[w] {
+			set[strings.TrimPrefix(w, "@")] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(set))
+}
+
+var (
+	pgCommentRE = regexp.MustCompile(`--[^\n]*`)
+	pgAliasRE   = regexp.MustCompile(`(?i)\bAS\s+([a-z_][a-z0-9_]*)\s*$`)
+)
+
+// postgresColumns returns the result columns of a Postgres statement, read
+// from its text: the names in its last top-level RETURNING list, else in its
+// first top-level SELECT list. It is enough for sql/queries/postgres (column
+// references and "AS" aliases), not a SQL parser; it fails the test when it
+// finds neither list.
+func postgresColumns(t *testing.T, sql string) []string {
+	t.Helper()
+	text := pgCommentRE.ReplaceAllString(sql, "")
+	upper := strings.ToUpper(text)
+	// Keyword positions at parenthesis depth 0, and the list boundaries.
+	var returning, selectAt, fromAfterSelect, end = -1, -1, -1, len(text)
+	depth, inString := 0, false
+	wordAt := func(i int, w string) bool {
+		if !strings.HasPrefix(upper[i:], w) {
+			return false
+		}
+		before := i == 0 || !isIdent(upper[i-1])
+		after := i+len(w) == len(upper) || !isIdent(upper[i+len(w)])
+		return before && after
+	}
+	for i := 0; i < len(text); i++ {
+		switch c := text[i]; {
+		case c == '\'':
+			inString = !inString
+		case inString:
+		case c == '(':
+			depth++
+		case c == ')':
+			depth--
+		case depth == 0 && c == ';' && i < end:
+			end = i
+		case depth == 0 && wordAt(i, "RETURNING"):
+			returning = i + len("RETURNING")
+		case depth == 0 && selectAt < 0 && wordAt(i, "SELECT"):
+			selectAt = i + len("SELECT")
+		case depth == 0 && selectAt >= 0 && fromAfterSelect < 0 && wordAt(i, "FROM"):
+			fromAfterSelect = i
+		}
+	}
+	var list string
+	switch {
+	case returning >= 0:
+		list = text[returning:end]
+	case selectAt >= 0 && fromAfterSelect > selectAt:
+		list = text[selectAt:fromAfterSelect]
+	default:
+		require.FailNow(t, "no RETURNING or SELECT list in the Postgres statement", sql)
+	}
+	var cols []string
+	for _, item := range splitTopLevel(list) {
+		item = strings.TrimSpace(item)
+		if m := pgAliasRE.FindStringSubmatch(item); m != nil {
+			cols = append(cols, m[1])
+			continue
+		}
+		cols = append(cols, item[strings.LastIndexByte(item, '.')+1:])
+	}
+	return cols
+}
+
+func isIdent(c byte) bool {
+	return c == '_' || 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9'
+}
+
+// splitTopLevel splits a list at the commas outside parentheses.
+func splitTopLevel(list string) []string {
+	var out []string
+	depth, from := 0, 0
+	for i := 0; i < len(list); i++ {
+		switch list[i] {
+		case '(':
+			depth++
+		case ')':
+			depth--
+		case ',':
+			if depth == 0 {
+				out = append(out, list[from:i])
+				from = i + 1
+			}
+		}
+	}
+	return append(out, list[from:])
+}
+
+var (
+	pgTableRE  = regexp.MustCompile(`(?ms)^CREATE TABLE (\w+) \((.*?)^\)`)
+	pgColumnRE = regexp.MustCompile(`(?m)^ {4}(\w+)\s`)
+	pgIndexRE  = regexp.MustCompile(`(?m)^CREATE (?:UNIQUE )?INDEX (\w+)`)
+)
+
+// postgresSchema reads the tables (columns in order) and index names of a
+// Postgres migration from its text, as sql/schema/postgres lays it out: one
+// column or "CONSTRAINT ..." per line indented by four spaces, continuation
+// lines indented deeper.
+func postgresSchema(text string) (tables map[string][]string, indexes []string) {
+	text = pgCommentRE.ReplaceAllString(text, "")
+	tables = map[string][]string{}
+	for _, m := range pgTableRE.FindAllStringSubmatch(text, -1) {
+		var cols []string
+		for _, c := range pgColumnRE.FindAllStringSubmatch(m[2], -1) {
+			if !strings.EqualFold(c[1], "CONSTRAINT") {
+				cols = append(cols, c[1])
+			}
+		}
+		tables[m[1]] = cols
+	}
+	for _, m := range pgIndexRE.FindAllStringSubmatch(text, -1) {
+		indexes = append(indexes, m[1])
+	}
+	return tables, indexes
+}
+
+// --- the adapter's Go code ---
+
+// adapterCall is one call of query, queryRow or exec in the adapter.
+type adapterCall struct {
+	pos      string   // file:line
+	method   string   // query, queryRow or exec
+	name     string   // the statement named by the string literal
+	named    []string // the names of the sql.Named("name", ...) arguments
+	problems []string // arguments the check cannot read
+}
+
+// adapterCalls parses the non-test Go files in dir and returns every call
+// x.query(ctx, "Name", args...), x.queryRow(...) and x.exec(...), whatever x.
+func adapterCalls(t *testing.T, dir string) []adapterCall {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	require.NoError(t, err)
+	fset := token.NewFileSet()
+	var out []adapterCall
+	for _, file := range files {
+		if strings.HasSuffix(file, "_test.go") {
+			continue
+		}
+		f, err := goparser.ParseFile(fset, file, nil, goparser.SkipObjectResolution)
+		require.NoError(t, err)
+		sqlPkg := importName(f, "database/sql")
+		ast.Inspect(f, func(n ast.Node) bool {
+			call, ok := n.(*ast.CallExpr)
+			if !ok {
+				return true
+			}
+			sel, ok := call.Fun.(*ast.SelectorExpr)
+			if !ok || !slices.Contains([]string{"query", "queryRow", "exec"}, sel.Sel.Name) || len(call.Args) < 2 {
+				return true
+			}
+			c := adapterCall{pos: fset.Position(call.Pos()).String(), method: sel.Sel.Name}
+			c.pos = filepath.Base(c.pos)
+			if name, ok := stringLit(call.Args[1]); ok {
+				c.name = name
+			} else {
+				c.problems = append(c.problems, "the statement name is not a string literal")
+			}
+			if call.Ellipsis.IsValid() {
+				c.problems = append(c.problems, "arguments passed as a slice...; pass each sql.Named(\"x\", v) in the call")
+			}
+			for i, arg := range call.Args[2:] {
+				name, ok := namedArg(arg, sqlPkg)
+				if !ok {
+					c.problems = append(c.problems, "argument "+strconv.Itoa(i+3)+" is not sql.Named(\"literal\", ...)")
+					continue
+				}
+				c.named = append(c.named, name)
+			}
+			out = append(out, c)
+			return true
+		})
+	}
+	return out
+}
+
+// importName is the name file f uses for the package at path.
+func importName(f *ast.File, path string) string {
+	for _, imp := range f.Imports {
+		if p, _ := strconv.Unquote(imp.Path.Value); p == path {
+			if imp.Name != nil {
+				return imp.Name.Name
+			}
+			return path[strings.LastIndexByte(path, '/')+1:]
+		}
+	}
+	return ""
+}
+
+// namedArg reads sql.Named("name", v); sqlPkg is the file's name for
+// database/sql.
+func namedArg(arg ast.Expr, sqlPkg string) (string, bool) {
+	call, ok := arg.(*ast.CallExpr)
+	if !ok || len(call.Args) != 2 {
+		return "", false
+	}
+	sel, ok := call.Fun.(*ast.SelectorExpr)
+	if !ok || sel.Sel.Name != "Named" {
+		return "", false
+	}
+	if pkg, ok := sel.X.(*ast.Ident); !ok || sqlPkg == "" || pkg.Name != sqlPkg {
+		return "", false
+	}
+	return stringLit(call.Args[0])
+}
+
+func stringLit(e ast.Expr) (string, bool) {
+	lit, ok := e.(*ast.BasicLit)
+	if !ok || lit.Kind != token.STRING {
+		return "", false
+	}
+	s, err := strconv.Unquote(lit.Value)
+	return s, err == nil
+}

@@ -1,0 +1,415 @@
+package sqlserver
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	mssql "github.com/microsoft/go-mssqldb"
+
+	"github.com/leasehold/leasehold/claims"
+	"github.com/leasehold/leasehold/recovery"
+	"github.com/leasehold/leasehold/runner"
+	"github.com/leasehold/leasehold/sql/queries"
+)
+
+// SessionInitSQL is the session state every batch assumes. Filtered unique
+// indexes (the episode dedupe index) reject writes from sessions without the
+// ANSI options, and XACT_ABORT ON makes any error in a batch roll the whole
+// batch back, which is what lets a failed batch be treated as not applied.
+// Open sets it on its connector; set it yourself on a connector of your own.
+const SessionInitSQL = "SET ANSI_NULLS ON; SET QUOTED_IDENTIFIER ON; SET ANSI_PADDING ON; " +
+	"SET ANSI_WARNINGS ON; SET ARITHABORT ON; SET CONCAT_NULL_YIELDS_NULL ON; " +
+	"SET NUMERIC_ROUNDABORT OFF; SET XACT_ABORT ON;"
+
+// Open returns a pool on dsn (sqlserver://user:pass@host:1433?database=app)
+// whose every connection runs SessionInitSQL: when it is opened and each time
+// the pool hands it out again (go-mssqldb resets the session and re-applies
+// it, one extra round trip per checkout).
+func Open(dsn string) (*sql.DB, error) {
+	c, err := mssql.NewConnector(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("sqlserver: open: %w", err)
+	}
+	c.SessionInitSQL = SessionInitSQL
+	return sql.OpenDB(c), nil
+}
+
+// Store runs leasehold's T-SQL batches on a go-mssqldb pool, each batch on
+// its own, never inside a caller's transaction: a batch that writes two
+// tables opens and ends its own transaction.
+type Store struct {
+	db    *sql.DB
+	stmts map[string]queries.Query
+	// backoff is the wait before in-call retry number n (1, 2, ...).
+	backoff func(n int) time.Duration
+}
+
+var (
+	_ claims.Store   = (*Store)(nil)
+	_ runner.Store   = (*Store)(nil)
+	_ recovery.Store = (*Store)(nil)
+)
+
+// New returns a Store over db, which should come from Open. It fails when
+// the embedded T-SQL does not load or lacks a statement the Store runs.
+func New(db *sql.DB) (*Store, error) {
+	stmts, err := queries.SQLServer()
+	if err != nil {
+		return nil, fmt.Errorf("sqlserver: load statements: %w", err)
+	}
+	for name, cols := range resultColumns {
+		q, ok := stmts[name]
+		if !ok {
+			return nil, fmt.Errorf("sqlserver: statement %s missing from sql/queries/sqlserver", name)
+		}
+		if (q.Kind == ":exec") != (cols == nil) {
+			return nil, fmt.Errorf("sqlserver: statement %s is %s in %s, which the Store does not expect", name, q.Kind, q.File)
+		}
+	}
+	return &Store{db: db, stmts: stmts, backoff: jitteredBackoff}, nil
+}
+
+// resultColumns lists, for every statement the Store runs, the columns of
+// its one result set, in order: those of the Postgres statement of the same
+// name. nil means the batch returns no result set (:exec). The Store checks
+// every result against it, so a batch that renamed, reordered or dropped a
+// column fails loudly instead of scanning one column into another.
+var resultColumns = map[string][]string{
+	"AcquireClaim":      claimColumns,
+	"RenewClaim":        {"lease_until"},
+	"RenewClaims":       {"dedupe_key", "fence", "lease_until"},
+	"CompleteClaim":     {"fence"},
+	"FailClaim":         {"fence"},
+	"ReleaseClaim":      {"fence"},
+	"ListExpiredClaims": claimColumns,
+
+	"CreateEpisode": {"id", "created_at"},
+	"StartEpisode":  {"id", "next_step_no"},
+	"AppendStep":    {"step_no"},
+	"FinishEpisode": {"id"},
+	"GetEpisode": {
+		"id", "actor_id", "expectation_id", "trigger_type", "trigger_ref", "dedupe_key",
+		"status", "phase", "attempts", "max_attempts", "budget", "source_stack", "source_env",
+		"owner_node", "payload", "result", "error_class", "error_detail", "queued_at",
+		"started_at", "finished_at", "last_step_at", "archived_at", "created_at",
+	},
+	"ListSteps": {"episode_id", "step_no", "fence", "data", "created_at"},
+
+	"ListOrphanedEpisodes": {
+		"id", "actor_id", "expectation_id", "status", "dedupe_key", "attempts",
+		"max_attempts", "source_stack", "source_env", "owner_node", "last_seen_at",
+		"claim_state", "claim_owner", "claim_lease_until",
+	},
+	"ClaimForRecovery": {
+		"id", "actor_id", "expectation_id", "trigger_type", "dedupe_key", "attempts",
+		"max_attempts", "source_stack", "source_env", "payload", "created_at", "claim_key",
+		"fence", "claim_attempt", "lease_until", "claimed_at", "grant_kind",
+	},
+	"GetAgentRecoveryPolicy": {"recovery_policy"},
+	"PutAgentDefinition":     nil,
+}
+
+var claimColumns = []string{
+	"dedupe_key", "state", "owner_node", "lease_until", "claimed_at", "attempt", "fence",
+	"grant_kind", "work_type",
+}
+
+// In-call retries of deadlock victims and lock timeouts.
+const (
+	maxAttempts = 4 // the first try and three retries
+	baseBackoff = 10 * time.Millisecond
+	maxBackoff  = 200 * time.Millisecond
+)
+
+// jitteredBackoff waits a random time in [d/2, d), d doubling from
+// baseBackoff, so the victims of one deadlock do not collide again in step.
+func jitteredBackoff(n int) time.Duration {
+	d := min(baseBackoff<<(n-1), maxBackoff)
+	return d/2 + rand.N(d/2)
+}
+
+func (s *Store) statement(name string) (queries.Query, error) {
+	q, ok := s.stmts[name]
+	if !ok {
+		return queries.Query{}, fmt.Errorf("sqlserver: %s: no such statement", name)
+	}
+	return q, nil
+}
+
+// query runs the named batch and reads its whole result set before
+// returning, so that an error the server sends after some rows (a deadlock
+// victim whose OUTPUT had begun) is retried like one sent before them.
+// Every argument must be a sql.Named value for one of the batch's @
+// parameters.
+func (s *Store) query(ctx context.Context, name string, args ...any) (*resultSet, error) {
+	return s.read(ctx, name, func(batch string) (*sql.Rows, error) {
+		return s.db.QueryContext(ctx, batch, args...)
+	})
+}
+
+// queryRow runs a batch that returns at most one row. Its Scan returns
+// sql.ErrNoRows for an empty result, which the callers map to busy, not
+// owner, lease lost or duplicate.
+func (s *Store) queryRow(ctx context.Context, name string, args ...any) *row {
+	rs, err := s.read(ctx, name, func(batch string) (*sql.Rows, error) {
+		return s.db.QueryContext(ctx, batch, args...)
+	})
+	return &row{rs: rs, err: err}
+}
+
+// read runs the named batch with run, retrying as withRetry does, reads the
+// result and checks its columns.
+func (s *Store) read(ctx context.Context, name string, run func(batch string) (*sql.Rows, error)) (*resultSet, error) {
+	q, err := s.statement(name)
+	if err != nil {
+		return nil, err
+	}
+	var rs *resultSet
+	err = s.withRetry(ctx, name, func() error {
+		rows, err := run(q.SQL)
+		if err != nil {
+			return err
+		}
+		rs, err = readAll(name, rows)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := rs.checkColumns(resultColumns[name]); err != nil {
+		return nil, err
+	}
+	return rs, nil
+}
+
+// exec runs a batch that returns no result set.
+func (s *Store) exec(ctx context.Context, name string, args ...any) error {
+	q, err := s.statement(name)
+	if err != nil {
+		return err
+	}
+	return s.withRetry(ctx, name, func() error {
+		_, err := s.db.ExecContext(ctx, q.SQL, args...)
+		return err
+	})
+}
+
+// withRetry runs try until it succeeds, fails with an error that is not
+// retried in the call, or maxAttempts tries have failed, and returns the
+// last error through dbError. A cancelled ctx ends the backoff early.
+func (s *Store) withRetry(ctx context.Context, name string, try func() error) error {
+	var err error
+	for n := 1; ; n++ {
+		if err = try(); err == nil {
+			return nil
+		}
+		if !retryInCall(err) || n == maxAttempts {
+			return dbError(name, err)
+		}
+		t := time.NewTimer(s.backoff(n))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return dbError(name, err)
+		case <-t.C:
+		}
+	}
+}
+
+// resultSet is one batch result, read to the end and normalised (times in
+// UTC) while the connection was held.
+type resultSet struct {
+	name string
+	cols []string
+	rows [][]any
+	next int // index of the row Scan reads, plus one
+}
+
+// readAll reads the one result set of rows and closes rows. A second result
+// set breaks the statement contract and is an error. Errors the server sent
+// after the last row come from rows.Err or rows.Close.
+func readAll(name string, rows *sql.Rows) (rs *resultSet, err error) {
+	defer func() {
+		if cerr := rows.Close(); err == nil && cerr != nil {
+			rs, err = nil, cerr
+		}
+	}()
+	cols, err := rows.Columns()
+	if err != nil {
+		return nil, err
+	}
+	types, err := rows.ColumnTypes()
+	if err != nil {
+		return nil, err
+	}
+	rs = &resultSet{name: name, cols: cols}
+	for rows.Next() {
+		vals := make([]any, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			return nil, err
+		}
+		for i, v := range vals {
+			if t, ok := v.(time.Time); ok {
+				vals[i] = databaseUTC(t, types[i].DatabaseTypeName())
+			}
+		}
+		rs.rows = append(rs.rows, vals)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if rows.NextResultSet() {
+		return nil, fmt.Errorf("more than one result set; the batch must return exactly one")
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return rs, nil
+}
+
+// databaseUTC returns t as a UTC time. SQL Server's datetime2 carries no
+// zone: leasehold writes every datetime2 with SYSUTCDATETIME(), so its wall
+// clock is UTC. go-mssqldb attaches the DSN's timezone (UTC unless the DSN
+// sets one) to that wall clock, so the wall clock is kept and marked UTC;
+// t.UTC() would shift it whenever a DSN names another zone. A
+// datetimeoffset carries its offset and is converted.
+func databaseUTC(t time.Time, dbType string) time.Time {
+	if strings.EqualFold(dbType, "DATETIMEOFFSET") {
+		return t.UTC()
+	}
+	return time.Date(t.Year(), t.Month(), t.Day(), t.Hour(), t.Minute(), t.Second(), t.Nanosecond(), time.UTC)
+}
+
+// checkColumns reports a result whose columns differ from want.
+func (r *resultSet) checkColumns(want []string) error {
+	if want == nil {
+		return fmt.Errorf("sqlserver: %s: returns no result set; run it with exec", r.name)
+	}
+	if len(r.cols) != len(want) || !slicesEqualFold(r.cols, want) {
+		return fmt.Errorf("sqlserver: %s: result columns %v, want %v (the Postgres statement's)", r.name, r.cols, want)
+	}
+	return nil
+}
+
+func slicesEqualFold(a, b []string) bool {
+	for i := range a {
+		if !strings.EqualFold(a[i], b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// Next advances to the next row.
+func (r *resultSet) Next() bool {
+	if r.next >= len(r.rows) {
+		return false
+	}
+	r.next++
+	return true
+}
+
+// Scan copies the current row into dest.
+func (r *resultSet) Scan(dest ...any) error {
+	if r.next == 0 {
+		return fmt.Errorf("sqlserver: %s: Scan called before Next", r.name)
+	}
+	if err := scanValues(r.rows[r.next-1], dest); err != nil {
+		return fmt.Errorf("sqlserver: %s: %w", r.name, err)
+	}
+	return nil
+}
+
+// row is the result of queryRow.
+type row struct {
+	rs  *resultSet
+	err error
+}
+
+// Scan copies the single row into dest; sql.ErrNoRows when there is none.
+func (r *row) Scan(dest ...any) error {
+	switch {
+	case r.err != nil:
+		return r.err
+	case len(r.rs.rows) == 0:
+		return sql.ErrNoRows
+	case len(r.rs.rows) > 1:
+		return fmt.Errorf("sqlserver: %s: %d rows, want at most one", r.rs.name, len(r.rs.rows))
+	}
+	r.rs.next = 1
+	return r.rs.Scan(dest...)
+}
+
+// scanner is a row that Scan reads: a *row or a *resultSet after Next.
+type scanner interface{ Scan(dest ...any) error }
+
+// scanValues assigns the driver values of one row to dest. It handles the
+// destination types the adapter uses: *string, *int64, *int32, *time.Time,
+// *any and sql.Scanner (sql.NullString, sql.NullTime, ...).
+func scanValues(vals, dest []any) error {
+	if len(vals) != len(dest) {
+		return fmt.Errorf("%d columns, %d destinations", len(vals), len(dest))
+	}
+	for i, v := range vals {
+		if err := assign(dest[i], v); err != nil {
+			return fmt.Errorf("column %d: %w", i+1, err)
+		}
+	}
+	return nil
+}
+
+var errNull = errors.New("NULL in a non-nullable destination")
+
+func assign(dest, v any) error {
+	switch d := dest.(type) {
+	case *any:
+		*d = v
+		return nil
+	case sql.Scanner:
+		return d.Scan(v)
+	}
+	if v == nil {
+		return errNull
+	}
+	switch d := dest.(type) {
+	case *string:
+		switch s := v.(type) {
+		case string:
+			*d = s
+			return nil
+		case []byte:
+			*d = string(s)
+			return nil
+		}
+	case *int64:
+		if n, ok := v.(int64); ok {
+			*d = n
+			return nil
+		}
+	case *int32:
+		if n, ok := v.(int64); ok {
+			if int64(int32(n)) != n {
+				return fmt.Errorf("value %d out of int32 range", n)
+			}
+			*d = int32(n)
+			return nil
+		}
+	case *time.Time:
+		if t, ok := v.(time.Time); ok {
+			*d = t
+			return nil
+		}
+	default:
+		return fmt.Errorf("unsupported destination %T", dest)
+	}
+	return fmt.Errorf("cannot scan %T into %T", v, dest)
+}

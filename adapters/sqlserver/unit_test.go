@@ -1,0 +1,545 @@
+package sqlserver
+
+// Unit tests of the Go side only, with no SQL Server: the @held builder,
+// error classification, result reading and the in-call retry, run against a
+// fake database/sql driver that answers each statement as scripted. They say
+// nothing about whether the T-SQL does what it should.
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io"
+	"maps"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	mssql "github.com/microsoft/go-mssqldb"
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasehold/leasehold/claims"
+	"github.com/leasehold/leasehold/episodes"
+	"github.com/leasehold/leasehold/sql/queries"
+)
+
+func TestUnitHeldJSON(t *testing.T) {
+	doc, err := heldJSON([]claims.Held{
+		{Key: "k", Fence: 1},
+		{Key: `a"b\c<é>`, Fence: 1<<62 + 1},
+		{Key: "k", Fence: 1}, // listed twice: sent once
+		{Key: "k", Fence: 2},
+	})
+	require.NoError(t, err)
+	require.Equal(t, `[{"dedupe_key":"k","fence":1},{"dedupe_key":"a\"b\\c\u003cé\u003e","fence":4611686018427387905},{"dedupe_key":"k","fence":2}]`, doc)
+
+	var back []map[string]any
+	dec := json.NewDecoder(strings.NewReader(doc))
+	dec.UseNumber()
+	require.NoError(t, dec.Decode(&back))
+	require.Equal(t, `a"b\c<é>`, back[1]["dedupe_key"])
+	require.Equal(t, json.Number("4611686018427387905"), back[1]["fence"], "fences travel as exact integers")
+
+	empty, err := heldJSON(nil)
+	require.NoError(t, err)
+	require.Equal(t, "[]", empty)
+}
+
+func TestUnitErrorClassification(t *testing.T) {
+	chain := mssql.Error{Number: 3621, All: []mssql.Error{{Number: 2627}, {Number: 3621}}}
+	dial := fmt.Errorf("unable to open tcp connection with host 'db:1433': %w",
+		&net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")})
+	read := &net.OpError{Op: "read", Net: "tcp", Err: errors.New("connection reset by peer")}
+	for _, tc := range []struct {
+		name                         string
+		err                          error
+		inCall, retryable, duplicate bool
+	}{
+		{"deadlock victim 1205", mssql.Error{Number: 1205}, true, true, false},
+		{"lock timeout 1222", mssql.Error{Number: 1222}, true, true, false},
+		{"wrapped deadlock", fmt.Errorf("x: %w", mssql.Error{Number: 1205}), true, true, false},
+		{"dup unique constraint 2627", mssql.Error{Number: 2627}, false, false, true},
+		{"dup unique index 2601", mssql.Error{Number: 2601}, false, false, true},
+		{"dup earlier in the chain", chain, false, false, true},
+		{"other server error", mssql.Error{Number: 547}, false, false, false},
+		{"bad connection before sending", driver.ErrBadConn, false, true, false},
+		{"dial failure", dial, false, true, false},
+		{"connection lost after sending", read, false, false, false},
+		{"cancelled", context.Canceled, false, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.inCall, retryInCall(tc.err), "retryInCall")
+			require.Equal(t, tc.retryable, retryable(tc.err), "retryable")
+			require.Equal(t, tc.duplicate, isDuplicate(tc.err), "isDuplicate")
+
+			err := dbError("AcquireClaim", tc.err)
+			require.Equal(t, tc.retryable, errors.Is(err, claims.ErrRetryable))
+			require.True(t, strings.HasPrefix(err.Error(), "sqlserver: AcquireClaim: "), err.Error())
+			var want, got mssql.Error
+			if errors.As(tc.err, &want) { // not comparable: check it stays reachable
+				require.ErrorAs(t, err, &got)
+				require.Equal(t, want.Number, got.Number)
+			} else {
+				require.ErrorIs(t, err, tc.err)
+			}
+		})
+	}
+}
+
+func TestUnitDatabaseUTC(t *testing.T) {
+	paris, err := time.LoadLocation("Europe/Paris")
+	if err != nil {
+		paris = time.FixedZone("CET", 3600)
+	}
+	// A DSN with timezone=Europe/Paris makes go-mssqldb label the stored UTC
+	// wall clock 10:00 as Paris time; it is 10:00 UTC all the same.
+	wall := time.Date(2026, 1, 2, 10, 0, 0, 123456700, paris)
+	require.Equal(t, time.Date(2026, 1, 2, 10, 0, 0, 123456700, time.UTC), databaseUTC(wall, "DATETIME2"))
+	// A datetimeoffset carries its offset and is converted.
+	off := time.Date(2026, 1, 2, 11, 0, 0, 0, time.FixedZone("", 3600))
+	require.Equal(t, time.Date(2026, 1, 2, 10, 0, 0, 0, time.UTC), databaseUTC(off, "DATETIMEOFFSET"))
+}
+
+func TestUnitOpen(t *testing.T) {
+	db, err := Open("sqlserver://user:pass@127.0.0.1:1?database=app&dial+timeout=1")
+	require.NoError(t, err, "Open only builds a connector")
+	require.NoError(t, db.Close())
+	_, err = Open("sqlserver://user:pass@127.0.0.1:1?database=app&encrypt=nonsense")
+	require.Error(t, err)
+}
+
+// TestUnitStatementsLoad needs only the embedded T-SQL: New must find every
+// statement this package runs.
+func TestUnitStatementsLoad(t *testing.T) {
+	s, err := New(nil)
+	require.NoError(t, err)
+	for name := range resultColumns {
+		require.NotEmpty(t, strings.TrimSpace(s.stmts[name].SQL), name)
+	}
+}
+
+// TestUnitCallsMatchResultColumns keeps resultColumns and the calls in sync:
+// every s.query/s.queryRow/s.exec names a statement listed there, exec
+// exactly the ones without a result set, and every listed statement is run.
+func TestUnitCallsMatchResultColumns(t *testing.T) {
+	calls := map[string]string{} // statement -> method
+	fset := token.NewFileSet()
+	files, err := filepath.Glob("*.go")
+	require.NoError(t, err)
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		file, err := parser.ParseFile(fset, f, nil, 0)
+		require.NoError(t, err)
+		ast.Inspect(file, func(n ast.Node) bool {
+			call, ok := n.(*ast.CallExpr)
+			if !ok {
+				return true
+			}
+			sel, ok := call.Fun.(*ast.SelectorExpr)
+			if !ok || !slices.Contains([]string{"query", "queryRow", "exec"}, sel.Sel.Name) {
+				return true
+			}
+			if x, ok := sel.X.(*ast.Ident); !ok || x.Name != "s" {
+				return true
+			}
+			lit, ok := call.Args[1].(*ast.BasicLit)
+			require.True(t, ok, "%s: statement name is not a literal", fset.Position(call.Pos()))
+			name, err := strconv.Unquote(lit.Value)
+			require.NoError(t, err)
+			calls[name] = sel.Sel.Name
+			return true
+		})
+	}
+	require.ElementsMatch(t, slices.Collect(maps.Keys(resultColumns)), slices.Collect(maps.Keys(calls)))
+	stmts, err := queries.SQLServer()
+	require.NoError(t, err)
+	kind := map[string]string{"query": ":many", "queryRow": ":one", "exec": ":exec"}
+	for name, method := range calls {
+		require.Equal(t, resultColumns[name] == nil, method == "exec", "%s run with %s", name, method)
+		require.Equal(t, kind[method], stmts[name].Kind, "%s is run with %s", name, method)
+	}
+}
+
+// TestUnitParamsMatchPostgres runs every Store method against the fake
+// driver and checks the @ parameters each sends: the sqlc.arg names of the
+// Postgres statement of the same name (RenewClaims: @held instead of the
+// two arrays), with the Go types the contract fixes.
+func TestUnitParamsMatchPostgres(t *testing.T) {
+	pg := postgresParams(t)
+	pg["RenewClaims"] = []string{"held", "lease_ms", "owner_node"}
+
+	f := newFake(t)
+	f.answer = func(name string, _ map[string]any) fakeResult { return fakeResult{cols: resultColumns[name]} }
+	s := f.store
+	ctx := context.Background()
+	tk := claims.Token{Key: "k", Owner: "a", Fence: 7}
+	_, _ = s.Acquire(ctx, claims.AcquireParams{Key: "k", Owner: "a", Lease: time.Second, WorkType: "w"})
+	_, _ = s.Renew(ctx, tk, time.Second)
+	_, _ = s.RenewMany(ctx, "a", []claims.Held{{Key: "k", Fence: 7}}, time.Second)
+	_ = s.Complete(ctx, tk)
+	_ = s.Fail(ctx, tk, nil)
+	_ = s.Release(ctx, tk)
+	_, _ = s.ListExpired(ctx, 10)
+	_, _, _ = s.CreateEpisode(ctx, episodes.New{ActorID: "x", DedupeKey: "", MaxAttempts: 3})
+	_, _ = s.StartEpisode(ctx, 1, tk)
+	_ = s.AppendStep(ctx, 1, tk, 2, json.RawMessage(`{}`), time.Second)
+	_ = s.FinishEpisode(ctx, 1, tk, episodes.Finish{Status: episodes.StatusDone})
+	_, _ = s.GetEpisode(ctx, 1)
+	_, _ = s.ListSteps(ctx, 1)
+	_, _ = s.ListOrphans(ctx, episodes.OrphanQuery{Limit: 5})
+	_, _, _ = s.ClaimForRecovery(ctx, 1, "a", time.Second, time.Minute)
+	_, _, _ = s.AgentRecoveryPolicy(ctx, "x", "y")
+	_ = s.PutAgentDefinition(ctx, "x", "y", "retry")
+
+	wantType := map[string]any{
+		"lease_ms": int64(0), "stale_after_ms": int64(0), "fence": int64(0), "id": int64(0),
+		"episode_id": int64(0), "step_no": int32(0), "max_attempts": int32(0), "max_rows": int32(0),
+	}
+	require.ElementsMatch(t, slices.Collect(maps.Keys(resultColumns)), slices.Collect(maps.Keys(f.params)), "every statement ran")
+	for name, args := range f.params {
+		require.ElementsMatch(t, pg[name], slices.Collect(maps.Keys(args)), "%s parameters", name)
+		for p, v := range args {
+			if w, ok := wantType[p]; ok {
+				require.IsType(t, w, v, "%s @%s", name, p)
+			} else if v != nil {
+				require.IsType(t, "", v, "%s @%s", name, p)
+			}
+		}
+	}
+	// NULLs: no dedupe key, no JSON.
+	require.Nil(t, f.params["CreateEpisode"]["dedupe_key"])
+	require.Nil(t, f.params["CreateEpisode"]["payload"])
+	require.Nil(t, f.params["FailClaim"]["error_detail"])
+	require.Equal(t, "{}", f.params["AppendStep"]["data"])
+	require.Equal(t, `[{"dedupe_key":"k","fence":7}]`, f.params["RenewClaims"]["held"])
+	require.Equal(t, int64(1000), f.params["AcquireClaim"]["lease_ms"])
+}
+
+// postgresParams reads the sqlc.arg/sqlc.narg names of every Postgres
+// statement from sql/queries/postgres.
+func postgresParams(t *testing.T) map[string][]string {
+	t.Helper()
+	files, err := filepath.Glob("../../sql/queries/postgres/*.sql")
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	nameRe := regexp.MustCompile(`(?m)^-- name: (\w+) :\w+`)
+	argRe := regexp.MustCompile(`sqlc\.n?arg\((\w+)\)`)
+	out := map[string][]string{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		src := string(b)
+		locs := nameRe.FindAllStringSubmatchIndex(src, -1)
+		for i, loc := range locs {
+			end := len(src)
+			if i+1 < len(locs) {
+				end = locs[i+1][0]
+			}
+			name := src[loc[2]:loc[3]]
+			seen := map[string]bool{}
+			for _, m := range argRe.FindAllStringSubmatch(src[loc[1]:end], -1) {
+				if !seen[m[1]] {
+					seen[m[1]] = true
+					out[name] = append(out[name], m[1])
+				}
+			}
+		}
+	}
+	return out
+}
+
+func TestUnitEmptyResultMapping(t *testing.T) {
+	f := newFake(t)
+	f.answer = func(name string, _ map[string]any) fakeResult { return fakeResult{cols: resultColumns[name]} }
+	s, ctx := f.store, context.Background()
+	tk := claims.Token{Key: "k", Owner: "a", Fence: 1}
+
+	_, err := s.Acquire(ctx, claims.AcquireParams{Key: "k", Owner: "a", Lease: time.Second})
+	require.ErrorIs(t, err, claims.ErrBusy)
+	_, err = s.Renew(ctx, tk, time.Second)
+	require.ErrorIs(t, err, claims.ErrNotOwner)
+	require.ErrorIs(t, s.Complete(ctx, tk), claims.ErrNotOwner)
+	require.ErrorIs(t, s.Fail(ctx, tk, nil), claims.ErrNotOwner)
+	require.ErrorIs(t, s.Release(ctx, tk), claims.ErrNotOwner)
+	renewed, err := s.RenewMany(ctx, "a", []claims.Held{{Key: "k", Fence: 1}}, time.Second)
+	require.NoError(t, err)
+	require.Empty(t, renewed)
+	_, created, err := s.CreateEpisode(ctx, episodes.New{ActorID: "x", DedupeKey: "d"})
+	require.NoError(t, err)
+	require.False(t, created)
+	_, err = s.StartEpisode(ctx, 1, tk)
+	require.ErrorIs(t, err, episodes.ErrLeaseLost)
+	require.ErrorIs(t, s.AppendStep(ctx, 1, tk, 1, nil, time.Second), episodes.ErrLeaseLost)
+	require.ErrorIs(t, s.FinishEpisode(ctx, 1, tk, episodes.Finish{Status: episodes.StatusDone}), episodes.ErrLeaseLost)
+	_, err = s.GetEpisode(ctx, 42)
+	require.ErrorIs(t, err, episodes.ErrNotFound)
+	_, _, err = s.ClaimForRecovery(ctx, 1, "a", time.Second, time.Second)
+	require.ErrorIs(t, err, claims.ErrBusy)
+	_, found, err := s.AgentRecoveryPolicy(ctx, "x", "y")
+	require.NoError(t, err)
+	require.False(t, found)
+	none, err := s.ListExpired(ctx, 10)
+	require.NoError(t, err)
+	require.Empty(t, none)
+	require.Equal(t, 1, f.calls("AcquireClaim"), "no retry of a busy answer")
+}
+
+func TestUnitDuplicateKeyMapping(t *testing.T) {
+	f := newFake(t)
+	f.answer = func(string, map[string]any) fakeResult { return fakeResult{err: mssql.Error{Number: 2601}} }
+	s, ctx := f.store, context.Background()
+	_, err := s.Acquire(ctx, claims.AcquireParams{Key: "k", Owner: "a", Lease: time.Second})
+	require.ErrorIs(t, err, claims.ErrBusy)
+	_, created, err := s.CreateEpisode(ctx, episodes.New{ActorID: "x", DedupeKey: "d"})
+	require.NoError(t, err)
+	require.False(t, created)
+	_, _, err = s.ClaimForRecovery(ctx, 1, "a", time.Second, time.Second)
+	require.ErrorIs(t, err, claims.ErrBusy)
+	// Elsewhere a duplicate is an error like any other (as in Postgres).
+	err = s.AppendStep(ctx, 1, claims.Token{Key: "k", Owner: "a", Fence: 1}, 1, nil, time.Second)
+	require.Error(t, err)
+	require.NotErrorIs(t, err, episodes.ErrLeaseLost)
+	require.NotErrorIs(t, err, claims.ErrRetryable)
+	require.Equal(t, 1, f.calls("AcquireClaim"), "a duplicate is not retried")
+}
+
+func TestUnitDeadlockRetriedInCall(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	claimRow := []driver.Value{"k", "claimed", "a", now.Add(time.Second), now, int64(1), int64(1), "fresh", "w"}
+	for _, midStream := range []bool{false, true} {
+		t.Run(fmt.Sprintf("midStream=%v", midStream), func(t *testing.T) {
+			f := newFake(t)
+			f.answer = func(name string, _ map[string]any) fakeResult {
+				if f.calls(name) <= 2 {
+					r := fakeResult{cols: resultColumns[name], err: mssql.Error{Number: 1205}}
+					if midStream { // OUTPUT had begun: a row, then the error
+						r.rows, r.errAfterRows = [][]driver.Value{claimRow}, true
+					}
+					return r
+				}
+				return fakeResult{cols: resultColumns[name], rows: [][]driver.Value{claimRow}}
+			}
+			c, err := f.store.Acquire(context.Background(), claims.AcquireParams{Key: "k", Owner: "a", Lease: time.Second})
+			require.NoError(t, err)
+			require.Equal(t, 3, f.calls("AcquireClaim"))
+			require.Equal(t, claims.Claim{
+				Token: claims.Token{Key: "k", Owner: "a", Fence: 1}, State: claims.StateClaimed, Attempt: 1,
+				LeaseUntil: now.Add(time.Second), ClaimedAt: now, Grant: claims.GrantFresh, WorkType: "w",
+			}, c)
+		})
+	}
+}
+
+func TestUnitPersistentDeadlockIsRetryable(t *testing.T) {
+	for _, number := range []int32{1205, 1222} {
+		f := newFake(t)
+		f.answer = func(string, map[string]any) fakeResult { return fakeResult{err: mssql.Error{Number: number}} }
+		_, err := f.store.Acquire(context.Background(), claims.AcquireParams{Key: "k", Owner: "a", Lease: time.Second})
+		require.ErrorIs(t, err, claims.ErrRetryable)
+		require.NotErrorIs(t, err, claims.ErrBusy)
+		require.Equal(t, maxAttempts, f.calls("AcquireClaim"))
+		require.ErrorContains(t, err, "sqlserver: AcquireClaim: ")
+
+		err = f.store.PutAgentDefinition(context.Background(), "x", "y", "p")
+		require.ErrorIs(t, err, claims.ErrRetryable)
+		require.Equal(t, maxAttempts, f.calls("PutAgentDefinition"), "exec retries too")
+	}
+}
+
+func TestUnitCancelledDuringBackoff(t *testing.T) {
+	f := newFake(t)
+	f.store.backoff = func(int) time.Duration { return time.Hour }
+	ctx, cancel := context.WithCancel(context.Background())
+	f.answer = func(string, map[string]any) fakeResult {
+		cancel()
+		return fakeResult{err: mssql.Error{Number: 1205}}
+	}
+	_, err := f.store.Renew(ctx, claims.Token{Key: "k", Owner: "a", Fence: 1}, time.Second)
+	require.ErrorIs(t, err, claims.ErrRetryable, "the victim's batch was rolled back")
+	require.Equal(t, 1, f.calls("RenewClaim"))
+}
+
+func TestUnitResultContract(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	ctx, tk := context.Background(), claims.Token{Key: "k", Owner: "a", Fence: 1}
+
+	f := newFake(t)
+	f.answer = func(string, map[string]any) fakeResult {
+		return fakeResult{cols: []string{"until"}, rows: [][]driver.Value{{now}}}
+	}
+	_, err := f.store.Renew(ctx, tk, time.Second)
+	require.ErrorContains(t, err, "result columns [until], want [lease_until]")
+
+	f.answer = func(string, map[string]any) fakeResult {
+		return fakeResult{cols: []string{"LEASE_UNTIL"}, rows: [][]driver.Value{{now}, {now}}}
+	}
+	_, err = f.store.Renew(ctx, tk, time.Second)
+	require.ErrorContains(t, err, "2 rows, want at most one")
+
+	f.answer = func(string, map[string]any) fakeResult {
+		return fakeResult{cols: []string{"fence"}, rows: [][]driver.Value{{int64(1)}}, second: true}
+	}
+	require.ErrorContains(t, f.store.Complete(ctx, tk), "more than one result set")
+
+	f.answer = func(string, map[string]any) fakeResult {
+		return fakeResult{cols: []string{"lease_until"}, rows: [][]driver.Value{{nil}}}
+	}
+	_, err = f.store.Renew(ctx, tk, time.Second)
+	require.ErrorContains(t, err, "sqlserver: RenewClaim: column 1: NULL")
+}
+
+func TestUnitScanEpisode(t *testing.T) {
+	created := time.Date(2026, 1, 2, 3, 4, 5, 600, time.UTC)
+	f := newFake(t)
+	f.answer = func(name string, _ map[string]any) fakeResult {
+		return fakeResult{cols: resultColumns[name], rows: [][]driver.Value{{
+			int64(9), "actor", "exp", "event", `{"e":1}`, nil,
+			"running", nil, int64(2), int64(3), nil, "stack", "env",
+			"node-a", `{"p":true}`, nil, nil, nil, created,
+			created, nil, created, nil, created,
+		}}}
+	}
+	e, err := f.store.GetEpisode(context.Background(), 9)
+	require.NoError(t, err)
+	require.Equal(t, episodes.Episode{
+		ID: 9, ActorID: "actor", ExpectationID: "exp", TriggerType: episodes.TriggerEvent,
+		TriggerRef: json.RawMessage(`{"e":1}`), Status: episodes.StatusRunning, Attempts: 2, MaxAttempts: 3,
+		SourceStack: "stack", SourceEnv: "env", OwnerNode: "node-a", Payload: json.RawMessage(`{"p":true}`),
+		CreatedAt: created, StartedAt: &created, LastStepAt: &created,
+	}, e)
+}
+
+// fake is a database/sql driver that answers every batch with a scripted
+// result. Its Store's statements are their own names, so the fake knows
+// which one ran.
+type fake struct {
+	store  *Store
+	answer func(name string, params map[string]any) fakeResult
+
+	mu     sync.Mutex
+	n      map[string]int
+	params map[string]map[string]any // last parameters per statement
+}
+
+type fakeResult struct {
+	cols         []string
+	rows         [][]driver.Value
+	err          error // before any row, or after them with errAfterRows
+	errAfterRows bool
+	second       bool // announce a second result set
+}
+
+func newFake(t *testing.T) *fake {
+	f := &fake{n: map[string]int{}, params: map[string]map[string]any{}}
+	stmts := map[string]queries.Query{}
+	for name := range resultColumns {
+		stmts[name] = queries.Query{Name: name, SQL: name}
+	}
+	db := sql.OpenDB(fakeConnector{f})
+	t.Cleanup(func() { _ = db.Close() })
+	f.store = &Store{db: db, stmts: stmts, backoff: func(int) time.Duration { return time.Millisecond }}
+	return f
+}
+
+func (f *fake) calls(name string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.n[name]
+}
+
+func (f *fake) run(name string, args []driver.NamedValue) fakeResult {
+	params := map[string]any{}
+	for _, a := range args {
+		params[a.Name] = a.Value
+	}
+	f.mu.Lock()
+	f.n[name]++
+	f.params[name] = params
+	f.mu.Unlock()
+	return f.answer(name, params)
+}
+
+type fakeConnector struct{ f *fake }
+
+func (c fakeConnector) Connect(context.Context) (driver.Conn, error) { return fakeConn(c), nil }
+func (c fakeConnector) Driver() driver.Driver                        { return fakeDriver{} }
+
+type fakeDriver struct{}
+
+func (fakeDriver) Open(string) (driver.Conn, error) { return nil, errors.New("use the connector") }
+
+type fakeConn struct{ f *fake }
+
+func (fakeConn) Prepare(string) (driver.Stmt, error) { return nil, errors.New("not supported") }
+func (fakeConn) Close() error                        { return nil }
+func (fakeConn) Begin() (driver.Tx, error)           { return nil, errors.New("not supported") }
+
+// CheckNamedValue passes values through as the Store wrote them (after
+// driver.Valuer), so the tests see int32 and int64 apart.
+func (fakeConn) CheckNamedValue(nv *driver.NamedValue) error {
+	if v, ok := nv.Value.(driver.Valuer); ok {
+		val, err := v.Value()
+		nv.Value = val
+		return err
+	}
+	return nil
+}
+
+func (c fakeConn) QueryContext(_ context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	r := c.f.run(query, args)
+	if r.err != nil && !r.errAfterRows {
+		return nil, r.err
+	}
+	return &fakeRows{r: r}, nil
+}
+
+func (c fakeConn) ExecContext(_ context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	if r := c.f.run(query, args); r.err != nil {
+		return nil, r.err
+	}
+	return driver.RowsAffected(0), nil
+}
+
+type fakeRows struct {
+	r fakeResult
+	i int
+}
+
+func (r *fakeRows) Columns() []string { return r.r.cols }
+func (r *fakeRows) Close() error      { return nil }
+func (r *fakeRows) Next(dest []driver.Value) error {
+	if r.i < len(r.r.rows) {
+		copy(dest, r.r.rows[r.i])
+		r.i++
+		return nil
+	}
+	if r.r.errAfterRows {
+		return r.r.err
+	}
+	return io.EOF
+}
+
+func (r *fakeRows) ColumnTypeDatabaseTypeName(int) string { return "DATETIME2" }
+func (r *fakeRows) HasNextResultSet() bool                { return r.r.second }
+func (r *fakeRows) NextResultSet() error {
+	if !r.r.second {
+		return io.EOF
+	}
+	r.r.second, r.r.rows, r.i = false, nil, 0
+	return nil
+}

@@ -1,0 +1,231 @@
+-- Episodes and their step journal (T-SQL).
+--
+-- The statements of sql/queries/postgres/episodes.sql, one for one: same
+-- names, kinds, @parameters and result columns. NOT EXECUTED IN THIS
+-- REPOSITORY'S CI (no SQL Server there); statically checked only, see
+-- docs/sqlserver.md.
+--
+-- Creation is decided by the filtered unique index on dedupe_key. Every later
+-- write on behalf of a run is fenced: the same statement checks the work
+-- claim (dedupe key, owner, fence, claimed) and holds an update lock on that
+-- claim row until it commits (UPDLOCK; Postgres takes FOR SHARE), so a steal
+-- (an UPDATE of the claim row) waits for a write already admitted and every
+-- write that comes after the steal sees the new fence and matches nothing.
+-- Without the hint, a subquery on another table reads the last committed
+-- version under READ_COMMITTED_SNAPSHOT and locks nothing, and a steal could
+-- commit between the check and the write.
+--
+-- Batches that write two tables do it in one explicit transaction and commit
+-- only when every write matched, so the writes land together or not at all;
+-- XACT_ABORT ON rolls the transaction back on any error. AppendStep,
+-- FinishEpisode and ClaimForRecovery write the claim row before the episode
+-- row. StartEpisode is one UPDATE, whose plan decides in which order it
+-- locks the two rows; should that ever deadlock with one of the others, the
+-- victim's batch (error 1205) is rolled back whole and the adapter retries
+-- it. The batches assume autocommit: inside a caller's transaction, an error
+-- (even a duplicate that CreateEpisode catches) dooms that transaction.
+-- All times are SYSUTCDATETIME(), the database clock.
+
+-- name: CreateEpisode :one
+-- One episode per trigger: N nodes insert the same @dedupe_key, the filtered
+-- unique index leasehold_episodes_dedupe_key_idx lets exactly one insert
+-- through, and the others get no row back (a duplicate, not an error).
+-- Archived episodes are outside the index, so they do not block the trigger
+-- from running again. An insert racing an uncommitted one of the same key
+-- waits for it, then fails (it committed) or succeeds (it rolled back).
+--
+-- Duplicates: the losing insert raises 2601 (unique index); it is CAUGHT in
+-- this batch and returned as the empty result, like ON CONFLICT DO NOTHING.
+-- A NULL @dedupe_key is outside the index and never a duplicate.
+SET NOCOUNT ON;
+SET XACT_ABORT ON;
+DECLARE @created TABLE (id bigint NOT NULL, created_at datetime2(6) NOT NULL);
+
+BEGIN TRY
+    INSERT INTO leasehold_episodes (
+        actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status,
+        max_attempts, budget, source_stack, source_env, payload, queued_at
+    )
+    OUTPUT inserted.id, inserted.created_at INTO @created
+    VALUES (
+        @actor_id, @expectation_id, @trigger_type, @trigger_ref, @dedupe_key, N'queued',
+        @max_attempts, @budget, @source_stack, @source_env, @payload, SYSUTCDATETIME()
+    );
+END TRY
+BEGIN CATCH
+    -- Another node created the live episode for this trigger: a duplicate.
+    IF ERROR_NUMBER() NOT IN (2601, 2627) THROW;
+END CATCH;
+
+SELECT id, created_at FROM @created;
+
+-- name: StartEpisode :one
+-- Moves a queued episode to running under the caller's grant, or re-starts a
+-- running one whose grant moved to the caller (steal, recovery). Returns the
+-- next free step number so a re-run appends after the old journal.
+--
+-- Guarantee: fenced on the work claim in the same UPDATE; a terminal or
+-- archived episode is never started again.
+--
+-- Hints: UPDLOCK, ROWLOCK on the claim row in the EXISTS: the fence check is
+-- a locking read (not a row version, whatever READ_COMMITTED_SNAPSHOT says)
+-- and its update lock is held until the UPDATE commits, so a steal cannot
+-- slip between check and write; ROWLOCK keeps it to that row.
+--
+-- next_step_no is read after the UPDATE, from the journal: only this grant
+-- can write steps now, and every step of an earlier grant committed before
+-- the grant moved (each AppendStep holds the claim row until it commits).
+SET NOCOUNT ON;
+SET XACT_ABORT ON;
+DECLARE @started TABLE (id bigint NOT NULL);
+
+UPDATE leasehold_episodes
+SET status       = N'running',
+    phase        = NULL,
+    owner_node   = @owner_node,
+    started_at   = COALESCE(started_at, SYSUTCDATETIME()),
+    last_step_at = SYSUTCDATETIME()
+OUTPUT inserted.id INTO @started
+WHERE id = @id
+  AND status IN (N'queued', N'running')
+  AND archived_at IS NULL
+  AND EXISTS (SELECT 1 FROM leasehold_work_claims AS c WITH (UPDLOCK, ROWLOCK)
+              WHERE c.dedupe_key = @claim_key
+                AND c.owner_node = @owner_node
+                AND c.fence = @fence
+                AND c.state = N'claimed');
+
+SELECT s.id,
+    CAST((SELECT COALESCE(MAX(st.step_no), 0) + 1
+          FROM leasehold_episode_steps AS st
+          WHERE st.episode_id = s.id) AS int) AS next_step_no
+FROM @started AS s;
+
+-- name: AppendStep :one
+-- Journals one step and refreshes last_step_at, for the cheap staleness check.
+-- A journaled step proves its run alive, so it also extends the lease (never
+-- shortening it): recovery, which re-checks the lease in its claim, then
+-- leaves alone an episode that journaled after it was listed.
+--
+-- Guarantee: fenced on the work claim and on the episode still running under
+-- the same owner; a zombie whose lease was stolen writes nothing. The claim
+-- row is updated (so locked) first, so a concurrent steal is ordered before
+-- or after the whole write. The three writes (lease, episode, step) commit
+-- together or not at all: when any of them matched nothing the transaction
+-- is rolled back and the result is empty. step_no is unique per episode, so
+-- two writers can never both record the same step.
+--
+-- Hints: UPDLOCK, ROWLOCK on the claim UPDATE, as in RenewClaim; the lock
+-- (U, then X) is held to COMMIT, which covers the episode and step writes.
+--
+-- Duplicates: a step_no already journaled raises 2627 (UNIQUE constraint
+-- leasehold_episode_steps_step_no_key); it is LEFT TO SURFACE, as Postgres
+-- raises unique_violation, and XACT_ABORT rolls back the lease and episode
+-- writes with it.
+SET NOCOUNT ON;
+SET XACT_ABORT ON;
+DECLARE @lease TABLE (dedupe_key nvarchar(512) NOT NULL);
+DECLARE @episode TABLE (id bigint NOT NULL);
+DECLARE @step TABLE (step_no int NOT NULL);
+
+BEGIN TRANSACTION;
+
+UPDATE leasehold_work_claims WITH (UPDLOCK, ROWLOCK)
+SET lease_until = CASE
+        WHEN lease_until > DATEADD(millisecond, CAST(@lease_ms AS int), SYSUTCDATETIME())
+        THEN lease_until
+        ELSE DATEADD(millisecond, CAST(@lease_ms AS int), SYSUTCDATETIME())
+    END,
+    last_heartbeat_at = SYSUTCDATETIME()
+OUTPUT inserted.dedupe_key INTO @lease
+WHERE dedupe_key = @claim_key
+  AND owner_node = @owner_node
+  AND fence = @fence
+  AND state = N'claimed';
+
+UPDATE leasehold_episodes
+SET last_step_at = SYSUTCDATETIME()
+OUTPUT inserted.id INTO @episode
+WHERE id = @id
+  AND status = N'running'
+  AND owner_node = @owner_node
+  AND EXISTS (SELECT 1 FROM @lease);
+
+INSERT INTO leasehold_episode_steps (episode_id, step_no, fence, data)
+OUTPUT inserted.step_no INTO @step
+SELECT id, @step_no, @fence, @data
+FROM @episode;
+
+IF EXISTS (SELECT 1 FROM @step)
+    COMMIT TRANSACTION;
+ELSE
+    ROLLBACK TRANSACTION;
+
+SELECT step_no FROM @step;
+
+-- name: FinishEpisode :one
+-- Ends a run: the episode's terminal status (@status) and the claim's final
+-- state (@claim_state) are written in one transaction that commits only if
+-- both matched, so neither can land without the other. A queued episode can
+-- be finished too (recovery failing an orphan, a cancel).
+--
+-- Guarantee: fenced; the claim UPDATE matches only the caller's live grant,
+-- and the episode UPDATE runs only if it did. A duplicate finish, or one from
+-- a grant that was stolen, changes nothing.
+--
+-- Hints: UPDLOCK, ROWLOCK on the claim UPDATE, as in CompleteClaim; its lock
+-- is held to COMMIT, so no steal can come between the two writes. The
+-- episode status read inside it needs no hint: the episode UPDATE re-checks
+-- the status under its own lock, and the batch rolls back if it changed.
+SET NOCOUNT ON;
+SET XACT_ABORT ON;
+DECLARE @claim TABLE (dedupe_key nvarchar(512) NOT NULL);
+DECLARE @finished TABLE (id bigint NOT NULL);
+
+BEGIN TRANSACTION;
+
+UPDATE leasehold_work_claims WITH (UPDLOCK, ROWLOCK)
+SET state        = @claim_state,
+    finished_at  = SYSUTCDATETIME(),
+    lease_until  = SYSUTCDATETIME(),
+    error_detail = @error_detail
+OUTPUT inserted.dedupe_key INTO @claim
+WHERE dedupe_key = @claim_key
+  AND owner_node = @owner_node
+  AND fence = @fence
+  AND state = N'claimed'
+  AND EXISTS (SELECT 1 FROM leasehold_episodes AS r
+              WHERE r.id = @id AND r.status IN (N'queued', N'running'));
+
+UPDATE leasehold_episodes
+SET status       = @status,
+    phase        = NULL,
+    result       = @result,
+    error_class  = @error_class,
+    error_detail = @error_detail,
+    finished_at  = SYSUTCDATETIME()
+OUTPUT inserted.id INTO @finished
+WHERE id = @id
+  AND status IN (N'queued', N'running')
+  AND EXISTS (SELECT 1 FROM @claim);
+
+IF EXISTS (SELECT 1 FROM @finished)
+    COMMIT TRANSACTION;
+ELSE
+    ROLLBACK TRANSACTION;
+
+SELECT id FROM @finished;
+
+-- name: GetEpisode :one
+SELECT id, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key,
+    status, phase, attempts, max_attempts, budget, source_stack, source_env,
+    owner_node, payload, result, error_class, error_detail, queued_at,
+    started_at, finished_at, last_step_at, archived_at, created_at
+FROM leasehold_episodes
+WHERE id = @id;
+
+-- name: ListSteps :many
+SELECT episode_id, step_no, fence, data, created_at
+FROM leasehold_episode_steps
+WHERE episode_id = @episode_id
+ORDER BY step_no;
