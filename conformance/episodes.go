@@ -116,10 +116,7 @@ func RunEpisodes(t *testing.T, newBackend func(t *testing.T) EpisodesBackend) {
 	t.Run("ZombieJournalIsRejectedAfterSteal", func(t *testing.T) {
 		t.Parallel()
 		b := newBackend(t)
-		ep, _ := create(t, b, "k")
-		a := acquire(t, b, "k", "node-a")
-		_, err := b.Store.StartEpisode(ctx(t), ep.ID, a.Token)
-		require.NoError(t, err)
+		ep, a := running(t, b, "k", "node-a")
 		require.NoError(t, b.Store.AppendStep(ctx(t), ep.ID, a.Token, 1, json.RawMessage(`"a1"`), time.Minute))
 
 		b.ExpireClaim(t, "k")
@@ -150,10 +147,7 @@ func RunEpisodes(t *testing.T, newBackend func(t *testing.T) EpisodesBackend) {
 	t.Run("StepNumbersAreUnique", func(t *testing.T) {
 		t.Parallel()
 		b := newBackend(t)
-		ep, _ := create(t, b, "k")
-		c := acquire(t, b, "k", "node-a")
-		_, err := b.Store.StartEpisode(ctx(t), ep.ID, c.Token)
-		require.NoError(t, err)
+		ep, c := running(t, b, "k", "node-a")
 		require.NoError(t, b.Store.AppendStep(ctx(t), ep.ID, c.Token, 1, nil, time.Minute))
 		require.Error(t, b.Store.AppendStep(ctx(t), ep.ID, c.Token, 1, nil, time.Minute))
 	})
@@ -161,10 +155,7 @@ func RunEpisodes(t *testing.T, newBackend func(t *testing.T) EpisodesBackend) {
 	t.Run("FailureIsRecorded", func(t *testing.T) {
 		t.Parallel()
 		b := newBackend(t)
-		ep, _ := create(t, b, "k")
-		c := acquire(t, b, "k", "node-a")
-		_, err := b.Store.StartEpisode(ctx(t), ep.ID, c.Token)
-		require.NoError(t, err)
+		ep, c := running(t, b, "k", "node-a")
 		require.NoError(t, b.Store.FinishEpisode(ctx(t), ep.ID, c.Token, episodes.Finish{
 			Status: episodes.StatusFailed, ErrorClass: episodes.ClassPanic, ErrorDetail: json.RawMessage(`{"panic":"boom"}`)}))
 		got := get(t, b, ep.ID)
@@ -179,10 +170,7 @@ func RunEpisodes(t *testing.T, newBackend func(t *testing.T) EpisodesBackend) {
 	t.Run("RecoveryClaimsEachOrphanOnce", func(t *testing.T) {
 		t.Parallel()
 		b := newBackend(t)
-		ep, _ := create(t, b, "k")
-		c := acquire(t, b, "k", "node-a")
-		_, err := b.Store.StartEpisode(ctx(t), ep.ID, c.Token)
-		require.NoError(t, err)
+		ep, c := running(t, b, "k", "node-a")
 		orphans(t, b, 0)
 
 		b.ExpireClaim(t, "k")
@@ -218,27 +206,21 @@ func RunEpisodes(t *testing.T, newBackend func(t *testing.T) EpisodesBackend) {
 
 		// The old owner is fenced out; the sweeper's grant starts the re-run.
 		require.ErrorIs(t, b.Store.AppendStep(ctx(t), ep.ID, c.Token, 1, nil, time.Minute), claims.ErrLeaseLost)
-		_, err = b.Store.StartEpisode(ctx(t), ep.ID, winners[0].Token)
+		_, err := b.Store.StartEpisode(ctx(t), ep.ID, winners[0].Token)
 		require.NoError(t, err)
 	})
 
 	t.Run("RecoveryLeavesLiveAndFinishedWorkAlone", func(t *testing.T) {
 		t.Parallel()
 		b := newBackend(t)
-		live, _ := create(t, b, "live")
-		lc := acquire(t, b, "live", "node-a")
-		_, err := b.Store.StartEpisode(ctx(t), live.ID, lc.Token)
-		require.NoError(t, err)
+		live, lc := running(t, b, "live", "node-a")
 		b.Age(t, live.ID, time.Hour) // old last step, but a live lease
 
 		waiting, _ := create(t, b, "waiting")
 		acquire(t, b, "waiting", "node-a")
 		b.Age(t, waiting.ID, time.Hour) // queued for a slot, claim live
 
-		done, _ := create(t, b, "done")
-		dc := acquire(t, b, "done", "node-a")
-		_, err = b.Store.StartEpisode(ctx(t), done.ID, dc.Token)
-		require.NoError(t, err)
+		done, dc := running(t, b, "done", "node-a")
 		require.NoError(t, b.Store.FinishEpisode(ctx(t), done.ID, dc.Token, episodes.Finish{Status: episodes.StatusDone}))
 		b.ExpireClaim(t, "done")
 
@@ -252,7 +234,7 @@ func RunEpisodes(t *testing.T, newBackend func(t *testing.T) EpisodesBackend) {
 		b.ExpireClaim(t, "live")
 		require.Equal(t, []int64{live.ID}, orphans(t, b, 1))
 		require.NoError(t, b.Store.AppendStep(ctx(t), live.ID, lc.Token, 1, nil, time.Minute))
-		_, _, err = b.Store.ClaimForRecovery(ctx(t), live.ID, "sweeper", time.Minute, time.Millisecond)
+		_, _, err := b.Store.ClaimForRecovery(ctx(t), live.ID, "sweeper", time.Minute, time.Millisecond)
 		require.ErrorIs(t, err, claims.ErrBusy)
 	})
 
@@ -278,6 +260,16 @@ func create(t testing.TB, b EpisodesBackend, key string) (episodes.Episode, bool
 	ep, created, err := b.Store.CreateEpisode(ctx(t), newEpisode(key))
 	require.NoError(t, err)
 	return ep, created
+}
+
+// running creates an episode under key, claims it for owner and starts it.
+func running(t testing.TB, b EpisodesBackend, key, owner string) (episodes.Episode, claims.Claim) {
+	t.Helper()
+	ep, _ := create(t, b, key)
+	c := acquire(t, b, key, owner)
+	_, err := b.Store.StartEpisode(ctx(t), ep.ID, c.Token)
+	require.NoError(t, err)
+	return ep, c
 }
 
 func acquire(t testing.TB, b EpisodesBackend, key, owner string) claims.Claim {
