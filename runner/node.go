@@ -435,6 +435,10 @@ func (n *Node) Stop(ctx context.Context) error {
 
 func (n *Node) stopping() bool { return lifecycle(n.state.Load()) != stateRunning }
 
+// Ready reports whether the node takes work: true from Start until Stop
+// begins. Readiness probes (package health) report it.
+func (n *Node) Ready() bool { return !n.stopping() }
+
 func (n *Node) lookupActor(actorID string) (*actorState, error) {
 	if n.stopping() {
 		return nil, ErrStopped
