@@ -9,7 +9,7 @@ GOOSE     := $(BIN)/goose
 STATICCHECK := $(BIN)/staticcheck
 BENCHTIME ?= 3s
 
-.PHONY: all test bench generate verify lint tools clean
+.PHONY: all test bench demo generate verify lint tools clean
 
 all: verify lint test
 
@@ -30,6 +30,11 @@ test:
 ## baseline in the same run.
 bench:
 	scripts/with-postgres.sh $(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count 1 ./adapters/postgres/
+
+## demo: crash-recovery demo: three node processes share a throwaway schema,
+## one is SIGKILLed mid-episode, the summary shows nothing lost or duplicated.
+demo:
+	scripts/with-postgres.sh $(GO) run ./cmd/leasehold demo
 
 ## generate: compile sql/queries/postgres into db/ with the pinned sqlc.
 generate: $(SQLC)

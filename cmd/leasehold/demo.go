@@ -1,0 +1,403 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/leasehold/leasehold/adapters/postgres"
+)
+
+// fallbackURL is the Postgres URL when neither DATABASE_URL nor
+// TEST_DATABASE_URL is set.
+const fallbackURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+
+// Demo timings.
+const (
+	demoNodes       = 3
+	victim          = "node-1"
+	killAfter       = 3 * time.Second  // look for a running billing episode of the victim from then on
+	killAnywayAfter = 13 * time.Second // kill it even if it never ran anything
+	demoDeadline    = 45 * time.Second // every billing episode done by then, or exit 1
+	pollEvery       = 100 * time.Millisecond
+	progressEvery   = 500 * time.Millisecond
+	readyTimeout    = 15 * time.Second
+	stopTimeout     = 10 * time.Second
+)
+
+// defaultURL returns DATABASE_URL, else TEST_DATABASE_URL, else the local
+// default server.
+func defaultURL() string {
+	for _, v := range []string{"DATABASE_URL", "TEST_DATABASE_URL"} {
+		if u := os.Getenv(v); u != "" {
+			return u
+		}
+	}
+	return fallbackURL
+}
+
+// runDemo is the demo command: see demo.
+func runDemo(ctx context.Context, args []string) int {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	url := fs.String("url", defaultURL(), "Postgres URL; the default is DATABASE_URL, else TEST_DATABASE_URL, else a local server")
+	if err := fs.Parse(args); err != nil {
+		return parseExit(err)
+	}
+	start := time.Now()
+	ok, err := demo(ctx, *url)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "\nleasehold demo: %v\n", err)
+		return 1
+	}
+	fmt.Printf("demo took %.1fs\n", time.Since(start).Seconds())
+	if !ok {
+		return 1
+	}
+	return 0
+}
+
+// demo creates a throwaway schema, runs the demo nodes in it, SIGKILLs one
+// mid-episode, waits for every billing episode to be done and prints the
+// summary. ok is false when something was lost or duplicated. The schema is
+// dropped whatever happens.
+func demo(ctx context.Context, url string) (ok bool, err error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return false, fmt.Errorf("find own executable: %w", err)
+	}
+	admin, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return false, fmt.Errorf("connect to %s: %w", url, err)
+	}
+	defer admin.Close()
+	schema, err := createDemoSchema(ctx, admin)
+	if err != nil {
+		return false, err
+	}
+	fmt.Printf("schema %s on %s\n", schema, url)
+	defer func() {
+		// Also after SIGINT: ctx is cancelled then, the drop still runs.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if derr := dropDemoSchema(dctx, admin, schema); derr != nil {
+			err = errors.Join(err, derr)
+			return
+		}
+		fmt.Printf("dropped schema %s\n", schema)
+	}()
+
+	pool, err := openSchemaPool(ctx, url, schema, 4)
+	if err != nil {
+		return false, err
+	}
+	defer pool.Close()
+	if err := migrate(ctx, pool); err != nil {
+		return false, err
+	}
+
+	nodes := make([]*child, 0, demoNodes)
+	defer func() { stopChildren(nodes) }() // no-op for those already stopped
+	for i := 1; i <= demoNodes; i++ {
+		c, err := startChild(exe, url, schema, fmt.Sprintf("node-%d", i))
+		if err != nil {
+			return false, err
+		}
+		nodes = append(nodes, c)
+	}
+	if err := waitReady(ctx, nodes); err != nil {
+		return false, err
+	}
+	fmt.Printf("started %d node processes (%s); each fires the same %d %s events\n", len(nodes), pids(nodes), demoEvents, billingEvent)
+
+	run, err := driveDemo(ctx, pool, nodes)
+	if err != nil {
+		return false, err
+	}
+	stopChildren(nodes)
+	fmt.Printf("stopped the surviving nodes (SIGTERM)\n\n")
+
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	ok, err = report(rctx, pool, schema, nodes, run)
+	return ok && !run.timedOut, err
+}
+
+// createDemoSchema creates a new schema lh_demo_<hex> and returns its name.
+func createDemoSchema(ctx context.Context, admin *pgxpool.Pool) (string, error) {
+	b := make([]byte, 6)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("schema name: %w", err)
+	}
+	name := "lh_demo_" + hex.EncodeToString(b)
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return "", fmt.Errorf("create schema %s: %w", name, err)
+	}
+	return name, nil
+}
+
+// dropDemoSchema drops the demo schema and everything in it.
+func dropDemoSchema(ctx context.Context, admin *pgxpool.Pool, name string) error {
+	if _, err := admin.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE"); err != nil {
+		return fmt.Errorf("drop schema %s: %w", name, err)
+	}
+	return nil
+}
+
+// openSchemaPool opens a pool whose search_path is schema alone.
+func openSchemaPool(ctx context.Context, url, schema string, maxConns int32) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parse database url: %w", err)
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	cfg.MaxConns = maxConns
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to schema %s: %w", schema, err)
+	}
+	return pool, nil
+}
+
+// migrate applies leasehold's migrations to the pool's schema.
+func migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+	return postgres.Migrate(ctx, db)
+}
+
+// child is one demo node process and what it reported on stdout.
+type child struct {
+	id     string
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser // closing it tells the node to stop
+	ready  chan struct{}
+	exited chan struct{} // closed once stdout is drained and the process reaped
+	err    error         // the process's exit, valid after exited
+
+	// Written by the stdout reader, read after exited.
+	fires    int             // Fire calls made
+	triggers map[string]bool // dedupe keys seen as triggers -> created by this node
+	killed   bool
+}
+
+// startChild starts one demo node: this executable, subcommand demo-node.
+func startChild(exe, url, schema, id string) (*child, error) {
+	cmd := exec.Command(exe, demoNodeCommand, "-schema", schema, "-id", id, "-url", url)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, fmt.Errorf("%s: stdin: %w", id, err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("%s: stdout: %w", id, err)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", id, err)
+	}
+	c := &child{id: id, cmd: cmd, stdin: stdin, ready: make(chan struct{}), exited: make(chan struct{}), triggers: map[string]bool{}}
+	go c.read(stdout)
+	return c, nil
+}
+
+// read consumes the node's progress lines until EOF, then reaps the process.
+func (c *child) read(stdout io.Reader) {
+	sc := bufio.NewScanner(stdout)
+	readyClosed := false
+	for sc.Scan() {
+		var l progressLine
+		if json.Unmarshal(sc.Bytes(), &l) != nil {
+			continue
+		}
+		switch l.Kind {
+		case "ready":
+			if !readyClosed {
+				close(c.ready)
+				readyClosed = true
+			}
+		case "fire":
+			c.fires++
+		case "trigger":
+			c.triggers[l.Key] = c.triggers[l.Key] || l.Created
+		}
+	}
+	c.err = c.cmd.Wait()
+	close(c.exited)
+}
+
+// alive reports whether the process has not exited yet.
+func (c *child) alive() bool {
+	select {
+	case <-c.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// kill SIGKILLs the node: no cleanup, its leases just stop being renewed.
+func (c *child) kill() error {
+	c.killed = true
+	if err := c.cmd.Process.Kill(); err != nil {
+		return fmt.Errorf("kill %s: %w", c.id, err)
+	}
+	<-c.exited
+	return nil
+}
+
+// waitReady waits until every node has started.
+func waitReady(ctx context.Context, nodes []*child) error {
+	deadline := time.After(readyTimeout)
+	for _, c := range nodes {
+		select {
+		case <-c.ready:
+		case <-c.exited:
+			return fmt.Errorf("%s exited before it was ready: %v", c.id, c.err)
+		case <-deadline:
+			return fmt.Errorf("%s not ready after %v", c.id, readyTimeout)
+		case <-ctx.Done():
+			return fmt.Errorf("interrupted: %w", ctx.Err())
+		}
+	}
+	return nil
+}
+
+// stopChildren SIGTERMs every live node and waits for it; one that does not
+// exit within stopTimeout is killed.
+func stopChildren(nodes []*child) {
+	for _, c := range nodes {
+		if c.alive() {
+			_ = c.cmd.Process.Signal(syscall.SIGTERM)
+			_ = c.stdin.Close()
+		}
+	}
+	deadline := time.After(stopTimeout)
+	for _, c := range nodes {
+		select {
+		case <-c.exited:
+		case <-deadline:
+			fmt.Fprintf(os.Stderr, "%s did not stop within %v; killing it\n", c.id, stopTimeout)
+			_ = c.cmd.Process.Kill()
+			<-c.exited
+		}
+	}
+}
+
+func pids(nodes []*child) string {
+	s := make([]string, len(nodes))
+	for i, c := range nodes {
+		s[i] = fmt.Sprintf("%s pid %d", c.id, c.cmd.Process.Pid)
+	}
+	return strings.Join(s, ", ")
+}
+
+// demoRun is what the driver observed, for the summary.
+type demoRun struct {
+	killedAt      time.Duration
+	killedRunning []heldEpisode // episodes the victim was running or holding when killed
+	killedAnyway  bool
+	elapsed       time.Duration
+	timedOut      bool // not every billing episode was done by demoDeadline
+}
+
+// driveDemo kills the victim while it runs an episode, prints progress, and
+// returns once every billing episode is done, or at demoDeadline with
+// timedOut set.
+func driveDemo(ctx context.Context, pool *pgxpool.Pool, nodes []*child) (demoRun, error) {
+	var run demoRun
+	var victimNode *child
+	for _, c := range nodes {
+		if c.id == victim {
+			victimNode = c
+		}
+	}
+	t0 := time.Now()
+	tick := time.NewTicker(pollEvery)
+	defer tick.Stop()
+	var lastProgress time.Time
+	killed := false
+	for {
+		select {
+		case <-ctx.Done():
+			fmt.Println()
+			return run, fmt.Errorf("interrupted: %w", ctx.Err())
+		case <-tick.C:
+		}
+		el := time.Since(t0)
+		if !killed && el >= killAfter {
+			held, err := victimHeld(ctx, pool, victim)
+			if err != nil {
+				return run, err
+			}
+			running := false // mid-episode in billing, the work the demo waits for
+			for _, h := range held {
+				running = running || (h.status == "running" && h.actor == billingActor)
+			}
+			if running || el >= killAnywayAfter {
+				if err := victimNode.kill(); err != nil {
+					return run, err
+				}
+				killed = true
+				run.killedAt, run.killedRunning, run.killedAnyway = el, held, !running
+				fmt.Printf("\nt=%4.1fs SIGKILL %s (pid %d)", el.Seconds(), victim, victimNode.cmd.Process.Pid)
+				if running {
+					fmt.Printf(" while it held %s\n", describeHeld(held))
+				} else {
+					fmt.Printf(" anyway: no running billing episode of it seen in %v\n", killAnywayAfter)
+				}
+			}
+		}
+		counts, err := statusCounts(ctx, pool)
+		if err != nil {
+			return run, err
+		}
+		if time.Since(lastProgress) >= progressEvery {
+			lastProgress = time.Now()
+			fmt.Printf("\r%-110s", fmt.Sprintf("t=%4.1fs  %s: %s | %s: %s", el.Seconds(),
+				billingActor, counts.line(billingActor), reporterActor, counts.line(reporterActor)))
+		}
+		if killed && counts[billingActor]["done"] == demoEvents {
+			fmt.Printf("\r%-110s\n", fmt.Sprintf("t=%4.1fs  %s: %s | %s: %s", el.Seconds(),
+				billingActor, counts.line(billingActor), reporterActor, counts.line(reporterActor)))
+			fmt.Printf("all %d billing episodes done after %.1fs\n", demoEvents, el.Seconds())
+			run.elapsed = el
+			return run, nil
+		}
+		if el >= demoDeadline {
+			missing, err := notDone(ctx, pool, billingActor)
+			if err != nil {
+				return run, err
+			}
+			fmt.Printf("\nDEADLINE %v: %d of %d billing episodes done; not done: %s\n",
+				demoDeadline, counts[billingActor]["done"], demoEvents, describeEpisodes(missing))
+			run.timedOut, run.elapsed = true, el
+			return run, nil
+		}
+	}
+}
+
+// describeHeld names the victim's episodes at the moment of the kill.
+func describeHeld(held []heldEpisode) string {
+	s := make([]string, len(held))
+	for i, h := range held {
+		s[i] = fmt.Sprintf("%s #%d (%s, steps journaled: %d)", h.actor, h.id, h.status, h.steps)
+	}
+	sort.Strings(s)
+	return strings.Join(s, ", ")
+}
