@@ -88,6 +88,12 @@ type Claim struct {
 	acquiredAt time.Time
 }
 
+// SetLocalStart records the local monotonic time just before the statement
+// that granted c was sent. A Heartbeat derives c's first local deadline from
+// it; grants made outside Gate.Acquire (with an episode's creation, by
+// recovery) should set it, or Hold uses the time of the Hold call.
+func (c *Claim) SetLocalStart(t time.Time) { c.acquiredAt = t }
+
 // AcquireParams asks for a lease.
 type AcquireParams struct {
 	Key      string

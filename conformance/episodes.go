@@ -18,7 +18,7 @@ import (
 // EpisodeStore is the episode, journal and recovery surface of an adapter.
 type EpisodeStore interface {
 	claims.Store
-	CreateEpisode(ctx context.Context, n episodes.New) (episodes.Episode, bool, error)
+	CreateEpisode(ctx context.Context, n episodes.New) (episodes.Created, error)
 	StartEpisode(ctx context.Context, id int64, t claims.Token) (int32, error)
 	AppendStep(ctx context.Context, id int64, t claims.Token, stepNo int32, data json.RawMessage, lease time.Duration) error
 	FinishEpisode(ctx context.Context, id int64, t claims.Token, f episodes.Finish) error
@@ -74,16 +74,24 @@ func RunEpisodes(t *testing.T, newBackend func(t *testing.T) EpisodesBackend) {
 			errs    []error
 			startCh = make(chan struct{})
 		)
-		for range 16 {
+		var (
+			winner   claims.Claim
+			winnerID int64
+		)
+		for i := range 16 {
 			wg.Go(func() {
 				<-startCh
-				_, created, err := b.Store.CreateEpisode(context.Background(), newEpisode("schedule:a:e:2026-06-05T05:00:00Z"))
+				n := newEpisode("schedule:a:e:2026-06-05T05:00:00Z")
+				n.Owner, n.Lease = fmt.Sprintf("node-%d", i), time.Minute
+				res, err := b.Store.CreateEpisode(context.Background(), n)
 				mu.Lock()
 				defer mu.Unlock()
-				if err != nil {
+				switch {
+				case err != nil:
 					errs = append(errs, err)
-				} else if created {
+				case res.Created:
 					won++
+					winner, winnerID = res.Claim, res.Episode.ID
 				}
 			})
 		}
@@ -91,6 +99,44 @@ func RunEpisodes(t *testing.T, newBackend func(t *testing.T) EpisodesBackend) {
 		wg.Wait()
 		require.Empty(t, errs, "a duplicate is not an error")
 		require.Equal(t, 1, won)
+		// The winner's episode was born claimed, by the same statement.
+		require.EqualValues(t, 1, winner.Fence)
+		require.Equal(t, "schedule:a:e:2026-06-05T05:00:00Z", winner.Key)
+		_, err := b.Store.Acquire(ctx(t), claims.AcquireParams{Key: winner.Key, Owner: "late", Lease: time.Minute})
+		require.ErrorIs(t, err, claims.ErrBusy)
+		next, err := b.Store.StartEpisode(ctx(t), winnerID, winner.Token)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, next)
+	})
+
+	t.Run("CreateWithOwnerGrantsTheClaim", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		n := newEpisode("")
+		n.Owner, n.Lease = "node-a", 90*time.Second
+		res, err := b.Store.CreateEpisode(ctx(t), n)
+		require.NoError(t, err)
+		require.True(t, res.Created)
+		require.Equal(t, claims.Token{Key: res.Episode.ClaimKey(), Owner: "node-a", Fence: 1}, res.Claim.Token)
+		require.Equal(t, 90*time.Second, res.Claim.LeaseUntil.Sub(res.Claim.ClaimedAt))
+		require.Equal(t, claims.GrantFresh, res.Claim.Grant)
+
+		// A previous claim under the same key (its episode archived) is
+		// re-claimed with the usual rules.
+		keyed := newEpisode("event:a:e:again")
+		keyed.Owner, keyed.Lease = "node-a", time.Minute
+		first, err := b.Store.CreateEpisode(ctx(t), keyed)
+		require.NoError(t, err)
+		_, err = b.Store.StartEpisode(ctx(t), first.Episode.ID, first.Claim.Token)
+		require.NoError(t, err)
+		require.NoError(t, b.Store.FinishEpisode(ctx(t), first.Episode.ID, first.Claim.Token, episodes.Finish{Status: episodes.StatusDone}))
+		b.Archive(t, first.Episode.ID)
+		keyed.Owner = "node-b"
+		again, err := b.Store.CreateEpisode(ctx(t), keyed)
+		require.NoError(t, err)
+		require.True(t, again.Created)
+		require.Equal(t, claims.Token{Key: "event:a:e:again", Owner: "node-b", Fence: 2}, again.Claim.Token)
+		require.Equal(t, claims.GrantReclaim, again.Claim.Grant)
 	})
 
 	t.Run("StartIsFenced", func(t *testing.T) {
@@ -255,11 +301,13 @@ func newEpisode(key string) episodes.New {
 		MaxAttempts: 3, Payload: json.RawMessage(`{"n":1}`)}
 }
 
+// create creates an unclaimed episode (as a deferring node would).
 func create(t testing.TB, b EpisodesBackend, key string) (episodes.Episode, bool) {
 	t.Helper()
-	ep, created, err := b.Store.CreateEpisode(ctx(t), newEpisode(key))
+	res, err := b.Store.CreateEpisode(ctx(t), newEpisode(key))
 	require.NoError(t, err)
-	return ep, created
+	require.Zero(t, res.Claim.Fence, "no owner, no claim")
+	return res.Episode, res.Created
 }
 
 // running creates an episode under key, claims it for owner and starts it.

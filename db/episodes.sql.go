@@ -73,18 +73,52 @@ func (q *Queries) AppendStep(ctx context.Context, db DBTX, arg AppendStepParams)
 
 const createEpisode = `-- name: CreateEpisode :one
 
-INSERT INTO leasehold_episodes (
-    actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status,
-    max_attempts, budget, source_stack, source_env, payload, queued_at
-) VALUES (
-    $1, $2, $3,
-    $4, $5, 'queued',
-    $6, $7, $8,
-    $9, $10, now()
+WITH created AS (
+    INSERT INTO leasehold_episodes (
+        actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status,
+        max_attempts, budget, source_stack, source_env, payload, queued_at
+    ) VALUES (
+        $1, $2, $3,
+        $4, $5, 'queued',
+        $6, $7, $8,
+        $9, $10, now()
+    )
+    ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL AND archived_at IS NULL
+    DO NOTHING
+    RETURNING id, created_at, coalesce(dedupe_key, 'episode:' || id) AS claim_key
+), granted AS (
+    INSERT INTO leasehold_work_claims AS c (
+        dedupe_key, state, owner_node, lease_until, claimed_at, last_heartbeat_at,
+        attempt, fence, grant_kind, work_type
+    )
+    SELECT created.claim_key, 'claimed', $11::text,
+        now() + ($12::bigint * interval '1 millisecond'),
+        now(), now(), 1, 1, 'fresh', 'episode'
+    FROM created
+    WHERE $11::text <> ''
+    ON CONFLICT (dedupe_key) DO UPDATE SET
+        state             = 'claimed',
+        owner_node        = excluded.owner_node,
+        lease_until       = excluded.lease_until,
+        claimed_at        = excluded.claimed_at,
+        last_heartbeat_at = excluded.claimed_at,
+        finished_at       = NULL,
+        error_detail      = NULL,
+        attempt           = CASE WHEN c.state = 'done' THEN 1 ELSE c.attempt + 1 END,
+        fence             = c.fence + 1,
+        grant_kind        = CASE WHEN c.state = 'claimed' THEN 'steal' ELSE 'reclaim' END,
+        work_type         = excluded.work_type
+    WHERE c.state <> 'claimed' OR c.lease_until <= now()
+    RETURNING c.fence, c.attempt, c.lease_until, c.claimed_at, c.grant_kind
 )
-ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL AND archived_at IS NULL
-DO NOTHING
-RETURNING id, created_at
+SELECT created.id, created.created_at, created.claim_key::text AS claim_key,
+    coalesce(granted.fence, 0)::bigint AS fence,
+    coalesce(granted.attempt, 0)::integer AS attempt,
+    coalesce(granted.lease_until, created.created_at)::timestamptz AS lease_until,
+    coalesce(granted.claimed_at, created.created_at)::timestamptz AS claimed_at,
+    coalesce(granted.grant_kind, '')::text AS grant_kind
+FROM created
+LEFT JOIN granted ON true
 `
 
 type CreateEpisodeParams struct {
@@ -98,11 +132,19 @@ type CreateEpisodeParams struct {
 	SourceStack   string
 	SourceEnv     string
 	Payload       []byte
+	OwnerNode     string
+	LeaseMs       int64
 }
 
 type CreateEpisodeRow struct {
-	ID        int64
-	CreatedAt time.Time
+	ID         int64
+	CreatedAt  time.Time
+	ClaimKey   string
+	Fence      int64
+	Attempt    int32
+	LeaseUntil time.Time
+	ClaimedAt  time.Time
+	GrantKind  string
 }
 
 // Episodes and their step journal.
@@ -113,11 +155,18 @@ type CreateEpisodeRow struct {
 // SHARE, so a steal (an UPDATE of the claim row) waits for a write already
 // admitted and every write that comes after the steal sees the new fence and
 // matches nothing. All times are now(), the database clock.
-// One episode per trigger: N nodes insert the same dedupe_key, the filtered
-// unique index lets exactly one insert through, and the others get no row
-// back (a duplicate, not an error). Archived episodes are outside the index,
-// so they do not block the trigger from running again. The ON CONFLICT
-// predicate must match the index predicate for Postgres to use it.
+// One episode per trigger, born owned: N nodes insert the same dedupe_key,
+// the filtered unique index lets exactly one insert through, and the others
+// get no row back (a duplicate, not an error). Archived episodes are outside
+// the index, so they do not block the trigger from running again. The ON
+// CONFLICT predicate must match the index predicate for Postgres to use it.
+//
+// The same statement grants the new episode's work claim (its dedupe key,
+// or episode:{id}) to owner_node, with AcquireClaim's rules, so no crash can
+// leave a created episode queued without an owner: either both rows exist
+// or neither does. fence 0 in the result means the key's claim is held live
+// elsewhere (busy). An empty owner_node creates the episode unclaimed, for
+// deferred execution by another node.
 func (q *Queries) CreateEpisode(ctx context.Context, db DBTX, arg CreateEpisodeParams) (CreateEpisodeRow, error) {
 	row := db.QueryRow(ctx, createEpisode,
 		arg.ActorID,
@@ -130,9 +179,20 @@ func (q *Queries) CreateEpisode(ctx context.Context, db DBTX, arg CreateEpisodeP
 		arg.SourceStack,
 		arg.SourceEnv,
 		arg.Payload,
+		arg.OwnerNode,
+		arg.LeaseMs,
 	)
 	var i CreateEpisodeRow
-	err := row.Scan(&i.ID, &i.CreatedAt)
+	err := row.Scan(
+		&i.ID,
+		&i.CreatedAt,
+		&i.ClaimKey,
+		&i.Fence,
+		&i.Attempt,
+		&i.LeaseUntil,
+		&i.ClaimedAt,
+		&i.GrantKind,
+	)
 	return i, err
 }
 

@@ -76,6 +76,24 @@ type New struct {
 	SourceStack   string
 	SourceEnv     string
 	Payload       json.RawMessage
+
+	// Owner, when set, is granted the episode's work claim by the creating
+	// statement itself, for Lease: a created episode is never left queued
+	// without an owner by a crash between two statements. Empty creates the
+	// episode unclaimed (deferred execution by another node).
+	Owner string
+	Lease time.Duration
+}
+
+// Created is what CreateEpisode did.
+type Created struct {
+	// Created is false when a live episode already holds the dedupe key
+	// (another node won the trigger); nothing was written.
+	Created bool
+	Episode Episode
+	// Claim is the grant made with the episode; Claim.Fence is 0 when none
+	// was asked for, or the key's claim was held live elsewhere (busy).
+	Claim claims.Claim
 }
 
 // Episode is an episode row.
@@ -166,3 +184,16 @@ const (
 	ClassOrphaned          = "orphaned"
 	ClassRecoveryExhausted = "recovery_exhausted"
 )
+
+// GrantedClaim builds the claim CreateEpisode returns from its result
+// columns; fence 0 (no grant) gives the zero Claim.
+func GrantedClaim(key, owner string, fence int64, attempt int32, leaseUntil, claimedAt time.Time, grant string) claims.Claim {
+	if fence == 0 {
+		return claims.Claim{}
+	}
+	return claims.Claim{
+		Token: claims.Token{Key: key, Owner: owner, Fence: fence}, State: claims.StateClaimed,
+		Attempt: attempt, LeaseUntil: leaseUntil, ClaimedAt: claimedAt,
+		Grant: claims.GrantKind(grant), WorkType: "episode",
+	}
+}

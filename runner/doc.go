@@ -8,10 +8,12 @@
 //	   │  (random jitter, default 0–200 ms, spreads the winners)
 //	   ▼
 //	CreateEpisode ── no row ──► duplicate: silent skip (episode.duplicate)
-//	   │ one node's insert wins (filtered unique index on dedupe_key)
+//	   │ one node's insert wins (filtered unique index on dedupe_key), and the
+//	   │ same statement grants it the episode's work claim (its dedupe key, or
+//	   │ episode:{id}): no crash can leave it queued without an owner
 //	   ▼
-//	queued ── AcquireClaim (the episode's dedupe key, or episode:{id}) ──► held by this node,
-//	   │      renewed by the node heartbeat while it waits for a slot
+//	queued, claim held by this node, renewed by the node heartbeat while it
+//	   │    waits for a slot
 //	   │ a slot of the actor frees (max concurrent, FIFO)
 //	   ▼
 //	StartEpisode  (fenced: queued → running, owner_node = this node)

@@ -44,7 +44,7 @@ var (
 // statements and the fenced episode statements.
 type Store interface {
 	claims.Store
-	CreateEpisode(ctx context.Context, n episodes.New) (episodes.Episode, bool, error)
+	CreateEpisode(ctx context.Context, n episodes.New) (episodes.Created, error)
 	StartEpisode(ctx context.Context, id int64, t claims.Token) (nextStep int32, err error)
 	AppendStep(ctx context.Context, id int64, t claims.Token, stepNo int32, data json.RawMessage, lease time.Duration) error
 	FinishEpisode(ctx context.Context, id int64, t claims.Token, f episodes.Finish) error
@@ -469,36 +469,31 @@ func (n *Node) trigger(ctx context.Context, as *actorState, e *Expectation, key 
 		return Outcome{}, err
 	}
 	budget, _ := json.Marshal(map[string]any{"max_wall_ms": e.Budget.MaxWall.Milliseconds(), "max_steps": e.Budget.MaxSteps})
-	ep, created, err := n.store.CreateEpisode(ctx, episodes.New{
+	start := time.Now()
+	res, err := n.store.CreateEpisode(ctx, episodes.New{
 		ActorID: as.actor.ID, ExpectationID: e.ID, TriggerType: e.Trigger.triggerType(), TriggerRef: ref,
 		DedupeKey: key, MaxAttempts: e.MaxAttempts, Budget: budget,
 		SourceStack: n.cfg.StackSlug, SourceEnv: n.cfg.Env, Payload: payload,
+		Owner: n.id, Lease: n.gate.Lease(),
 	})
 	if err != nil {
 		return Outcome{}, fmt.Errorf("create episode %s/%s: %w", as.actor.ID, e.ID, err)
 	}
-	if !created {
+	if !res.Created {
 		n.emit(ctx, telemetry.Event{Name: EventDuplicate, Key: key, Owner: n.id})
 		n.log.DebugContext(ctx, "leasehold: dedupe skip", slog.String("key", key))
 		return Outcome{ExpectationID: e.ID, Duplicate: true}, nil
 	}
+	ep, claim := res.Episode, res.Claim
 	n.emit(ctx, telemetry.Event{Name: EventCreated, Key: ep.ClaimKey(), Owner: n.id})
-
-	// The episode exists now: claim it even if the caller gives up, so it is
-	// not left queued without an owner.
-	var claim claims.Claim
-	err = n.retrying(func(ctx context.Context) (err error) {
-		claim, err = n.gate.Acquire(ctx, ep.ClaimKey(), "episode")
-		return err
-	})
-	if errors.Is(err, claims.ErrBusy) {
-		// Only possible if another node took the new episode over already.
+	if claim.Fence == 0 {
+		// The key's claim is held live elsewhere (a run of an archived
+		// episode with the same key): that holder decides; recovery takes
+		// this episode once the claim expires or is released.
 		n.emit(ctx, telemetry.Event{Name: EventBusy, Key: ep.ClaimKey(), Owner: n.id})
 		return Outcome{ExpectationID: e.ID, EpisodeID: ep.ID}, nil
 	}
-	if err != nil {
-		return Outcome{ExpectationID: e.ID, EpisodeID: ep.ID}, fmt.Errorf("claim episode %d: %w", ep.ID, err)
-	}
+	claim.SetLocalStart(start)
 	runCtx, unhold := n.hb.Hold(n.base, claim)
 	as.exec.submit(&job{ep: ep, exp: e, claim: claim, ctx: runCtx, unhold: unhold})
 	return Outcome{ExpectationID: e.ID, EpisodeID: ep.ID}, nil

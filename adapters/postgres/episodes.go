@@ -14,9 +14,9 @@ import (
 	"github.com/leasehold/leasehold/episodes"
 )
 
-// CreateEpisode runs CreateEpisode; created is false when a live episode
-// already holds the dedupe key (another node won the trigger).
-func (s *Store) CreateEpisode(ctx context.Context, n episodes.New) (ep episodes.Episode, created bool, err error) {
+// CreateEpisode runs CreateEpisode: the episode and, when n.Owner is set,
+// its work claim, in one statement.
+func (s *Store) CreateEpisode(ctx context.Context, n episodes.New) (episodes.Created, error) {
 	row, err := s.q.CreateEpisode(ctx, s.conn, db.CreateEpisodeParams{
 		ActorID:       n.ActorID,
 		ExpectationID: n.ExpectationID,
@@ -28,19 +28,25 @@ func (s *Store) CreateEpisode(ctx context.Context, n episodes.New) (ep episodes.
 		SourceStack:   n.SourceStack,
 		SourceEnv:     n.SourceEnv,
 		Payload:       n.Payload,
+		OwnerNode:     n.Owner,
+		LeaseMs:       n.Lease.Milliseconds(),
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return episodes.Episode{}, false, nil
+		return episodes.Created{}, nil
 	}
 	if err != nil {
-		return episodes.Episode{}, false, dbError("CreateEpisode", err)
+		return episodes.Created{}, dbError("CreateEpisode", err)
 	}
-	return episodes.Episode{
-		ID: row.ID, ActorID: n.ActorID, ExpectationID: n.ExpectationID, TriggerType: n.TriggerType,
-		TriggerRef: n.TriggerRef, DedupeKey: n.DedupeKey, Status: episodes.StatusQueued,
-		MaxAttempts: n.MaxAttempts, SourceStack: n.SourceStack, SourceEnv: n.SourceEnv,
-		Payload: n.Payload, CreatedAt: row.CreatedAt,
-	}, true, nil
+	return episodes.Created{
+		Created: true,
+		Episode: episodes.Episode{
+			ID: row.ID, ActorID: n.ActorID, ExpectationID: n.ExpectationID, TriggerType: n.TriggerType,
+			TriggerRef: n.TriggerRef, DedupeKey: n.DedupeKey, Status: episodes.StatusQueued,
+			MaxAttempts: n.MaxAttempts, SourceStack: n.SourceStack, SourceEnv: n.SourceEnv,
+			Payload: n.Payload, CreatedAt: row.CreatedAt,
+		},
+		Claim: episodes.GrantedClaim(row.ClaimKey, n.Owner, row.Fence, row.Attempt, row.LeaseUntil, row.ClaimedAt, row.GrantKind),
+	}, nil
 }
 
 // StartEpisode runs StartEpisode and returns the next free step number.

@@ -12,16 +12,21 @@ import (
 	"github.com/leasehold/leasehold/episodes"
 )
 
-// CreateEpisode runs CreateEpisode; created is false when a live episode
+// CreateEpisode runs CreateEpisode: the episode and, when n.Owner is set,
+// its work claim, in one transaction. Created is false when a live episode
 // already holds the dedupe key (another node won the trigger), whether the
 // batch says so with an empty result or the filtered unique index with a
 // duplicate-key error.
-func (s *Store) CreateEpisode(ctx context.Context, n episodes.New) (ep episodes.Episode, created bool, err error) {
+func (s *Store) CreateEpisode(ctx context.Context, n episodes.New) (episodes.Created, error) {
 	var (
-		id        int64
-		createdAt time.Time
+		id                    int64
+		createdAt             time.Time
+		claimKey, grantKind   string
+		fence                 int64
+		attempt               int32
+		leaseUntil, claimedAt time.Time
 	)
-	err = s.queryRow(ctx, "CreateEpisode",
+	err := s.queryRow(ctx, "CreateEpisode",
 		sql.Named("actor_id", n.ActorID),
 		sql.Named("expectation_id", n.ExpectationID),
 		sql.Named("trigger_type", string(n.TriggerType)),
@@ -32,19 +37,25 @@ func (s *Store) CreateEpisode(ctx context.Context, n episodes.New) (ep episodes.
 		sql.Named("source_stack", n.SourceStack),
 		sql.Named("source_env", n.SourceEnv),
 		sql.Named("payload", jsonArg(n.Payload)),
-	).Scan(&id, &createdAt)
+		sql.Named("owner_node", n.Owner),
+		sql.Named("lease_ms", n.Lease.Milliseconds()),
+	).Scan(&id, &createdAt, &claimKey, &fence, &attempt, &leaseUntil, &claimedAt, &grantKind)
 	if errors.Is(err, sql.ErrNoRows) || isDuplicate(err) {
-		return episodes.Episode{}, false, nil
+		return episodes.Created{}, nil
 	}
 	if err != nil {
-		return episodes.Episode{}, false, err
+		return episodes.Created{}, err
 	}
-	return episodes.Episode{
-		ID: id, ActorID: n.ActorID, ExpectationID: n.ExpectationID, TriggerType: n.TriggerType,
-		TriggerRef: n.TriggerRef, DedupeKey: n.DedupeKey, Status: episodes.StatusQueued,
-		MaxAttempts: n.MaxAttempts, SourceStack: n.SourceStack, SourceEnv: n.SourceEnv,
-		Payload: n.Payload, CreatedAt: createdAt,
-	}, true, nil
+	return episodes.Created{
+		Created: true,
+		Episode: episodes.Episode{
+			ID: id, ActorID: n.ActorID, ExpectationID: n.ExpectationID, TriggerType: n.TriggerType,
+			TriggerRef: n.TriggerRef, DedupeKey: n.DedupeKey, Status: episodes.StatusQueued,
+			MaxAttempts: n.MaxAttempts, SourceStack: n.SourceStack, SourceEnv: n.SourceEnv,
+			Payload: n.Payload, CreatedAt: createdAt,
+		},
+		Claim: episodes.GrantedClaim(claimKey, n.Owner, fence, attempt, leaseUntil, claimedAt, grantKind),
+	}, nil
 }
 
 // StartEpisode runs StartEpisode and returns the next free step number.

@@ -79,7 +79,7 @@ var (
 		"DeclareTableVariableStatement": true, "IfStatement": true,
 		"BeginEndBlockStatement": true, "TryCatchStatement": true, "ThrowStatement": true,
 		"BeginTransactionStatement": true, "CommitTransactionStatement": true,
-		"RollbackTransactionStatement": true,
+		"RollbackTransactionStatement": true, "SetVariableStatement": true,
 	}
 	migrationStatementTypes = map[string]bool{
 		"CreateTableStatement": true, "CreateIndexStatement": true, "DropTableStatement": true,

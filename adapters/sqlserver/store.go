@@ -88,7 +88,7 @@ var resultColumns = map[string][]string{
 	"ReleaseClaim":      {"fence"},
 	"ListExpiredClaims": claimColumns,
 
-	"CreateEpisode": {"id", "created_at"},
+	"CreateEpisode": {"id", "created_at", "claim_key", "fence", "attempt", "lease_until", "claimed_at", "grant_kind"},
 	"StartEpisode":  {"id", "next_step_no"},
 	"AppendStep":    {"step_no"},
 	"FinishEpisode": {"id"},

@@ -8,23 +8,64 @@
 -- matches nothing. All times are now(), the database clock.
 
 -- name: CreateEpisode :one
--- One episode per trigger: N nodes insert the same dedupe_key, the filtered
--- unique index lets exactly one insert through, and the others get no row
--- back (a duplicate, not an error). Archived episodes are outside the index,
--- so they do not block the trigger from running again. The ON CONFLICT
--- predicate must match the index predicate for Postgres to use it.
-INSERT INTO leasehold_episodes (
-    actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status,
-    max_attempts, budget, source_stack, source_env, payload, queued_at
-) VALUES (
-    sqlc.arg(actor_id), sqlc.arg(expectation_id), sqlc.arg(trigger_type),
-    sqlc.narg(trigger_ref), sqlc.narg(dedupe_key), 'queued',
-    sqlc.arg(max_attempts), sqlc.narg(budget), sqlc.arg(source_stack),
-    sqlc.arg(source_env), sqlc.narg(payload), now()
+-- One episode per trigger, born owned: N nodes insert the same dedupe_key,
+-- the filtered unique index lets exactly one insert through, and the others
+-- get no row back (a duplicate, not an error). Archived episodes are outside
+-- the index, so they do not block the trigger from running again. The ON
+-- CONFLICT predicate must match the index predicate for Postgres to use it.
+--
+-- The same statement grants the new episode's work claim (its dedupe key,
+-- or episode:{id}) to owner_node, with AcquireClaim's rules, so no crash can
+-- leave a created episode queued without an owner: either both rows exist
+-- or neither does. fence 0 in the result means the key's claim is held live
+-- elsewhere (busy). An empty owner_node creates the episode unclaimed, for
+-- deferred execution by another node.
+WITH created AS (
+    INSERT INTO leasehold_episodes (
+        actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status,
+        max_attempts, budget, source_stack, source_env, payload, queued_at
+    ) VALUES (
+        sqlc.arg(actor_id), sqlc.arg(expectation_id), sqlc.arg(trigger_type),
+        sqlc.narg(trigger_ref), sqlc.narg(dedupe_key), 'queued',
+        sqlc.arg(max_attempts), sqlc.narg(budget), sqlc.arg(source_stack),
+        sqlc.arg(source_env), sqlc.narg(payload), now()
+    )
+    ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL AND archived_at IS NULL
+    DO NOTHING
+    RETURNING id, created_at, coalesce(dedupe_key, 'episode:' || id) AS claim_key
+), granted AS (
+    INSERT INTO leasehold_work_claims AS c (
+        dedupe_key, state, owner_node, lease_until, claimed_at, last_heartbeat_at,
+        attempt, fence, grant_kind, work_type
+    )
+    SELECT created.claim_key, 'claimed', sqlc.arg(owner_node)::text,
+        now() + (sqlc.arg(lease_ms)::bigint * interval '1 millisecond'),
+        now(), now(), 1, 1, 'fresh', 'episode'
+    FROM created
+    WHERE sqlc.arg(owner_node)::text <> ''
+    ON CONFLICT (dedupe_key) DO UPDATE SET
+        state             = 'claimed',
+        owner_node        = excluded.owner_node,
+        lease_until       = excluded.lease_until,
+        claimed_at        = excluded.claimed_at,
+        last_heartbeat_at = excluded.claimed_at,
+        finished_at       = NULL,
+        error_detail      = NULL,
+        attempt           = CASE WHEN c.state = 'done' THEN 1 ELSE c.attempt + 1 END,
+        fence             = c.fence + 1,
+        grant_kind        = CASE WHEN c.state = 'claimed' THEN 'steal' ELSE 'reclaim' END,
+        work_type         = excluded.work_type
+    WHERE c.state <> 'claimed' OR c.lease_until <= now()
+    RETURNING c.fence, c.attempt, c.lease_until, c.claimed_at, c.grant_kind
 )
-ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL AND archived_at IS NULL
-DO NOTHING
-RETURNING id, created_at;
+SELECT created.id, created.created_at, created.claim_key::text AS claim_key,
+    coalesce(granted.fence, 0)::bigint AS fence,
+    coalesce(granted.attempt, 0)::integer AS attempt,
+    coalesce(granted.lease_until, created.created_at)::timestamptz AS lease_until,
+    coalesce(granted.claimed_at, created.created_at)::timestamptz AS claimed_at,
+    coalesce(granted.grant_kind, '')::text AS grant_kind
+FROM created
+LEFT JOIN granted ON true;
 
 -- name: StartEpisode :one
 -- Moves a queued episode to running under the caller's grant, or re-starts a

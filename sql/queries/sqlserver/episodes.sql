@@ -27,21 +27,39 @@
 -- All times are SYSUTCDATETIME(), the database clock.
 
 -- name: CreateEpisode :one
--- One episode per trigger: N nodes insert the same @dedupe_key, the filtered
--- unique index leasehold_episodes_dedupe_key_idx lets exactly one insert
--- through, and the others get no row back (a duplicate, not an error).
--- Archived episodes are outside the index, so they do not block the trigger
--- from running again. An insert racing an uncommitted one of the same key
--- waits for it, then fails (it committed) or succeeds (it rolled back).
+-- One episode per trigger, born owned: N nodes insert the same @dedupe_key,
+-- the filtered unique index leasehold_episodes_dedupe_key_idx lets exactly
+-- one insert through, and the others get no row back (a duplicate, not an
+-- error). Archived episodes are outside the index, so they do not block the
+-- trigger from running again. A NULL @dedupe_key is never a duplicate.
 --
--- Duplicates: the losing insert raises 2601 (unique index); it is CAUGHT in
--- this batch and returned as the empty result, like ON CONFLICT DO NOTHING.
--- A NULL @dedupe_key is outside the index and never a duplicate.
+-- In the same transaction the new episode's work claim (its dedupe key, or
+-- episode:{id}) is granted to @owner_node with AcquireClaim's rules and
+-- hints: UPDATE WITH (UPDLOCK, HOLDLOCK) of a free or expired claim, else an
+-- INSERT guarded by NOT EXISTS under the same key-range lock. Both rows land
+-- or neither does, so no crash leaves a created episode queued without an
+-- owner. fence 0 in the result means the key's claim is held live elsewhere
+-- (busy). An empty @owner_node creates the episode unclaimed.
+--
+-- Duplicates: the losing episode insert raises 2601 (unique index); it is
+-- CAUGHT here (after rolling back) and returned as the empty result, like ON
+-- CONFLICT DO NOTHING.
 SET NOCOUNT ON;
 SET XACT_ABORT ON;
 DECLARE @created TABLE (id bigint NOT NULL, created_at datetime2(6) NOT NULL);
+DECLARE @claim_key nvarchar(512);
+DECLARE @duplicate bit = 0;
+DECLARE @granted TABLE (
+    fence       bigint       NOT NULL,
+    attempt     int          NOT NULL,
+    lease_until datetime2(6) NOT NULL,
+    claimed_at  datetime2(6) NOT NULL,
+    grant_kind  nvarchar(16) NOT NULL
+);
 
 BEGIN TRY
+    BEGIN TRANSACTION;
+
     INSERT INTO leasehold_episodes (
         actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status,
         max_attempts, budget, source_stack, source_env, payload, queued_at
@@ -51,13 +69,63 @@ BEGIN TRY
         @actor_id, @expectation_id, @trigger_type, @trigger_ref, @dedupe_key, N'queued',
         @max_attempts, @budget, @source_stack, @source_env, @payload, SYSUTCDATETIME()
     );
+
+    SELECT @claim_key = COALESCE(@dedupe_key, CONCAT(N'episode:', id)) FROM @created;
+
+    IF @owner_node <> N''
+    BEGIN
+        UPDATE leasehold_work_claims WITH (UPDLOCK, HOLDLOCK)
+        SET state             = N'claimed',
+            owner_node        = @owner_node,
+            lease_until       = DATEADD(millisecond, CAST(@lease_ms AS int), SYSUTCDATETIME()),
+            claimed_at        = SYSUTCDATETIME(),
+            last_heartbeat_at = SYSUTCDATETIME(),
+            finished_at       = NULL,
+            error_detail      = NULL,
+            attempt           = CASE WHEN state = N'done' THEN 1 ELSE attempt + 1 END,
+            fence             = fence + 1,
+            grant_kind        = CASE WHEN state = N'claimed' THEN N'steal' ELSE N'reclaim' END,
+            work_type         = N'episode'
+        OUTPUT inserted.fence, inserted.attempt, inserted.lease_until, inserted.claimed_at,
+            inserted.grant_kind
+        INTO @granted
+        WHERE dedupe_key = @claim_key
+          AND (state <> N'claimed' OR lease_until <= SYSUTCDATETIME());
+
+        IF NOT EXISTS (SELECT 1 FROM @granted)
+            INSERT INTO leasehold_work_claims (
+                dedupe_key, state, owner_node, lease_until, claimed_at, last_heartbeat_at,
+                attempt, fence, grant_kind, work_type
+            )
+            OUTPUT inserted.fence, inserted.attempt, inserted.lease_until, inserted.claimed_at,
+                inserted.grant_kind
+            INTO @granted
+            SELECT @claim_key, N'claimed', @owner_node,
+                DATEADD(millisecond, CAST(@lease_ms AS int), SYSUTCDATETIME()),
+                SYSUTCDATETIME(), SYSUTCDATETIME(), 1, 1, N'fresh', N'episode'
+            WHERE NOT EXISTS (SELECT 1 FROM leasehold_work_claims WITH (UPDLOCK, HOLDLOCK)
+                              WHERE dedupe_key = @claim_key);
+    END;
+
+    COMMIT TRANSACTION;
 END TRY
 BEGIN CATCH
+    IF XACT_STATE() <> 0 ROLLBACK TRANSACTION;
     -- Another node created the live episode for this trigger: a duplicate.
     IF ERROR_NUMBER() NOT IN (2601, 2627) THROW;
+    -- Table variables outlive a rollback: answer with the empty result.
+    SET @duplicate = 1;
 END CATCH;
 
-SELECT id, created_at FROM @created;
+SELECT c.id, c.created_at, @claim_key AS claim_key,
+    COALESCE(g.fence, 0) AS fence,
+    COALESCE(g.attempt, 0) AS attempt,
+    COALESCE(g.lease_until, c.created_at) AS lease_until,
+    COALESCE(g.claimed_at, c.created_at) AS claimed_at,
+    COALESCE(g.grant_kind, N'') AS grant_kind
+FROM @created AS c
+LEFT JOIN @granted AS g ON 1 = 1
+WHERE @duplicate = 0;
 
 -- name: StartEpisode :one
 -- Moves a queued episode to running under the caller's grant, or re-starts a
