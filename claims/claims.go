@@ -94,6 +94,16 @@ type Claim struct {
 // recovery) should set it, or Hold uses the time of the Hold call.
 func (c *Claim) SetLocalStart(t time.Time) { c.acquiredAt = t }
 
+// ListQuery selects claims for an operator listing (leasehold claims ls);
+// it has no coordination role. Owner "" means every owner; ExpiredOnly keeps
+// the claimed leases past their deadline on the database clock. Soonest
+// deadline first, at most Limit.
+type ListQuery struct {
+	Owner       string
+	ExpiredOnly bool
+	Limit       int
+}
+
 // AcquireParams asks for a lease.
 type AcquireParams struct {
 	Key      string

@@ -161,6 +161,70 @@ func (q *Queries) FailClaim(ctx context.Context, db DBTX, arg FailClaimParams) (
 	return fence, err
 }
 
+const listClaims = `-- name: ListClaims :many
+SELECT dedupe_key, state, owner_node, lease_until, claimed_at, attempt, fence,
+    grant_kind, work_type
+FROM leasehold_work_claims
+WHERE ($1::text = '' OR owner_node = $1::text)
+  AND (NOT $2::boolean
+       OR (state = 'claimed' AND lease_until <= now()))
+ORDER BY lease_until
+LIMIT $3::integer
+`
+
+type ListClaimsParams struct {
+	OwnerNode   string
+	ExpiredOnly bool
+	MaxRows     int32
+}
+
+type ListClaimsRow struct {
+	DedupeKey  string
+	State      string
+	OwnerNode  string
+	LeaseUntil time.Time
+	ClaimedAt  time.Time
+	Attempt    int32
+	Fence      int64
+	GrantKind  string
+	WorkType   string
+}
+
+// Operator read (leasehold claims ls): work claims of any state, soonest
+// deadline first. An empty owner_node means every owner; expired_only keeps the
+// claimed leases whose deadline has passed on the database clock. It has no
+// coordination role: nothing decides anything from it, so it takes no lock
+// and a row it shows may be stale by the time it is printed.
+func (q *Queries) ListClaims(ctx context.Context, db DBTX, arg ListClaimsParams) ([]ListClaimsRow, error) {
+	rows, err := db.Query(ctx, listClaims, arg.OwnerNode, arg.ExpiredOnly, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ListClaimsRow{}
+	for rows.Next() {
+		var i ListClaimsRow
+		if err := rows.Scan(
+			&i.DedupeKey,
+			&i.State,
+			&i.OwnerNode,
+			&i.LeaseUntil,
+			&i.ClaimedAt,
+			&i.Attempt,
+			&i.Fence,
+			&i.GrantKind,
+			&i.WorkType,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const listExpiredClaims = `-- name: ListExpiredClaims :many
 SELECT dedupe_key, state, owner_node, lease_until, claimed_at, attempt, fence,
     grant_kind, work_type

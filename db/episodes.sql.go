@@ -301,6 +301,97 @@ func (q *Queries) GetEpisode(ctx context.Context, db DBTX, id int64) (LeaseholdE
 	return i, err
 }
 
+const listEpisodes = `-- name: ListEpisodes :many
+SELECT id, actor_id, expectation_id, trigger_type, dedupe_key, status, phase,
+    attempts, max_attempts, source_stack, source_env, owner_node, created_at,
+    started_at, finished_at, last_step_at
+FROM leasehold_episodes
+WHERE ($1::text = '' OR status = $1::text)
+  AND ($2::text = '' OR actor_id = $2::text)
+  AND (NOT $3::boolean
+       OR (status = 'running'
+           AND coalesce(last_step_at, started_at, created_at)
+               < now() - ($4::bigint * interval '1 millisecond')))
+ORDER BY id DESC
+LIMIT $5::integer
+`
+
+type ListEpisodesParams struct {
+	Status       string
+	ActorID      string
+	StaleOnly    bool
+	StaleAfterMs int64
+	MaxRows      int32
+}
+
+type ListEpisodesRow struct {
+	ID            int64
+	ActorID       string
+	ExpectationID string
+	TriggerType   string
+	DedupeKey     *string
+	Status        string
+	Phase         *string
+	Attempts      int32
+	MaxAttempts   int32
+	SourceStack   string
+	SourceEnv     string
+	OwnerNode     *string
+	CreatedAt     time.Time
+	StartedAt     *time.Time
+	FinishedAt    *time.Time
+	LastStepAt    *time.Time
+}
+
+// Operator read (leasehold episodes ls): episodes, newest first. An empty
+// status or actor_id means any; stale_only keeps the running episodes whose last
+// sign of life (last_step_at, else started_at) is older than stale_after_ms
+// on the database clock. It has no coordination role: recovery decides with
+// ListOrphanedEpisodes and ClaimForRecovery, never with this, so it takes no
+// lock and a row it shows may be stale by the time it is printed.
+func (q *Queries) ListEpisodes(ctx context.Context, db DBTX, arg ListEpisodesParams) ([]ListEpisodesRow, error) {
+	rows, err := db.Query(ctx, listEpisodes,
+		arg.Status,
+		arg.ActorID,
+		arg.StaleOnly,
+		arg.StaleAfterMs,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ListEpisodesRow{}
+	for rows.Next() {
+		var i ListEpisodesRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.ActorID,
+			&i.ExpectationID,
+			&i.TriggerType,
+			&i.DedupeKey,
+			&i.Status,
+			&i.Phase,
+			&i.Attempts,
+			&i.MaxAttempts,
+			&i.SourceStack,
+			&i.SourceEnv,
+			&i.OwnerNode,
+			&i.CreatedAt,
+			&i.StartedAt,
+			&i.FinishedAt,
+			&i.LastStepAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const listSteps = `-- name: ListSteps :many
 SELECT episode_id, step_no, fence, data, created_at
 FROM leasehold_episode_steps

@@ -160,6 +160,18 @@ type Step struct {
 	CreatedAt time.Time
 }
 
+// ListQuery selects episodes for an operator listing (leasehold episodes
+// ls); it has no coordination role. Status and ActorID "" mean any.
+// StaleOnly keeps the running episodes whose last step (else start) is
+// older than StaleAfter on the database clock. Newest first, at most Limit.
+type ListQuery struct {
+	Status     Status
+	ActorID    string
+	StaleOnly  bool
+	StaleAfter time.Duration
+	Limit      int
+}
+
 // OrphanQuery selects orphaned episodes. Stack "" means every stack;
 // otherwise Stack and unstamped rows. Env is matched exactly ("" is the
 // unset env).

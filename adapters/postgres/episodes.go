@@ -212,3 +212,25 @@ func (s *Store) PutAgentDefinition(ctx context.Context, actorID, expectationID, 
 	}
 	return nil
 }
+
+// ListEpisodes runs ListEpisodes, an operator read.
+func (s *Store) ListEpisodes(ctx context.Context, q episodes.ListQuery) ([]episodes.Episode, error) {
+	rows, err := s.q.ListEpisodes(ctx, s.conn, db.ListEpisodesParams{
+		Status: string(q.Status), ActorID: q.ActorID, StaleOnly: q.StaleOnly,
+		StaleAfterMs: q.StaleAfter.Milliseconds(), MaxRows: int32(min(q.Limit, 1<<31-1)),
+	})
+	if err != nil {
+		return nil, dbError("ListEpisodes", err)
+	}
+	out := make([]episodes.Episode, len(rows))
+	for i, r := range rows {
+		out[i] = episodes.Episode{
+			ID: r.ID, ActorID: r.ActorID, ExpectationID: r.ExpectationID, TriggerType: episodes.TriggerType(r.TriggerType),
+			DedupeKey: deref(r.DedupeKey), Status: episodes.Status(r.Status), Phase: deref(r.Phase),
+			Attempts: r.Attempts, MaxAttempts: r.MaxAttempts, SourceStack: r.SourceStack, SourceEnv: r.SourceEnv,
+			OwnerNode: deref(r.OwnerNode), CreatedAt: r.CreatedAt, StartedAt: r.StartedAt,
+			FinishedAt: r.FinishedAt, LastStepAt: r.LastStepAt,
+		}
+	}
+	return out, nil
+}

@@ -169,3 +169,18 @@ func dbError(query string, err error) error {
 	}
 	return fmt.Errorf("postgres: %s: %w", query, err)
 }
+
+// ListClaims runs ListClaims, an operator read.
+func (s *Store) ListClaims(ctx context.Context, q claims.ListQuery) ([]claims.Claim, error) {
+	rows, err := s.q.ListClaims(ctx, s.conn, db.ListClaimsParams{
+		OwnerNode: q.Owner, ExpiredOnly: q.ExpiredOnly, MaxRows: int32(min(q.Limit, 1<<31-1)),
+	})
+	if err != nil {
+		return nil, dbError("ListClaims", err)
+	}
+	out := make([]claims.Claim, len(rows))
+	for i, r := range rows {
+		out[i] = toClaim(db.ListExpiredClaimsRow(r))
+	}
+	return out, nil
+}

@@ -196,3 +196,24 @@ func rawJSON(ns sql.NullString) json.RawMessage {
 
 // nullString sends "" as NULL.
 func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
+
+// ListClaims runs ListClaims, an operator read.
+func (s *Store) ListClaims(ctx context.Context, q claims.ListQuery) ([]claims.Claim, error) {
+	rows, err := s.query(ctx, "ListClaims",
+		sql.Named("max_rows", maxRows(q.Limit)),
+		sql.Named("owner_node", q.Owner),
+		sql.Named("expired_only", q.ExpiredOnly),
+	)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]claims.Claim, 0, len(rows.rows))
+	for rows.Next() {
+		c, err := scanClaim(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}

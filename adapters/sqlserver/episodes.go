@@ -175,3 +175,38 @@ func timePtr(nt sql.NullTime) *time.Time {
 	t := nt.Time
 	return &t
 }
+
+// ListEpisodes runs ListEpisodes, an operator read.
+func (s *Store) ListEpisodes(ctx context.Context, q episodes.ListQuery) ([]episodes.Episode, error) {
+	rows, err := s.query(ctx, "ListEpisodes",
+		sql.Named("max_rows", maxRows(q.Limit)),
+		sql.Named("status", string(q.Status)),
+		sql.Named("actor_id", q.ActorID),
+		sql.Named("stale_only", q.StaleOnly),
+		sql.Named("stale_after_ms", q.StaleAfter.Milliseconds()),
+	)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]episodes.Episode, 0, len(rows.rows))
+	for rows.Next() {
+		var (
+			e                           episodes.Episode
+			triggerType, status         string
+			dedupeKey, phase, owner     sql.NullString
+			started, finished, lastStep sql.NullTime
+		)
+		if err := rows.Scan(
+			&e.ID, &e.ActorID, &e.ExpectationID, &triggerType, &dedupeKey,
+			&status, &phase, &e.Attempts, &e.MaxAttempts, &e.SourceStack, &e.SourceEnv,
+			&owner, &e.CreatedAt, &started, &finished, &lastStep,
+		); err != nil {
+			return nil, err
+		}
+		e.TriggerType, e.Status = episodes.TriggerType(triggerType), episodes.Status(status)
+		e.DedupeKey, e.Phase, e.OwnerNode = dedupeKey.String, phase.String, owner.String
+		e.StartedAt, e.FinishedAt, e.LastStepAt = timePtr(started), timePtr(finished), timePtr(lastStep)
+		out = append(out, e)
+	}
+	return out, nil
+}

@@ -87,6 +87,7 @@ var resultColumns = map[string][]string{
 	"FailClaim":         {"fence"},
 	"ReleaseClaim":      {"fence"},
 	"ListExpiredClaims": claimColumns,
+	"ListClaims":        claimColumns,
 
 	"CreateEpisode": {"id", "created_at", "claim_key", "fence", "attempt", "lease_until", "claimed_at", "grant_kind"},
 	"StartEpisode":  {"id", "next_step_no"},
@@ -99,6 +100,11 @@ var resultColumns = map[string][]string{
 		"started_at", "finished_at", "last_step_at", "archived_at", "created_at",
 	},
 	"ListSteps": {"episode_id", "step_no", "fence", "data", "created_at"},
+	"ListEpisodes": {
+		"id", "actor_id", "expectation_id", "trigger_type", "dedupe_key", "status", "phase",
+		"attempts", "max_attempts", "source_stack", "source_env", "owner_node", "created_at",
+		"started_at", "finished_at", "last_step_at",
+	},
 
 	"ListOrphanedEpisodes": {
 		"id", "actor_id", "expectation_id", "status", "dedupe_key", "attempts",

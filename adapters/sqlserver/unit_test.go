@@ -205,10 +205,13 @@ func TestUnitParamsMatchPostgres(t *testing.T) {
 	_, _, _ = s.ClaimForRecovery(ctx, 1, "a", time.Second, time.Minute)
 	_, _, _ = s.AgentRecoveryPolicy(ctx, "x", "y")
 	_ = s.PutAgentDefinition(ctx, "x", "y", "retry")
+	_, _ = s.ListClaims(ctx, claims.ListQuery{Owner: "a", ExpiredOnly: true, Limit: 10})
+	_, _ = s.ListEpisodes(ctx, episodes.ListQuery{Status: episodes.StatusRunning, StaleOnly: true, StaleAfter: time.Minute, Limit: 10})
 
 	wantType := map[string]any{
 		"lease_ms": int64(0), "stale_after_ms": int64(0), "fence": int64(0), "id": int64(0),
 		"episode_id": int64(0), "step_no": int32(0), "max_attempts": int32(0), "max_rows": int32(0),
+		"expired_only": false, "stale_only": false,
 	}
 	require.ElementsMatch(t, slices.Collect(maps.Keys(resultColumns)), slices.Collect(maps.Keys(f.params)), "every statement ran")
 	for name, args := range f.params {

@@ -7,6 +7,11 @@
 //	demo    run three nodes as separate processes against a throwaway schema,
 //	        SIGKILL one of them mid-episode and show from the database that
 //	        its work was recovered exactly once.
+//	migrate   up|down|status: leasehold's schema migrations (-url or DATABASE_URL;
+//	          postgres://, postgresql:// or sqlserver://).
+//	claims    ls: list work claims.
+//	episodes  ls: list episodes.
+//	sweep     recover orphaned episodes; -dry-run only reports the decisions.
 package main
 
 import (
@@ -32,6 +37,10 @@ type command struct {
 // commands lists every subcommand; add new ones here.
 var commands = []command{
 	{name: "demo", summary: "crash-recovery demo: 3 node processes, one SIGKILLed mid-episode", run: runDemo},
+	{name: "migrate", summary: "apply, roll back or show leasehold's schema migrations", run: runMigrate},
+	{name: "claims", summary: "claims ls: list work claims", run: runClaims},
+	{name: "episodes", summary: "episodes ls: list episodes", run: runEpisodes},
+	{name: "sweep", summary: "recover orphaned episodes (-dry-run: only report)", run: runSweep},
 	{name: demoNodeCommand, summary: "one node of the demo (started by demo)", hidden: true, run: runDemoNode},
 }
 
@@ -79,7 +88,7 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "commands:")
 	for _, c := range commands {
 		if !c.hidden {
-			fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+			fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
 		}
 	}
 	fmt.Fprintln(w)

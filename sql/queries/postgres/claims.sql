@@ -143,3 +143,18 @@ WHERE state = 'claimed'
   AND lease_until < now()
 ORDER BY lease_until
 LIMIT sqlc.arg(max_rows)::integer;
+
+-- name: ListClaims :many
+-- Operator read (leasehold claims ls): work claims of any state, soonest
+-- deadline first. An empty owner_node means every owner; expired_only keeps the
+-- claimed leases whose deadline has passed on the database clock. It has no
+-- coordination role: nothing decides anything from it, so it takes no lock
+-- and a row it shows may be stale by the time it is printed.
+SELECT dedupe_key, state, owner_node, lease_until, claimed_at, attempt, fence,
+    grant_kind, work_type
+FROM leasehold_work_claims
+WHERE (sqlc.arg(owner_node)::text = '' OR owner_node = sqlc.arg(owner_node)::text)
+  AND (NOT sqlc.arg(expired_only)::boolean
+       OR (state = 'claimed' AND lease_until <= now()))
+ORDER BY lease_until
+LIMIT sqlc.arg(max_rows)::integer;

@@ -178,3 +178,23 @@ SELECT episode_id, step_no, fence, data, created_at
 FROM leasehold_episode_steps
 WHERE episode_id = sqlc.arg(episode_id)
 ORDER BY step_no;
+
+-- name: ListEpisodes :many
+-- Operator read (leasehold episodes ls): episodes, newest first. An empty
+-- status or actor_id means any; stale_only keeps the running episodes whose last
+-- sign of life (last_step_at, else started_at) is older than stale_after_ms
+-- on the database clock. It has no coordination role: recovery decides with
+-- ListOrphanedEpisodes and ClaimForRecovery, never with this, so it takes no
+-- lock and a row it shows may be stale by the time it is printed.
+SELECT id, actor_id, expectation_id, trigger_type, dedupe_key, status, phase,
+    attempts, max_attempts, source_stack, source_env, owner_node, created_at,
+    started_at, finished_at, last_step_at
+FROM leasehold_episodes
+WHERE (sqlc.arg(status)::text = '' OR status = sqlc.arg(status)::text)
+  AND (sqlc.arg(actor_id)::text = '' OR actor_id = sqlc.arg(actor_id)::text)
+  AND (NOT sqlc.arg(stale_only)::boolean
+       OR (status = 'running'
+           AND coalesce(last_step_at, started_at, created_at)
+               < now() - (sqlc.arg(stale_after_ms)::bigint * interval '1 millisecond')))
+ORDER BY id DESC
+LIMIT sqlc.arg(max_rows)::integer;

@@ -228,3 +228,18 @@ FROM leasehold_work_claims
 WHERE state = N'claimed'
   AND lease_until < SYSUTCDATETIME()
 ORDER BY lease_until;
+
+-- name: ListClaims :many
+-- Operator read (leasehold claims ls): work claims of any state, soonest
+-- deadline first. @owner_node N'' means every owner; @expired_only keeps the
+-- claimed leases whose deadline has passed on the database clock. It has no
+-- coordination role: nothing decides anything from it, so it needs no lock
+-- hint (and must not use NOLOCK), and a row it shows may be stale by the
+-- time it is printed.
+SELECT TOP (@max_rows) dedupe_key, state, owner_node, lease_until, claimed_at,
+    attempt, fence, grant_kind, work_type
+FROM leasehold_work_claims
+WHERE (@owner_node = N'' OR owner_node = @owner_node)
+  AND (@expired_only = 0
+       OR (state = N'claimed' AND lease_until <= SYSUTCDATETIME()))
+ORDER BY lease_until;

@@ -297,3 +297,23 @@ SELECT episode_id, step_no, fence, data, created_at
 FROM leasehold_episode_steps
 WHERE episode_id = @episode_id
 ORDER BY step_no;
+
+-- name: ListEpisodes :many
+-- Operator read (leasehold episodes ls): episodes, newest first. @status
+-- N'' and @actor_id N'' mean any; @stale_only keeps the running episodes
+-- whose last sign of life (last_step_at, else started_at) is older than
+-- @stale_after_ms on the database clock. It has no coordination role:
+-- recovery decides with ListOrphanedEpisodes and ClaimForRecovery, never
+-- with this, so it needs no lock hint (and must not use NOLOCK), and a row
+-- it shows may be stale by the time it is printed.
+SELECT TOP (@max_rows) id, actor_id, expectation_id, trigger_type, dedupe_key,
+    status, phase, attempts, max_attempts, source_stack, source_env,
+    owner_node, created_at, started_at, finished_at, last_step_at
+FROM leasehold_episodes
+WHERE (@status = N'' OR status = @status)
+  AND (@actor_id = N'' OR actor_id = @actor_id)
+  AND (@stale_only = 0
+       OR (status = N'running'
+           AND COALESCE(last_step_at, started_at, created_at)
+               < DATEADD(millisecond, -CAST(@stale_after_ms AS int), SYSUTCDATETIME())))
+ORDER BY id DESC;

@@ -1,0 +1,208 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+
+	"github.com/leasehold/leasehold/adapters/postgres"
+	"github.com/leasehold/leasehold/adapters/sqlserver"
+	"github.com/leasehold/leasehold/claims"
+	"github.com/leasehold/leasehold/episodes"
+	"github.com/leasehold/leasehold/recovery"
+)
+
+// connectTimeout bounds opening and pinging the database.
+const connectTimeout = 10 * time.Second
+
+// cliStore is what the operator commands need from a dialect adapter. The
+// commands run no SQL of their own: only these adapter methods.
+type cliStore interface {
+	recovery.Store
+	ListClaims(ctx context.Context, q claims.ListQuery) ([]claims.Claim, error)
+	ListEpisodes(ctx context.Context, q episodes.ListQuery) ([]episodes.Episode, error)
+}
+
+// dbConn is an open, reachable database of either dialect.
+type dbConn struct {
+	dialect  string // "postgres" or "sqlserver"
+	store    cliStore
+	migrator func() (*goose.Provider, error)
+	close    func()
+}
+
+// usageError is a mistake in the command line: exit code 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+
+// exitCode reports err on stderr as "leasehold <cmd>: err" and returns 2 for
+// a usage error, else 1.
+func exitCode(stderr io.Writer, cmd string, err error) int {
+	fmt.Fprintf(stderr, "leasehold %s: %v\n", cmd, err)
+	if errors.As(err, new(usageError)) {
+		return 2
+	}
+	return 1
+}
+
+// urlFlag adds the -url flag every database command takes.
+func urlFlag(fs *flag.FlagSet) *string {
+	return fs.String("url", "", "database URL: postgres://, postgresql:// or sqlserver://; the default is DATABASE_URL")
+}
+
+// resolveURL returns the -url value, else DATABASE_URL.
+func resolveURL(flagURL string) (string, error) {
+	if flagURL != "" {
+		return flagURL, nil
+	}
+	if u := os.Getenv("DATABASE_URL"); u != "" {
+		return u, nil
+	}
+	return "", usagef("no database: pass -url or set DATABASE_URL")
+}
+
+// redact hides the password of a URL for messages.
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "the database URL"
+	}
+	return u.Redacted()
+}
+
+// openDB opens the database raw names, choosing the adapter by the URL's
+// scheme, and checks that it answers.
+func openDB(ctx context.Context, raw string) (*dbConn, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, usagef("invalid database URL: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	unreachable := func(err error) error {
+		return fmt.Errorf("cannot reach %s: %w: check -url / DATABASE_URL", redact(raw), err)
+	}
+	switch strings.ToLower(u.Scheme) {
+	case "postgres", "postgresql":
+		cfg, err := pgxpool.ParseConfig(raw)
+		if err != nil {
+			return nil, usagef("invalid Postgres URL: %v", err)
+		}
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			return nil, unreachable(err)
+		}
+		if err := pool.Ping(ctx); err != nil {
+			pool.Close()
+			return nil, unreachable(err)
+		}
+		sqlDB := stdlib.OpenDBFromPool(pool)
+		return &dbConn{
+			dialect:  "postgres",
+			store:    postgres.New(pool),
+			migrator: func() (*goose.Provider, error) { return postgres.NewMigrator(sqlDB) },
+			close:    func() { _ = sqlDB.Close(); pool.Close() },
+		}, nil
+	case "sqlserver":
+		sqlDB, err := sqlserver.Open(raw)
+		if err != nil {
+			return nil, usagef("invalid SQL Server URL: %v", err)
+		}
+		if err := sqlDB.PingContext(ctx); err != nil {
+			_ = sqlDB.Close()
+			return nil, unreachable(err)
+		}
+		store, err := sqlserver.New(sqlDB)
+		if err != nil {
+			_ = sqlDB.Close()
+			return nil, err
+		}
+		return &dbConn{
+			dialect:  "sqlserver",
+			store:    store,
+			migrator: func() (*goose.Provider, error) { return sqlserver.NewMigrator(sqlDB) },
+			close:    func() { _ = sqlDB.Close() },
+		}, nil
+	case "":
+		return nil, usagef("database URL %q has no scheme: use postgres://, postgresql:// or sqlserver://", redact(raw))
+	default:
+		return nil, usagef("unknown database URL scheme %q: use postgres://, postgresql:// or sqlserver://", u.Scheme)
+	}
+}
+
+// parseSub parses fs over args, accepting the subcommand before or after
+// the flags, and returns the subcommand ("" when none) and whether parsing
+// succeeded; code is the exit code when it did not.
+func parseSub(fs *flag.FlagSet, args []string) (sub string, code int, ok bool) {
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		sub, args = args[0], args[1:]
+	}
+	if err := fs.Parse(args); err != nil {
+		return "", parseExit(err), false
+	}
+	if sub == "" && fs.NArg() > 0 {
+		sub = fs.Arg(0)
+		if err := fs.Parse(fs.Args()[1:]); err != nil {
+			return "", parseExit(err), false
+		}
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "unexpected arguments: %s\n", strings.Join(fs.Args(), " "))
+		fs.Usage()
+		return "", 2, false
+	}
+	return sub, 0, true
+}
+
+// utc formats a database time for output.
+func utc(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+// utcPtr formats an optional time; "" when unset.
+func utcPtr(t *time.Time) string {
+	if t == nil {
+		return ""
+	}
+	return utc(*t)
+}
+
+// dash shows an empty table cell as "-".
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// writeJSONLines writes items as a JSON array, one element per line.
+func writeJSONLines[T any](w io.Writer, items []T) error {
+	var b strings.Builder
+	b.WriteString("[\n")
+	for i, it := range items {
+		line, err := json.Marshal(it)
+		if err != nil {
+			return err
+		}
+		b.Write(line)
+		if i < len(items)-1 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('\n')
+	}
+	b.WriteString("]\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}

@@ -1,0 +1,166 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/leasehold/leasehold/claims"
+	"github.com/leasehold/leasehold/episodes"
+	"github.com/leasehold/leasehold/recovery"
+)
+
+// sweepLease is the lease the CLI takes on an orphan it claims; it fails
+// or releases it at once, so the lease only matters if the CLI dies midway.
+const sweepLease = 30 * time.Second
+
+// errNoActors is Resume's answer: the CLI hosts no actor code.
+var errNoActors = errors.New("the CLI runs no actors; a node will restart it")
+
+// cliNode is the recovery.Node of the sweep command, which only dry-runs: it
+// has no registry (so it reports policies from the agent-definitions table,
+// else the default) and resumes nothing.
+type cliNode struct {
+	id, stack, env string
+}
+
+func (n cliNode) ID() string                                   { return n.id }
+func (n cliNode) Lease() time.Duration                         { return sweepLease }
+func (n cliNode) Stack() string                                { return n.stack }
+func (n cliNode) Env() string                                  { return n.env }
+func (n cliNode) RecoveryPolicy(string, string) (string, bool) { return "", false }
+func (n cliNode) Resume(episodes.Episode, claims.Claim) error  { return errNoActors }
+
+var _ recovery.Node = cliNode{}
+
+// cliNodeID is "cli-<hostname>".
+func cliNodeID() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		h = "unknown"
+	}
+	return "cli-" + h
+}
+
+// runSweep is the sweep command.
+func runSweep(ctx context.Context, args []string) int {
+	return sweepCmd(ctx, args, os.Stdout, os.Stderr)
+}
+
+// sweepJSON is the -json output of sweep.
+type sweepJSON struct {
+	DryRun    bool           `json:"dry_run"`
+	Node      string         `json:"node"`
+	Found     int            `json:"found"`
+	Claimed   int            `json:"claimed"`
+	Restarted int            `json:"restarted"`
+	Failed    int            `json:"failed"`
+	Skipped   int            `json:"skipped"`
+	Decisions []decisionJSON `json:"decisions"`
+}
+
+type decisionJSON struct {
+	EpisodeID     int64  `json:"episode_id"`
+	ActorID       string `json:"actor_id"`
+	ExpectationID string `json:"expectation_id"`
+	Action        string `json:"action"`
+	Policy        string `json:"policy,omitempty"`
+	PolicySource  string `json:"policy_source,omitempty"`
+	Reason        string `json:"reason"`
+}
+
+func sweepCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("sweep", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	rawURL := urlFlag(fs)
+	dryRun := fs.Bool("dry-run", false, "only report what the sweep would do; claim and change nothing")
+	stack := fs.String("stack", "", "sweep this stack (and unstamped episodes); empty means every stack")
+	env := fs.String("env", "", "sweep this env; matched exactly, empty is the unset env")
+	staleAfter := fs.Duration("stale-after", recovery.DefaultStaleAfter, "how long a running episode with no claim at all must have shown no sign of life")
+	limit := fs.Int("limit", recovery.DefaultLimit, "at most this many orphans")
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: leasehold sweep [-dry-run] [-stack S] [-env E] [-stale-after D] [-limit N] [-json] [-url URL]")
+		fmt.Fprintln(stderr)
+		fmt.Fprintln(stderr, "Reports the orphaned episodes (running or queued with no live lease) and")
+		fmt.Fprintln(stderr, "what recovery would do with each one, and why. -dry-run is required: the")
+		fmt.Fprintln(stderr, "CLI knows only the agent-definitions table, not the recovery policies your")
+		fmt.Fprintln(stderr, "nodes compile in, so acting here could fail episodes a node would restart.")
+		fmt.Fprintln(stderr, "Recovery itself runs in your nodes (recovery.Sweeper, Recoverer.Sweep).")
+		fmt.Fprintln(stderr)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return parseExit(err)
+	}
+	switch {
+	case fs.NArg() > 0:
+		return exitCode(stderr, "sweep", usagef("unexpected arguments: %v", fs.Args()))
+	case *staleAfter <= 0:
+		return exitCode(stderr, "sweep", usagef("-stale-after must be positive, got %v", *staleAfter))
+	case *limit <= 0:
+		return exitCode(stderr, "sweep", usagef("-limit must be positive, got %d", *limit))
+	case !*dryRun:
+		return exitCode(stderr, "sweep", usagef("only -dry-run is supported: the CLI does not know the recovery "+
+			"policies compiled into your nodes, so it must not decide; run recovery in the nodes (recovery.Sweeper)"))
+	}
+	raw, err := resolveURL(*rawURL)
+	if err != nil {
+		return exitCode(stderr, "sweep", err)
+	}
+	conn, err := openDB(ctx, raw)
+	if err != nil {
+		return exitCode(stderr, "sweep", err)
+	}
+	defer conn.close()
+
+	node := cliNode{id: cliNodeID(), stack: *stack, env: *env}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	r, err := recovery.New(conn.store, node, logger, nil)
+	if err != nil {
+		return exitCode(stderr, "sweep", err)
+	}
+	rep, err := r.Sweep(ctx, recovery.Options{StaleAfter: *staleAfter, Limit: *limit, DryRun: *dryRun})
+	if err != nil {
+		return exitCode(stderr, "sweep", err)
+	}
+	if *asJSON {
+		out := sweepJSON{
+			DryRun: *dryRun, Node: node.id, Found: rep.Found, Claimed: rep.Claimed, Restarted: rep.Restarted,
+			Failed: rep.Failed, Skipped: rep.Skipped, Decisions: []decisionJSON{},
+		}
+		for _, d := range rep.Decisions {
+			out.Decisions = append(out.Decisions, decisionJSON{
+				EpisodeID: d.EpisodeID, ActorID: d.ActorID, ExpectationID: d.ExpectationID, Action: string(d.Action),
+				Policy: string(d.Policy), PolicySource: d.PolicySource, Reason: d.Reason,
+			})
+		}
+		if err := writeJSONLines(stdout, []sweepJSON{out}); err != nil {
+			return exitCode(stderr, "sweep", err)
+		}
+		return 0
+	}
+	mode := "sweep"
+	if *dryRun {
+		mode = "dry run (nothing claimed or changed)"
+	}
+	fmt.Fprintf(stdout, "%s as %s, stack %q, env %q\n", mode, node.id, *stack, *env)
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "EPISODE\tACTOR/EXPECTATION\tACTION\tPOLICY\tSOURCE\tREASON")
+	for _, d := range rep.Decisions {
+		fmt.Fprintf(tw, "%d\t%s/%s\t%s\t%s\t%s\t%s\n", d.EpisodeID, d.ActorID, d.ExpectationID, d.Action,
+			dash(string(d.Policy)), dash(d.PolicySource), d.Reason)
+	}
+	if err := tw.Flush(); err != nil {
+		return exitCode(stderr, "sweep", err)
+	}
+	fmt.Fprintf(stdout, "found %d, claimed %d, restarted %d, failed %d, skipped %d\n",
+		rep.Found, rep.Claimed, rep.Restarted, rep.Failed, rep.Skipped)
+	return 0
+}
