@@ -139,6 +139,8 @@ func demo(ctx context.Context, url string) (ok bool, err error) {
 }
 
 // createDemoSchema creates a new schema lh_demo_<hex> and returns its name.
+// The DDL stays in Go because a schema name cannot be a bind parameter; it
+// coordinates nothing (the demo's other statements are in demo_report.sql).
 func createDemoSchema(ctx context.Context, admin *pgxpool.Pool) (string, error) {
 	b := make([]byte, 6)
 	if _, err := rand.Read(b); err != nil {

@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"embed"
 	"fmt"
 	"sort"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/leasehold/leasehold/sql/queries"
 )
 
 // The summary reads the demo schema directly: this is an operator tool
@@ -31,7 +34,7 @@ func (c counts) line(actor string) string {
 
 // statusCounts counts episodes by actor and status.
 func statusCounts(ctx context.Context, pool *pgxpool.Pool) (counts, error) {
-	rows, err := pool.Query(ctx, `SELECT actor_id, status, count(*) FROM leasehold_episodes GROUP BY actor_id, status`)
+	rows, err := pool.Query(ctx, demoQuery("DemoStatusCounts"))
 	if err != nil {
 		return nil, fmt.Errorf("count episodes: %w", err)
 	}
@@ -65,13 +68,7 @@ type heldEpisode struct {
 // victimHeld lists the unfinished episodes whose claim node holds: the ones
 // it is running or has queued for a slot.
 func victimHeld(ctx context.Context, pool *pgxpool.Pool, node string) ([]heldEpisode, error) {
-	rows, err := pool.Query(ctx, `
-		SELECT e.id, e.actor_id, e.status,
-		       (SELECT count(*) FROM leasehold_episode_steps AS s WHERE s.episode_id = e.id)
-		FROM leasehold_episodes AS e
-		JOIN leasehold_work_claims AS c ON c.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id)
-		WHERE c.owner_node = $1 AND c.state = 'claimed' AND e.status IN ('queued', 'running')
-		ORDER BY e.id`, node)
+	rows, err := pool.Query(ctx, demoQuery("DemoVictimHeld"), node)
 	if err != nil {
 		return nil, fmt.Errorf("episodes held by %s: %w", node, err)
 	}
@@ -101,12 +98,7 @@ type episodeRow struct {
 
 // notDone lists actor's episodes that are not done.
 func notDone(ctx context.Context, pool *pgxpool.Pool, actor string) ([]episodeRow, error) {
-	rows, err := pool.Query(ctx, `
-		SELECT e.id, e.actor_id, e.status, coalesce(e.owner_node, ''),
-		       coalesce(c.state || ' by ' || c.owner_node || ', fence ' || c.fence, 'none')
-		FROM leasehold_episodes AS e
-		LEFT JOIN leasehold_work_claims AS c ON c.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id)
-		WHERE e.actor_id = $1 AND e.status <> 'done' ORDER BY e.id`, actor)
+	rows, err := pool.Query(ctx, demoQuery("DemoNotDone"), actor)
 	if err != nil {
 		return nil, fmt.Errorf("unfinished %s episodes: %w", actor, err)
 	}
@@ -152,9 +144,7 @@ type actorEpisodes struct {
 
 // episodesPerActor counts episodes and distinct dedupe keys per actor.
 func episodesPerActor(ctx context.Context, pool *pgxpool.Pool) ([]actorEpisodes, error) {
-	rows, err := pool.Query(ctx, `
-		SELECT actor_id, count(*), count(DISTINCT dedupe_key)
-		FROM leasehold_episodes GROUP BY actor_id ORDER BY actor_id`)
+	rows, err := pool.Query(ctx, demoQuery("DemoEpisodesPerActor"))
 	if err != nil {
 		return nil, fmt.Errorf("episodes per actor: %w", err)
 	}
@@ -175,9 +165,7 @@ func episodesPerActor(ctx context.Context, pool *pgxpool.Pool) ([]actorEpisodes,
 
 // doneByOwner counts done episodes by owner node, then actor.
 func doneByOwner(ctx context.Context, pool *pgxpool.Pool) (counts, error) {
-	rows, err := pool.Query(ctx, `
-		SELECT coalesce(owner_node, ''), actor_id, count(*)
-		FROM leasehold_episodes WHERE status = 'done' GROUP BY 1, 2`)
+	rows, err := pool.Query(ctx, demoQuery("DemoDoneByOwner"))
 	if err != nil {
 		return nil, fmt.Errorf("done episodes per node: %w", err)
 	}
@@ -215,16 +203,7 @@ type recoveredEpisode struct {
 
 // recoveredEpisodes lists the episodes recovery took over.
 func recoveredEpisodes(ctx context.Context, pool *pgxpool.Pool) ([]recoveredEpisode, error) {
-	rows, err := pool.Query(ctx, `
-		SELECT e.id, e.actor_id, e.status, e.attempts, coalesce(e.owner_node, ''),
-		       coalesce(c.fence, 0), coalesce(c.grant_kind, ''),
-		       (SELECT count(*) FROM leasehold_episode_steps AS s WHERE s.episode_id = e.id),
-		       coalesce((SELECT array_agg(DISTINCT s.fence ORDER BY s.fence)
-		                 FROM leasehold_episode_steps AS s WHERE s.episode_id = e.id), '{}')
-		FROM leasehold_episodes AS e
-		LEFT JOIN leasehold_work_claims AS c ON c.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id)
-		WHERE e.attempts > 0
-		ORDER BY e.id`)
+	rows, err := pool.Query(ctx, demoQuery("DemoRecoveredEpisodes"))
 	if err != nil {
 		return nil, fmt.Errorf("recovered episodes: %w", err)
 	}
@@ -246,11 +225,7 @@ func recoveredEpisodes(ctx context.Context, pool *pgxpool.Pool) ([]recoveredEpis
 // duplicateKeys counts dedupe keys that have more than one episode.
 func duplicateKeys(ctx context.Context, pool *pgxpool.Pool) (int, error) {
 	var n int
-	err := pool.QueryRow(ctx, `
-		SELECT count(*) FROM (
-			SELECT dedupe_key FROM leasehold_episodes
-			WHERE dedupe_key IS NOT NULL GROUP BY dedupe_key HAVING count(*) > 1
-		) AS d`).Scan(&n)
+	err := pool.QueryRow(ctx, demoQuery("DemoDuplicateKeys")).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("duplicate dedupe keys: %w", err)
 	}
@@ -261,23 +236,7 @@ func duplicateKeys(ctx context.Context, pool *pgxpool.Pool) (int, error) {
 // strategy can explain: a single fence with more steps than the strategy
 // has, or more steps in total without a recovery and a second fence.
 func overJournaled(ctx context.Context, pool *pgxpool.Pool) ([]episodeRow, error) {
-	rows, err := pool.Query(ctx, `
-		WITH per_fence AS (
-			SELECT episode_id, fence, count(*) AS n
-			FROM leasehold_episode_steps GROUP BY episode_id, fence
-		), journal AS (
-			SELECT episode_id, sum(n) AS total, max(n) AS max_per_fence, count(*) AS fences
-			FROM per_fence GROUP BY episode_id
-		), expected AS (
-			SELECT e.id, e.actor_id, e.status, coalesce(e.owner_node, '') AS owner, e.attempts,
-			       CASE e.actor_id WHEN $1::text THEN $2::int WHEN $3::text THEN $4::int ELSE 0 END AS steps
-			FROM leasehold_episodes AS e
-		)
-		SELECT x.id, x.actor_id, x.status, x.owner
-		FROM expected AS x JOIN journal AS j ON j.episode_id = x.id
-		WHERE j.max_per_fence > x.steps
-		   OR (j.total > x.steps AND (j.fences < 2 OR x.attempts = 0))
-		ORDER BY x.id`, billingActor, billingSteps, reporterActor, reporterSteps)
+	rows, err := pool.Query(ctx, demoQuery("DemoOverJournaled"), billingActor, billingSteps, reporterActor, reporterSteps)
 	if err != nil {
 		return nil, fmt.Errorf("over-journaled episodes: %w", err)
 	}
@@ -427,4 +386,26 @@ func report(ctx context.Context, pool *pgxpool.Pool, schema string, nodes []*chi
 
 	fmt.Printf("\nlost %d, duplicated %d\n", lost, duplicated)
 	return lost == 0 && duplicated == 0, nil
+}
+
+//go:embed demo_report.sql
+var demoReportSQL embed.FS
+
+// demoQueries are the summary's statements, loaded by name from
+// demo_report.sql so that every query the demo runs can be read in one file.
+var demoQueries = func() map[string]queries.Query {
+	qs, err := queries.Parse(demoReportSQL, "demo_report.sql")
+	if err != nil {
+		panic(fmt.Sprintf("demo_report.sql: %v", err)) // embedded at build time; a test loads it
+	}
+	return qs
+}()
+
+// demoQuery returns the named summary statement.
+func demoQuery(name string) string {
+	q, ok := demoQueries[name]
+	if !ok {
+		panic("demo_report.sql has no query " + name) // a programming error, caught by TestDemoReportQueries
+	}
+	return q.SQL
 }
