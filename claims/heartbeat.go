@@ -2,7 +2,6 @@ package claims
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -245,6 +244,3 @@ func (h *Heartbeat) poke() {
 	default:
 	}
 }
-
-// LeaseLost reports whether err (or a context's cause) says a lease was lost.
-func LeaseLost(err error) bool { return errors.Is(err, ErrLeaseLost) }

@@ -1,12 +1,12 @@
 package recovery_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -21,6 +21,7 @@ import (
 	"github.com/leasehold/leasehold/internal/pgtest"
 	"github.com/leasehold/leasehold/recovery"
 	"github.com/leasehold/leasehold/runner"
+	"github.com/leasehold/leasehold/sql/queries"
 )
 
 // historySize is the number of episodes in every loaded table.
@@ -259,27 +260,13 @@ var sqlcArg = regexp.MustCompile(`sqlc\.arg\((\w+)\)`)
 // that order. Comment lines and the final semicolon are dropped.
 func namedStatement(t *testing.T, path, name string) (sql string, args []string) {
 	t.Helper()
-	f, err := os.Open(path)
+	qs, err := queries.Parse(os.DirFS(filepath.Dir(path)), filepath.Base(path))
 	require.NoError(t, err)
-	defer f.Close()
-	var lines []string
-	in := false
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, "-- name: ") {
-			in = strings.HasPrefix(line, "-- name: "+name+" ")
-			continue
-		}
-		if in && !strings.HasPrefix(strings.TrimSpace(line), "--") {
-			lines = append(lines, line)
-		}
-	}
-	require.NoError(t, sc.Err())
-	require.NotEmpty(t, lines, "%s not found in %s", name, path)
+	q, ok := qs[name]
+	require.True(t, ok, "%s not found in %s", name, path)
 
 	index := map[string]int{}
-	sql = sqlcArg.ReplaceAllStringFunc(strings.Join(lines, "\n"), func(m string) string {
+	sql = sqlcArg.ReplaceAllStringFunc(q.Statement(), func(m string) string {
 		arg := sqlcArg.FindStringSubmatch(m)[1]
 		if _, ok := index[arg]; !ok {
 			index[arg] = len(args) + 1
@@ -288,7 +275,7 @@ func namedStatement(t *testing.T, path, name string) (sql string, args []string)
 		return fmt.Sprintf("$%d", index[arg])
 	})
 	require.NotContains(t, sql, "sqlc.", "an sqlc macro other than sqlc.arg")
-	return strings.TrimSuffix(strings.TrimSpace(sql), ";"), args
+	return sql, args
 }
 
 // planNode is the part of a Postgres JSON plan node the test looks at.

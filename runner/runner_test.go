@@ -210,6 +210,7 @@ func TestTerminalStatuses(t *testing.T) {
 	neverDone := func(context.Context, *runner.Run) (runner.StepResult, error) {
 		return runner.StepResult{Data: "again"}, nil
 	}
+	cancelReady := make(chan struct{})
 	for _, tc := range []struct {
 		name      string
 		exp       runner.Expectation
@@ -232,7 +233,10 @@ func TestTerminalStatuses(t *testing.T) {
 		{name: "StepErrors", exp: runner.Expectation{Strategy: funcStrategy{StepFunc: func(context.Context, *runner.Run) (runner.StepResult, error) {
 			return runner.StepResult{}, errors.New("upstream 503")
 		}}}, status: episodes.StatusFailed, class: episodes.ClassError},
-		{name: "Canceled", exp: runner.Expectation{Strategy: funcStrategy{StepFunc: blockUntilCancelled}}, cancel: true,
+		{name: "Canceled", exp: runner.Expectation{Strategy: funcStrategy{StepFunc: func(ctx context.Context, r *runner.Run) (runner.StepResult, error) {
+			close(cancelReady) // the run is registered and in its step: Cancel can reach it
+			return blockUntilCancelled(ctx, r)
+		}}}, cancel: true,
 			status: episodes.StatusCanceled, class: episodes.ClassCanceled},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -244,7 +248,8 @@ func TestTerminalStatuses(t *testing.T) {
 			out, err := node.RunManual(t.Context(), "a", "job", nil)
 			require.NoError(t, err)
 			if tc.cancel {
-				require.Eventually(t, func() bool { return node.Cancel(out.EpisodeID) == nil }, 10*time.Second, time.Millisecond)
+				<-cancelReady
+				require.NoError(t, node.Cancel(out.EpisodeID))
 			}
 			waitEnded(t, 1, c.Sigs...)
 
@@ -343,7 +348,8 @@ func TestStopFinishesTheCurrentStepAndHandsOver(t *testing.T) {
 
 	stopped := make(chan error, 1)
 	go func() { stopped <- c.Nodes[0].Stop(context.Background()) }()
-	_, err = c.Nodes[0].Fire(t.Context(), "monitor", "resource.updated", "y", runner.FireOptions{EventID: "e2"})
+	// Stop runs on another goroutine and exposes no signal; intake closing
+	// is what the test waits for.
 	require.Eventually(t, func() bool {
 		_, err = c.Nodes[0].Fire(t.Context(), "monitor", "resource.updated", "y", runner.FireOptions{EventID: "e2"})
 		return errors.Is(err, runner.ErrStopped)

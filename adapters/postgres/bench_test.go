@@ -1,7 +1,6 @@
 package postgres_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -20,6 +19,7 @@ import (
 	"github.com/leasehold/leasehold/adapters/postgres"
 	"github.com/leasehold/leasehold/claims"
 	"github.com/leasehold/leasehold/internal/pgtest"
+	"github.com/leasehold/leasehold/sql/queries"
 )
 
 // benchClients is the number of concurrent callers in both the leasehold and
@@ -114,29 +114,15 @@ func BenchmarkRenewMany(b *testing.B) {
 // pgbench variable :x (bound as a parameter under -M prepared).
 func pgbenchAcquireScript(b *testing.B) string {
 	b.Helper()
-	f, err := os.Open("../../sql/queries/postgres/claims.sql")
+	qs, err := queries.Parse(os.DirFS("../../sql/queries"), "postgres/claims.sql")
 	require.NoError(b, err)
-	defer f.Close()
-	var stmt []string
-	in := false
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, "-- name: ") {
-			in = strings.HasPrefix(line, "-- name: AcquireClaim ")
-			continue
-		}
-		if in && !strings.HasPrefix(strings.TrimSpace(line), "--") {
-			stmt = append(stmt, line)
-		}
-	}
-	require.NoError(b, sc.Err())
-	require.NotEmpty(b, stmt, "AcquireClaim not found in claims.sql")
-	sql := regexp.MustCompile(`sqlc\.arg\((\w+)\)`).ReplaceAllString(strings.Join(stmt, "\n"), ":$1")
+	q, ok := qs["AcquireClaim"]
+	require.True(b, ok, "AcquireClaim not found in claims.sql")
+	sql := regexp.MustCompile(`sqlc\.arg\((\w+)\)`).ReplaceAllString(q.Statement(), ":$1")
 	sql = strings.ReplaceAll(sql, ":dedupe_key", ":k")
 	// pgbench sends one statement per line unless continued; keep it whole.
-	sql = strings.ReplaceAll(strings.TrimSpace(sql), "\n", " ")
-	return "\\set k random(1, 9000000000000000000)\n" + sql + "\n"
+	sql = strings.ReplaceAll(sql, "\n", " ")
+	return "\\set k random(1, 9000000000000000000)\n" + sql + ";\n"
 }
 
 var tpsLine = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`)

@@ -183,12 +183,7 @@ func (s *Store) ClaimForRecovery(ctx context.Context, id int64, owner string, le
 		MaxAttempts: r.MaxAttempts, SourceStack: r.SourceStack, SourceEnv: r.SourceEnv, OwnerNode: owner,
 		Payload: r.Payload, CreatedAt: r.CreatedAt,
 	}
-	c := claims.Claim{
-		Token: claims.Token{Key: r.ClaimKey, Owner: owner, Fence: r.Fence}, State: claims.StateClaimed,
-		Attempt: r.ClaimAttempt, LeaseUntil: r.LeaseUntil, ClaimedAt: r.ClaimedAt,
-		Grant: claims.GrantKind(r.GrantKind), WorkType: "episode",
-	}
-	return ep, c, nil
+	return ep, episodes.GrantedClaim(r.ClaimKey, owner, r.Fence, r.ClaimAttempt, r.LeaseUntil, r.ClaimedAt, r.GrantKind), nil
 }
 
 // AgentRecoveryPolicy runs GetAgentRecoveryPolicy; found is false when the

@@ -61,12 +61,8 @@ func claimsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if !ok {
 		return code
 	}
-	if sub != "ls" {
-		if sub == "" {
-			fs.Usage()
-			return 2
-		}
-		return exitCode(stderr, "claims", usagef("unknown subcommand %q: want ls", sub))
+	if code, ok := onlyLs(fs, stderr, "claims", sub); !ok {
+		return code
 	}
 	if *limit <= 0 {
 		return exitCode(stderr, "claims ls", usagef("-limit must be positive, got %d", *limit))
@@ -159,12 +155,8 @@ func episodesCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	if !ok {
 		return code
 	}
-	if sub != "ls" {
-		if sub == "" {
-			fs.Usage()
-			return 2
-		}
-		return exitCode(stderr, "episodes", usagef("unknown subcommand %q: want ls", sub))
+	if code, ok := onlyLs(fs, stderr, "episodes", sub); !ok {
+		return code
 	}
 	switch {
 	case *limit <= 0:
@@ -216,4 +208,18 @@ func episodesCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	}
 	fmt.Fprintf(stderr, "%d episode(s)\n", len(list))
 	return 0
+}
+
+// onlyLs accepts the one subcommand the list commands have, ls; otherwise it
+// prints usage (nothing given) or the error, and returns exit code 2.
+func onlyLs(fs *flag.FlagSet, stderr io.Writer, command, sub string) (int, bool) {
+	switch sub {
+	case "ls":
+		return 0, true
+	case "":
+		fs.Usage()
+		return 2, false
+	default:
+		return exitCode(stderr, command, usagef("unknown subcommand %q: want ls", sub)), false
+	}
 }

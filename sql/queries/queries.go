@@ -147,3 +147,16 @@ func hasStatement(lines []string) bool {
 	}
 	return false
 }
+
+// Statement returns the query's SQL without its comment lines and final
+// semicolon: the statement alone, for tools that take one statement (pgbench
+// scripts, EXPLAIN).
+func (q Query) Statement() string {
+	var lines []string
+	for _, line := range strings.Split(q.SQL, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(line), "--") {
+			lines = append(lines, line)
+		}
+	}
+	return strings.TrimSuffix(strings.TrimSpace(strings.Join(lines, "\n")), ";")
+}

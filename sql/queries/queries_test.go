@@ -75,3 +75,8 @@ func TestParseErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestStatementDropsComments(t *testing.T) {
+	q := queries.Query{SQL: "-- name: X :one\n-- why it is safe\nSELECT 1\n  -- inline note\nFROM t;\n"}
+	require.Equal(t, "SELECT 1\nFROM t", q.Statement())
+}
