@@ -52,6 +52,44 @@ type LeaseholdEpisodeStep struct {
 	CreatedAt time.Time
 }
 
+type LeaseholdFinding struct {
+	ID               int64
+	FindingKey       string
+	Env              string
+	Status           string
+	Class            string
+	Severity         string
+	Summary          string
+	Data             []byte
+	ActorID          string
+	SourceStack      string
+	RaisedByEpisode  int64
+	UpdatedByEpisode int64
+	ClearedByEpisode *int64
+	RaiseCount       int32
+	RaisedAt         time.Time
+	UpdatedAt        time.Time
+	ClearedAt        *time.Time
+}
+
+type LeaseholdTriggerRequest struct {
+	ID            int64
+	EpisodeID     int64
+	ActorID       string
+	ExpectationID string
+	SourceNode    string
+	SourceStack   string
+	SourceEnv     string
+	Opts          []byte
+	Status        string
+	ClaimedBy     *string
+	ClaimUntil    *time.Time
+	Fence         int64
+	CreatedAt     time.Time
+	ClaimedAt     *time.Time
+	FinishedAt    *time.Time
+}
+
 type LeaseholdWorkClaim struct {
 	DedupeKey       string
 	State           string

@@ -11,6 +11,7 @@ import (
 
 	"github.com/robfig/cron/v3"
 
+	"github.com/leasehold/leasehold/claims"
 	"github.com/leasehold/leasehold/episodes"
 )
 
@@ -110,7 +111,17 @@ type Run struct {
 	StepNo int32
 	// State belongs to the strategy.
 	State any
+
+	token claims.Token
 }
+
+// EpisodeID is the id of the episode this run executes.
+func (r *Run) EpisodeID() int64 { return r.Episode.ID }
+
+// Token is the work claim this run holds. Writes made on behalf of the run
+// outside the runner (findings, an application's own fenced tables) carry it
+// and are conditioned on it.
+func (r *Run) Token() claims.Token { return r.token }
 
 // Payload decodes the episode's payload into v.
 func (r *Run) Payload(v any) error { return json.Unmarshal(r.Episode.Payload, v) }

@@ -118,7 +118,7 @@ func (n *Node) execute(j *job) {
 	}
 	n.emit(ctx, telemetry.Event{Name: EventStarted, Key: j.claim.Key, Owner: n.id, Fence: j.claim.Fence, Attempt: j.claim.Attempt})
 
-	run := &Run{Episode: j.ep, Attempt: j.claim.Attempt, StepNo: next}
+	run := &Run{Episode: j.ep, Attempt: j.claim.Attempt, StepNo: next, token: j.claim.Token}
 	run.Episode.Status, run.Episode.OwnerNode = episodes.StatusRunning, n.id
 	if w := j.exp.Budget.MaxWall; w > 0 {
 		var cancelWall context.CancelFunc

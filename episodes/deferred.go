@@ -1,0 +1,124 @@
+package episodes
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/leasehold/leasehold/claims"
+)
+
+// Trigger request statuses (sql/queries/<dialect>/trigger_requests.sql).
+const (
+	RequestPending   = "pending"   // waiting for a full node's poller
+	RequestClaimed   = "claimed"   // a poller holds it until its claim lapses
+	RequestCompleted = "completed" // handed over to the episode's work claim
+	RequestExpired   = "expired"   // not picked up within the TTL; episode canceled
+)
+
+// ClassTriggerExpired is the error class of an episode whose trigger request
+// expired before any full node picked it up.
+const ClassTriggerExpired = "trigger_expired"
+
+// Deferred describes an episode a trigger_only node creates for a full node
+// to run: the episode (New.Owner must be empty: nobody claims it yet) and its
+// trigger request, written by one statement.
+type Deferred struct {
+	New
+	// SourceNode is the identity of the trigger_only node.
+	SourceNode string
+	// Opts is handed to the running node with the request, as JSON.
+	Opts json.RawMessage
+}
+
+// DeferredCreated is what CreateDeferredEpisode did.
+type DeferredCreated struct {
+	// Created is false when a live episode already holds the dedupe key;
+	// nothing was written.
+	Created   bool
+	Episode   Episode
+	RequestID int64
+}
+
+// RequestQuery claims trigger requests for a poller.
+type RequestQuery struct {
+	// Owner is the polling node; Lease bounds its claim on each request
+	// (between claiming and handing over), after which another poller may
+	// take the request.
+	Owner string
+	Lease time.Duration
+	// Env is matched exactly ("" is the unset env). Stack "" means every
+	// stack; otherwise Stack and unstamped rows.
+	Env   string
+	Stack string
+	// ActorIDs are the actors the poller runs in full mode; requests for
+	// other actors are left for other nodes. Empty claims nothing.
+	ActorIDs []string
+	Limit    int
+}
+
+// TriggerRequest is a request a poller claimed.
+type TriggerRequest struct {
+	ID            int64
+	EpisodeID     int64
+	ActorID       string
+	ExpectationID string
+	SourceNode    string
+	// Owner and Fence identify the poller's claim on the request; the hand
+	// over is conditioned on them.
+	Owner string
+	Fence int64
+	Opts  json.RawMessage
+}
+
+// Dispatched is what DispatchTriggerRequest did with a claimed request: it
+// is completed, and Claim is the episode's work claim granted to the
+// poller. Claim.Fence is 0 when the episode is not the poller's to run (it
+// already ran, or its claim is held live elsewhere).
+type Dispatched struct {
+	EpisodeID int64
+	Claim     claims.Claim
+}
+
+// ExpireQuery expires open requests of one env (and stack scope, as in
+// RequestQuery) older than TTL.
+type ExpireQuery struct {
+	Env   string
+	Stack string
+	TTL   time.Duration
+}
+
+// Expired is one request ExpireTriggerRequests expired; EpisodeCanceled
+// reports whether its episode was still queued and unclaimed, and so was
+// canceled with ClassTriggerExpired.
+type Expired struct {
+	RequestID       int64
+	EpisodeID       int64
+	EpisodeCanceled bool
+}
+
+// RequestListQuery selects trigger requests for an operator or a test;
+// Status "" means any. Newest first, at most Limit.
+type RequestListQuery struct {
+	Env    string
+	Status string
+	Limit  int
+}
+
+// RequestInfo is a trigger request row as listed.
+type RequestInfo struct {
+	ID            int64
+	EpisodeID     int64
+	ActorID       string
+	ExpectationID string
+	SourceNode    string
+	SourceStack   string
+	SourceEnv     string
+	Status        string
+	ClaimedBy     string
+	Fence         int64
+	Opts          json.RawMessage
+	CreatedAt     time.Time
+	ClaimedAt     *time.Time
+	ClaimUntil    *time.Time
+	FinishedAt    *time.Time
+}

@@ -1,0 +1,181 @@
+-- Deferred execution: a trigger_only node creates the episode and a trigger
+-- request; a full node's poller claims the request and takes the episode's
+-- work claim. All times are now(), the database clock.
+--
+-- Scope: a poller sees one env by strict equality (the empty env being the
+-- unset env's own world) and either every stack (an empty source_stack
+-- argument) or its stack plus unstamped rows, the rule of the recovery sweep.
+
+-- name: CreateDeferredEpisode :one
+-- One episode per trigger, created unclaimed, and its trigger request, in
+-- one statement: neither row can exist without the other, so no crash
+-- leaves a deferred episode that no poller will ever see. Deduplicated on
+-- dedupe_key exactly like CreateEpisode (the same index and predicate); a
+-- duplicate writes nothing and returns no row.
+WITH created AS (
+    INSERT INTO leasehold_episodes (
+        actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status,
+        max_attempts, budget, source_stack, source_env, payload, queued_at
+    ) VALUES (
+        sqlc.arg(actor_id), sqlc.arg(expectation_id), sqlc.arg(trigger_type),
+        sqlc.narg(trigger_ref), sqlc.narg(dedupe_key), 'queued',
+        sqlc.arg(max_attempts), sqlc.narg(budget), sqlc.arg(source_stack),
+        sqlc.arg(source_env), sqlc.narg(payload), now()
+    )
+    ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL AND archived_at IS NULL
+    DO NOTHING
+    RETURNING id, created_at, actor_id, expectation_id, source_stack, source_env
+), request AS (
+    INSERT INTO leasehold_trigger_requests (
+        episode_id, actor_id, expectation_id, source_node, source_stack,
+        source_env, opts, status, created_at
+    )
+    SELECT created.id, created.actor_id, created.expectation_id,
+        sqlc.arg(source_node)::text, created.source_stack, created.source_env,
+        sqlc.narg(opts)::jsonb, 'pending', created.created_at
+    FROM created
+    RETURNING id, episode_id
+)
+SELECT created.id, created.created_at, request.id AS request_id
+FROM created
+JOIN request ON request.episode_id = created.id;
+
+-- name: ClaimTriggerRequests :many
+-- Claims up to max_rows open requests for owner_node, oldest first: pending
+-- ones, and claimed ones whose poller let the claim lapse (it died between
+-- claiming and handing over). Only requests for actor_ids (the actors this
+-- node runs in full mode) are taken.
+--
+-- Guarantee: each request goes to exactly one poller per claim. FOR UPDATE
+-- SKIP LOCKED locks the picked rows, so concurrent pollers take disjoint
+-- sets and never wait on each other; the UPDATE re-checks the claimable
+-- condition on the locked row. Every claim bumps fence, which the hand-over
+-- is conditioned on.
+WITH picked AS (
+    SELECT r.id
+    FROM leasehold_trigger_requests AS r
+    WHERE r.status IN ('pending', 'claimed')
+      AND (r.status = 'pending' OR r.claim_until <= now())
+      AND r.source_env = sqlc.arg(source_env)::text
+      AND (sqlc.arg(source_stack)::text = '' OR r.source_stack IN (sqlc.arg(source_stack)::text, ''))
+      AND r.actor_id = ANY (sqlc.arg(actor_ids)::text[])
+    ORDER BY r.created_at, r.id
+    LIMIT sqlc.arg(max_rows)::integer
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE leasehold_trigger_requests AS r
+SET status      = 'claimed',
+    claimed_by  = sqlc.arg(owner_node)::text,
+    claimed_at  = now(),
+    claim_until = now() + (sqlc.arg(lease_ms)::bigint * interval '1 millisecond'),
+    fence       = r.fence + 1
+FROM picked
+WHERE r.id = picked.id
+  AND (r.status = 'pending' OR (r.status = 'claimed' AND r.claim_until <= now()))
+RETURNING r.id, r.episode_id, r.actor_id, r.expectation_id, r.source_node,
+    r.fence, r.opts;
+
+-- name: DispatchTriggerRequest :one
+-- Hands a claimed request over to its episode's work claim, in one
+-- statement: the request becomes completed and, if the episode is still
+-- queued and nobody holds a live lease on it, its work claim is granted to
+-- owner_node with AcquireClaim's rules (fence + 1). From then on the episode
+-- is an ordinary claimed episode: if this node dies, recovery finds it
+-- (queued, lease expired) exactly as it finds any other.
+--
+-- Guarantee: fenced on the request claim (id, claimed_by, fence, claimed);
+-- no row back means the request claim lapsed and another poller owns it.
+-- fence 0 in the result means the request is completed but the episode is
+-- not this node's to run: it already ran or is held live elsewhere.
+WITH request AS (
+    UPDATE leasehold_trigger_requests AS r
+    SET status = 'completed', finished_at = now()
+    WHERE r.id = sqlc.arg(id)
+      AND r.claimed_by = sqlc.arg(owner_node)::text
+      AND r.fence = sqlc.arg(fence)
+      AND r.status = 'claimed'
+    RETURNING r.episode_id
+), episode AS (
+    SELECT e.id, coalesce(e.dedupe_key, 'episode:' || e.id) AS claim_key
+    FROM leasehold_episodes AS e
+    JOIN request ON e.id = request.episode_id
+    WHERE e.status = 'queued'
+      AND e.archived_at IS NULL
+), granted AS (
+    INSERT INTO leasehold_work_claims AS c (
+        dedupe_key, state, owner_node, lease_until, claimed_at, last_heartbeat_at,
+        attempt, fence, grant_kind, work_type
+    )
+    SELECT episode.claim_key, 'claimed', sqlc.arg(owner_node)::text,
+        now() + (sqlc.arg(lease_ms)::bigint * interval '1 millisecond'),
+        now(), now(), 1, 1, 'fresh', 'episode'
+    FROM episode
+    ON CONFLICT (dedupe_key) DO UPDATE SET
+        state             = 'claimed',
+        owner_node        = excluded.owner_node,
+        lease_until       = excluded.lease_until,
+        claimed_at        = excluded.claimed_at,
+        last_heartbeat_at = excluded.claimed_at,
+        finished_at       = NULL,
+        error_detail      = NULL,
+        attempt           = CASE WHEN c.state = 'done' THEN 1 ELSE c.attempt + 1 END,
+        fence             = c.fence + 1,
+        grant_kind        = CASE WHEN c.state = 'claimed' THEN 'steal' ELSE 'reclaim' END,
+        work_type         = excluded.work_type
+    WHERE c.state <> 'claimed' OR c.lease_until <= now()
+    RETURNING c.dedupe_key, c.fence, c.attempt, c.lease_until, c.claimed_at, c.grant_kind
+)
+SELECT request.episode_id,
+    coalesce(granted.dedupe_key, '')::text AS claim_key,
+    coalesce(granted.fence, 0)::bigint AS claim_fence,
+    coalesce(granted.attempt, 0)::integer AS attempt,
+    coalesce(granted.lease_until, now())::timestamptz AS lease_until,
+    coalesce(granted.claimed_at, now())::timestamptz AS claimed_at,
+    coalesce(granted.grant_kind, '')::text AS grant_kind
+FROM request
+LEFT JOIN granted ON true;
+
+-- name: ExpireTriggerRequests :many
+-- Expires the open requests of one env (and stack scope) created more than
+-- ttl_ms ago that no poller holds live, and cancels their episodes (error
+-- class trigger_expired) when they are still queued and unclaimed, so an
+-- expired request never leaves an episode queued forever. An episode whose
+-- claim is live (a node took it) is left to that node.
+WITH expired AS (
+    UPDATE leasehold_trigger_requests AS r
+    SET status = 'expired', finished_at = now()
+    WHERE r.status IN ('pending', 'claimed')
+      AND (r.status = 'pending' OR r.claim_until <= now())
+      AND r.source_env = sqlc.arg(source_env)::text
+      AND (sqlc.arg(source_stack)::text = '' OR r.source_stack IN (sqlc.arg(source_stack)::text, ''))
+      AND r.created_at < now() - (sqlc.arg(ttl_ms)::bigint * interval '1 millisecond')
+    RETURNING r.id, r.episode_id
+), canceled AS (
+    UPDATE leasehold_episodes AS e
+    SET status = 'canceled', phase = NULL, error_class = 'trigger_expired',
+        finished_at = now()
+    FROM expired
+    WHERE e.id = expired.episode_id
+      AND e.status = 'queued'
+      AND NOT EXISTS (
+          SELECT 1 FROM leasehold_work_claims AS c
+          WHERE c.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id)
+            AND c.state = 'claimed'
+            AND c.lease_until > now())
+    RETURNING e.id
+)
+SELECT expired.id, expired.episode_id, (canceled.id IS NOT NULL)::boolean AS episode_canceled
+FROM expired
+LEFT JOIN canceled ON canceled.id = expired.episode_id;
+
+-- name: ListTriggerRequests :many
+-- Operator and test listing of one env's requests, newest first; no
+-- coordination role. status '' means any.
+SELECT r.id, r.episode_id, r.actor_id, r.expectation_id, r.source_node,
+    r.source_stack, r.source_env, r.status, coalesce(r.claimed_by, '')::text AS claimed_by,
+    r.fence, r.opts, r.created_at, r.claimed_at, r.claim_until, r.finished_at
+FROM leasehold_trigger_requests AS r
+WHERE r.source_env = sqlc.arg(source_env)::text
+  AND (sqlc.arg(status)::text = '' OR r.status = sqlc.arg(status)::text)
+ORDER BY r.id DESC
+LIMIT sqlc.arg(max_rows)::integer;
