@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/microsoft/go-mssqldb/msdsn"
 	"github.com/pressly/goose/v3"
 
 	"github.com/leasehold/leasehold/adapters/postgres"
@@ -39,7 +40,11 @@ type dbConn struct {
 	dialect  string // "postgres" or "sqlserver"
 	store    cliStore
 	migrator func() (*goose.Provider, error)
-	close    func()
+	// version reads the highest applied leasehold migration, 0 when none,
+	// without writing (see requireSchema).
+	version func(context.Context) (int64, error)
+	where   string // the database and schema the tables are looked up in, for messages
+	close   func()
 }
 
 // usageError is a mistake in the command line: exit code 2.
@@ -49,12 +54,16 @@ func (e usageError) Error() string { return e.msg }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
 
-// exitCode reports err on stderr as "leasehold <cmd>: err" and returns 2 for
-// a usage error, else 1.
+// exitCode reports err on stderr as "leasehold <cmd>: err" and returns the
+// exit code scripts branch on (listed in usage): 2 for a usage error, 3 for a
+// leasehold schema missing or behind, else 1.
 func exitCode(stderr io.Writer, cmd string, err error) int {
 	fmt.Fprintf(stderr, "leasehold %s: %v\n", cmd, err)
-	if errors.As(err, new(usageError)) {
+	switch {
+	case errors.As(err, new(usageError)):
 		return 2
+	case errors.As(err, new(schemaError)):
+		return 3
 	}
 	return 1
 }
@@ -111,10 +120,18 @@ func openDB(ctx context.Context, raw string) (*dbConn, error) {
 			return nil, unreachable(err)
 		}
 		sqlDB := stdlib.OpenDBFromPool(pool)
+		version, err := versionReader(goose.DialectPostgres, sqlDB, pgUndefinedTable)
+		if err != nil {
+			_ = sqlDB.Close()
+			pool.Close()
+			return nil, err
+		}
 		return &dbConn{
 			dialect:  "postgres",
 			store:    postgres.New(pool),
 			migrator: func() (*goose.Provider, error) { return postgres.NewMigrator(sqlDB) },
+			version:  version,
+			where:    pgWhere(cfg),
 			close:    func() { _ = sqlDB.Close(); pool.Close() },
 		}, nil
 	case "sqlserver":
@@ -131,10 +148,17 @@ func openDB(ctx context.Context, raw string) (*dbConn, error) {
 			_ = sqlDB.Close()
 			return nil, err
 		}
+		version, err := versionReader(goose.DialectMSSQL, sqlDB, mssqlInvalidObject)
+		if err != nil {
+			_ = sqlDB.Close()
+			return nil, err
+		}
 		return &dbConn{
 			dialect:  "sqlserver",
 			store:    store,
 			migrator: func() (*goose.Provider, error) { return sqlserver.NewMigrator(sqlDB) },
+			version:  version,
+			where:    mssqlWhere(raw),
 			close:    func() { _ = sqlDB.Close() },
 		}, nil
 	case "":
@@ -142,6 +166,26 @@ func openDB(ctx context.Context, raw string) (*dbConn, error) {
 	default:
 		return nil, usagef("unknown database URL scheme %q: use postgres://, postgresql:// or sqlserver://", u.Scheme)
 	}
+}
+
+// pgWhere names the Postgres database and search_path the tables are looked
+// up in, as configured (the server's default when the URL sets none).
+func pgWhere(cfg *pgxpool.Config) string {
+	where := fmt.Sprintf("database %q", cfg.ConnConfig.Database)
+	if sp := cfg.ConnConfig.RuntimeParams["search_path"]; sp != "" {
+		return where + fmt.Sprintf(", search_path %q", sp)
+	}
+	return where + " (the server's default search_path)"
+}
+
+// mssqlWhere names the SQL Server database the tables are looked up in; the
+// schema is the login's default.
+func mssqlWhere(raw string) string {
+	cfg, err := msdsn.Parse(raw)
+	if err != nil || cfg.Database == "" {
+		return "the login's default database and schema"
+	}
+	return fmt.Sprintf("database %q (the login's default schema)", cfg.Database)
 }
 
 // parseSub parses fs over args, accepting the subcommand before or after

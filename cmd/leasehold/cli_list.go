@@ -76,6 +76,9 @@ func claimsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return exitCode(stderr, "claims ls", err)
 	}
 	defer conn.close()
+	if err := requireSchema(ctx, conn, stderr, "claims ls"); err != nil {
+		return exitCode(stderr, "claims ls", err)
+	}
 	list, err := conn.store.ListClaims(ctx, claims.ListQuery{Owner: *owner, ExpiredOnly: *expired, Limit: *limit})
 	if err != nil {
 		return exitCode(stderr, "claims ls", err)
@@ -175,6 +178,9 @@ func episodesCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		return exitCode(stderr, "episodes ls", err)
 	}
 	defer conn.close()
+	if err := requireSchema(ctx, conn, stderr, "episodes ls"); err != nil {
+		return exitCode(stderr, "episodes ls", err)
+	}
 	list, err := conn.store.ListEpisodes(ctx, episodes.ListQuery{
 		Status: episodes.Status(*status), ActorID: *actor, StaleOnly: *stale, StaleAfter: *staleAfter, Limit: *limit,
 	})

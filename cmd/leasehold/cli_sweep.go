@@ -86,13 +86,16 @@ func sweepCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	limit := fs.Int("limit", recovery.DefaultLimit, "at most this many orphans")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: leasehold sweep [-dry-run] [-stack S] [-env E] [-stale-after D] [-limit N] [-json] [-url URL]")
+		fmt.Fprintln(stderr, "usage: leasehold sweep -dry-run [-stack S] [-env E] [-stale-after D] [-limit N] [-json] [-url URL]")
 		fmt.Fprintln(stderr)
 		fmt.Fprintln(stderr, "Reports the orphaned episodes (running or queued with no live lease) and")
-		fmt.Fprintln(stderr, "what recovery would do with each one, and why. -dry-run is required: the")
-		fmt.Fprintln(stderr, "CLI knows only the agent-definitions table, not the recovery policies your")
-		fmt.Fprintln(stderr, "nodes compile in, so acting here could fail episodes a node would restart.")
-		fmt.Fprintln(stderr, "Recovery itself runs in your nodes (recovery.Sweeper, Recoverer.Sweep).")
+		fmt.Fprintln(stderr, "what recovery would do with each one, and why. It claims and changes nothing.")
+		fmt.Fprintln(stderr)
+		fmt.Fprintln(stderr, "-dry-run is required: sweep without it is refused (exit code 2). Recovering")
+		fmt.Fprintln(stderr, "an orphan restarts or fails it by its actor's recovery policy, and those")
+		fmt.Fprintln(stderr, "policies are compiled into your nodes; this CLI runs no actors and knows only")
+		fmt.Fprintln(stderr, "the agent-definitions table, so acting here could fail episodes a node would")
+		fmt.Fprintln(stderr, "restart. Recovery runs inside your nodes: run a recovery.Sweeper in each one.")
 		fmt.Fprintln(stderr)
 		fs.PrintDefaults()
 	}
@@ -107,8 +110,10 @@ func sweepCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	case *limit <= 0:
 		return exitCode(stderr, "sweep", usagef("-limit must be positive, got %d", *limit))
 	case !*dryRun:
-		return exitCode(stderr, "sweep", usagef("only -dry-run is supported: the CLI does not know the recovery "+
-			"policies compiled into your nodes, so it must not decide; run recovery in the nodes (recovery.Sweeper)"))
+		return exitCode(stderr, "sweep", usagef("sweep without -dry-run is refused: recovery restarts or fails "+
+			"each orphan by its actor's recovery policy, which is compiled into your nodes, not this CLI, so the CLI "+
+			"must not act; run recovery.Sweeper inside your nodes to recover, and 'leasehold sweep -dry-run' to "+
+			"inspect what it would do"))
 	}
 	raw, err := resolveURL(*rawURL)
 	if err != nil {
@@ -119,6 +124,9 @@ func sweepCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitCode(stderr, "sweep", err)
 	}
 	defer conn.close()
+	if err := requireSchema(ctx, conn, stderr, "sweep"); err != nil {
+		return exitCode(stderr, "sweep", err)
+	}
 
 	node := cliNode{id: cliNodeID(), stack: *stack, env: *env}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))

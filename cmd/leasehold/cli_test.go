@@ -3,18 +3,24 @@ package main
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3/database"
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasehold/leasehold/adapters/postgres"
 	"github.com/leasehold/leasehold/claims"
 	"github.com/leasehold/leasehold/episodes"
 	"github.com/leasehold/leasehold/internal/pgtest"
+	lhschema "github.com/leasehold/leasehold/sql/schema"
 )
 
 // cliSchema returns a migrated pgtest schema, its Store, and a URL whose
@@ -24,12 +30,200 @@ func cliSchema(t *testing.T) (*postgres.Store, string, func(string) string) {
 	pool := pgtest.Schema(t)
 	schema := pool.Config().ConnConfig.RuntimeParams["search_path"]
 	require.NotEmpty(t, schema)
+	return postgres.New(pool), schemaURL(schema), func(key string) string { pgtest.ExpireClaim(t, pool, key); return key }
+}
+
+// schemaURL is the test server's URL with connections using schema alone.
+func schemaURL(schema string) string {
 	sep := "?"
 	if strings.Contains(pgtest.URL(), "?") {
 		sep = "&"
 	}
-	url := pgtest.URL() + sep + "search_path=" + schema
-	return postgres.New(pool), url, func(key string) string { pgtest.ExpireClaim(t, pool, key); return key }
+	return pgtest.URL() + sep + "search_path=" + schema
+}
+
+// emptySchema creates a schema with no leasehold migration applied (no
+// version table either), dropped when t ends, and returns its name and a
+// pool whose connections use it alone.
+func emptySchema(t *testing.T) (string, *pgxpool.Pool) {
+	t.Helper()
+	ctx := t.Context()
+	admin, err := pgxpool.New(ctx, pgtest.URL())
+	require.NoError(t, err)
+	t.Cleanup(admin.Close)
+	name, err := createDemoSchema(ctx, admin)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, dropDemoSchema(context.Background(), admin, name)) })
+	pool, err := openSchemaPool(ctx, pgtest.URL(), name, 2)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return name, pool
+}
+
+// versionTable reads leasehold's goose version table in pool's schema
+// through goose's own store, as the CLI does.
+func versionTable(t *testing.T, pool *pgxpool.Pool) (database.StoreExtender, *sql.DB) {
+	t.Helper()
+	vs, err := database.NewStore(database.DialectPostgres, lhschema.VersionTable)
+	require.NoError(t, err)
+	ext, ok := vs.(database.StoreExtender)
+	require.True(t, ok)
+	db := stdlib.OpenDBFromPool(pool)
+	t.Cleanup(func() { _ = db.Close() })
+	return ext, db
+}
+
+// neededVersion is the newest migration this binary embeds, and the one
+// before it (0 when there is only one).
+func neededVersion(t *testing.T, db *sql.DB) (needed, previous int64) {
+	t.Helper()
+	p, err := postgres.NewMigrator(db)
+	require.NoError(t, err)
+	src := p.ListSources()
+	require.NotEmpty(t, src)
+	if len(src) > 1 {
+		previous = src[len(src)-2].Version
+	}
+	return src[len(src)-1].Version, previous
+}
+
+// The read commands refuse a schema with no leasehold migration, with exit
+// code 3 and a message naming the fix, print nothing on stdout (so -json
+// consumers see no partial output) and create nothing: goose's Provider
+// would create the version table just by reading it.
+func TestCLISchemaMissing(t *testing.T) {
+	name, pool := emptySchema(t)
+	url := schemaURL(name)
+	for _, args := range [][]string{
+		{"ls", "-url", url},
+		{"ls", "-url", url, "-json"},
+	} {
+		for _, cmd := range []struct {
+			name string
+			fn   func(context.Context, []string, io.Writer, io.Writer) int
+		}{{"claims ls", claimsCmd}, {"episodes ls", episodesCmd}} {
+			code, out, errOut := runCLI(t, cmd.fn, args...)
+			require.Equal(t, 3, code, errOut)
+			require.Empty(t, out)
+			require.Equal(t, fmt.Sprintf("leasehold %s: leasehold schema not found in database %q, search_path %q: "+
+				"run `leasehold migrate up`\n", cmd.name, "postgres", name), errOut)
+		}
+	}
+	code, out, errOut := runCLI(t, sweepCmd, "-dry-run", "-json", "-url", url)
+	require.Equal(t, 3, code, errOut)
+	require.Empty(t, out)
+	require.Contains(t, errOut, "leasehold sweep: leasehold schema not found in")
+	require.Contains(t, errOut, "run `leasehold migrate up`")
+
+	vt, db := versionTable(t, pool)
+	exists, err := vt.TableExists(t.Context(), db)
+	require.NoError(t, err)
+	require.False(t, exists, "a read command created %s", lhschema.VersionTable)
+
+	// Migrated, the same commands work and -json is plain JSON.
+	code, _, errOut = runCLI(t, migrateCmd, "up", "-url", url)
+	require.Equal(t, 0, code, errOut)
+	code, out, errOut = runCLI(t, claimsCmd, "ls", "-url", url, "-json")
+	require.Equal(t, 0, code, errOut)
+	require.Empty(t, errOut)
+	var got []claimJSON
+	require.NoError(t, json.Unmarshal([]byte(out), &got), out)
+	require.Empty(t, got)
+	code, out, errOut = runCLI(t, episodesCmd, "ls", "-url", url)
+	require.Equal(t, 0, code, errOut)
+	require.Regexp(t, `^ID\s+STATUS`, out)
+	require.Equal(t, "0 episode(s)\n", errOut)
+	code, out, errOut = runCLI(t, sweepCmd, "-dry-run", "-json", "-url", url)
+	require.Equal(t, 0, code, errOut)
+	var rep []sweepJSON
+	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+	require.Len(t, rep, 1)
+	require.Zero(t, rep[0].Found)
+}
+
+// A schema behind the binary's newest migration is refused with exit code 3;
+// migrate up fixes it.
+func TestCLISchemaBehind(t *testing.T) {
+	_, url, _ := cliSchema(t)
+	pool, err := pgxpool.New(t.Context(), url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	_, db := versionTable(t, pool)
+	needed, previous := neededVersion(t, db)
+	code, _, errOut := runCLI(t, migrateCmd, "down", "-url", url)
+	require.Equal(t, 0, code, errOut)
+
+	code, out, errOut := runCLI(t, claimsCmd, "ls", "-url", url, "-json")
+	require.Equal(t, 3, code, errOut)
+	require.Empty(t, out)
+	if previous > 0 {
+		require.Equal(t, fmt.Sprintf("leasehold claims ls: leasehold schema is at version %d, this binary needs %d: "+
+			"run `leasehold migrate up`\n", previous, needed), errOut)
+	} else { // one migration: rolled back, nothing is applied
+		require.Contains(t, errOut, "leasehold schema not found in")
+	}
+
+	code, _, errOut = runCLI(t, migrateCmd, "up", "-url", url)
+	require.Equal(t, 0, code, errOut)
+	code, out, errOut = runCLI(t, claimsCmd, "ls", "-url", url, "-json")
+	require.Equal(t, 0, code, errOut)
+	require.JSONEq(t, "[]", out)
+}
+
+// A schema newer than the binary is read anyway, with a warning on stderr
+// that leaves -json output alone.
+func TestCLISchemaNewer(t *testing.T) {
+	store, url, _ := cliSchema(t)
+	_, err := store.Acquire(t.Context(), claims.AcquireParams{Key: "job-1", Owner: "node-a", Lease: time.Minute})
+	require.NoError(t, err)
+	pool, err := pgxpool.New(t.Context(), url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	vt, db := versionTable(t, pool)
+	needed, _ := neededVersion(t, db)
+	require.NoError(t, vt.Insert(t.Context(), db, database.InsertRequest{Version: needed + 1}))
+
+	code, out, errOut := runCLI(t, claimsCmd, "ls", "-url", url, "-json")
+	require.Equal(t, 0, code, errOut)
+	require.Equal(t, fmt.Sprintf("leasehold claims ls: warning: leasehold schema is at version %d, this binary "+
+		"knows only up to %d: the binary is older than the schema; reading anyway, but use a leasehold release at "+
+		"least as new as your nodes'\n", needed+1, needed), errOut)
+	var got []claimJSON
+	require.NoError(t, json.Unmarshal([]byte(out), &got), out)
+	require.Len(t, got, 1)
+	require.Equal(t, "job-1", got[0].Key)
+}
+
+func TestCompareSchema(t *testing.T) {
+	const where = `database "app", search_path "lh"`
+	for _, tc := range []struct {
+		name             string
+		current, needed  int64
+		wantErr, wantMsg string
+	}{
+		{name: "current", current: 2, needed: 2},
+		{name: "none applied", current: 0, needed: 2,
+			wantErr: "leasehold schema not found in " + where + ": run `leasehold migrate up`"},
+		{name: "behind", current: 1, needed: 2,
+			wantErr: "leasehold schema is at version 1, this binary needs 2: run `leasehold migrate up`"},
+		{name: "newer", current: 3, needed: 2, wantMsg: "leasehold schema is at version 3, this binary knows only up to 2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			warning, err := compareSchema(tc.current, tc.needed, where)
+			if tc.wantErr == "" {
+				require.NoError(t, err)
+			} else {
+				require.EqualError(t, err, tc.wantErr)
+				require.ErrorAs(t, err, new(schemaError))
+				require.Equal(t, 3, exitCode(io.Discard, "claims ls", err))
+			}
+			if tc.wantMsg == "" {
+				require.Empty(t, warning)
+			} else {
+				require.Contains(t, warning, tc.wantMsg)
+			}
+		})
+	}
 }
 
 // runCLI runs one command function in-process.
@@ -212,9 +406,13 @@ func TestCLISweepDryRun(t *testing.T) {
 	require.EqualValues(t, 1, expired[0].Fence)
 
 	// Acting is the nodes' job: they know the compiled recovery policies.
-	code, _, errOut = runCLI(t, sweepCmd, "-url", url)
+	code, out, errOut = runCLI(t, sweepCmd, "-url", url)
 	require.Equal(t, 2, code)
-	require.Contains(t, errOut, "only -dry-run is supported")
+	require.Empty(t, out)
+	require.Equal(t, "leasehold sweep: sweep without -dry-run is refused: recovery restarts or fails each orphan "+
+		"by its actor's recovery policy, which is compiled into your nodes, not this CLI, so the CLI must not act; "+
+		"run recovery.Sweeper inside your nodes to recover, and 'leasehold sweep -dry-run' to inspect what it "+
+		"would do\n", errOut)
 	after, err = store.GetEpisode(ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, before, after)
@@ -239,4 +437,19 @@ func TestCLIBadURL(t *testing.T) {
 
 	code, _, _ = runCLI(t, migrateCmd, "sideways", "-url", "postgres://x")
 	require.Equal(t, 2, code)
+}
+
+// The help says what scripts can rely on: the exit codes, and that sweep
+// only dry-runs and why.
+func TestCLIUsage(t *testing.T) {
+	var b bytes.Buffer
+	usage(&b)
+	require.Contains(t, b.String(), "3  leasehold schema missing or older than this binary: run 'leasehold migrate up'")
+
+	code, out, errOut := runCLI(t, sweepCmd, "-h")
+	require.Equal(t, 0, code)
+	require.Empty(t, out)
+	require.Contains(t, errOut, "usage: leasehold sweep -dry-run ")
+	require.Contains(t, errOut, "-dry-run is required: sweep without it is refused (exit code 2).")
+	require.Contains(t, errOut, "run a recovery.Sweeper in each one")
 }

@@ -11,7 +11,17 @@
 //	          postgres://, postgresql:// or sqlserver://).
 //	claims    ls: list work claims.
 //	episodes  ls: list episodes.
-//	sweep     recover orphaned episodes; -dry-run only reports the decisions.
+//	sweep     -dry-run: what recovery would do with orphaned episodes, and
+//	          why. Without -dry-run it is refused: recovery runs in the nodes
+//	          (recovery.Sweeper), which know the compiled recovery policies.
+//
+// Exit codes:
+//
+//	0  success
+//	1  runtime or database error (including an unreachable database)
+//	2  usage error, and sweep without -dry-run
+//	3  the leasehold schema is missing or older than this binary
+//	   (claims, episodes, sweep): run 'leasehold migrate up'
 package main
 
 import (
@@ -40,7 +50,7 @@ var commands = []command{
 	{name: "migrate", summary: "apply, roll back or show leasehold's schema migrations", run: runMigrate},
 	{name: "claims", summary: "claims ls: list work claims", run: runClaims},
 	{name: "episodes", summary: "episodes ls: list episodes", run: runEpisodes},
-	{name: "sweep", summary: "recover orphaned episodes (-dry-run: only report)", run: runSweep},
+	{name: "sweep", summary: "sweep -dry-run: what recovery would do with orphaned episodes, and why", run: runSweep},
 	{name: demoNodeCommand, summary: "one node of the demo (started by demo)", hidden: true, run: runDemoNode},
 }
 
@@ -93,4 +103,10 @@ func usage(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Run 'leasehold <command> -h' for a command's flags.")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "exit codes:")
+	fmt.Fprintln(w, "  0  success")
+	fmt.Fprintln(w, "  1  runtime or database error (including an unreachable database)")
+	fmt.Fprintln(w, "  2  usage error, and sweep without -dry-run (recovery runs in the nodes)")
+	fmt.Fprintln(w, "  3  leasehold schema missing or older than this binary: run 'leasehold migrate up'")
 }
