@@ -23,6 +23,9 @@ WITH lease AS (
     FROM leasehold_episodes AS e
     WHERE e.id = $4
       AND e.status = 'running'
+      AND e.archived_at IS NULL
+      AND e.owner_node = $2::text
+      AND coalesce(e.dedupe_key, 'episode:' || e.id) = $1
       AND EXISTS (SELECT 1 FROM lease)
 ), cleared AS (
     UPDATE leasehold_findings AS f
@@ -168,6 +171,9 @@ WITH lease AS (
     FROM leasehold_episodes AS e
     WHERE e.id = $4
       AND e.status = 'running'
+      AND e.archived_at IS NULL
+      AND e.owner_node = $2::text
+      AND coalesce(e.dedupe_key, 'episode:' || e.id) = $1
       AND EXISTS (SELECT 1 FROM lease)
 ), raised AS (
     INSERT INTO leasehold_findings AS f (
@@ -239,8 +245,11 @@ type RaiseFindingRow struct {
 // Every write is made on behalf of a running episode and is fenced on its
 // work claim (claim key, owner, fence, claimed), which it locks FOR SHARE
 // like the journal writes: a zombie whose lease was stolen raises, updates
-// and clears nothing. A finding takes its env and stack from the episode row,
-// never from the caller, so an episode of env "rc" can only touch env "rc".
+// and clears nothing. The claim must be the episode's own (its dedupe key,
+// or episode:{id}) and the episode must run under the same owner, as for
+// AppendStep: a live claim on some other key grants nothing here. A finding
+// takes its env and stack from the episode row, never from the caller, so an
+// episode of env "rc" can only touch env "rc".
 // Raises the finding finding_key in the episode's env: inserts it, or, when
 // it is already active, refreshes its details and counts the raise.
 // lease_held 0 means the fence check failed and nothing was written.
@@ -291,6 +300,9 @@ WITH lease AS (
     FROM leasehold_episodes AS e
     WHERE e.id = $4
       AND e.status = 'running'
+      AND e.archived_at IS NULL
+      AND e.owner_node = $2::text
+      AND coalesce(e.dedupe_key, 'episode:' || e.id) = $1
       AND EXISTS (SELECT 1 FROM lease)
 ), updated AS (
     UPDATE leasehold_findings AS f

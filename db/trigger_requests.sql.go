@@ -420,3 +420,15 @@ func (q *Queries) ListTriggerRequests(ctx context.Context, db DBTX, arg ListTrig
 	}
 	return items, nil
 }
+
+const listenTriggerRequests = `-- name: ListenTriggerRequests :exec
+LISTEN leasehold_trigger_requests
+`
+
+// Subscribes the session to the notification the insert trigger on
+// leasehold_trigger_requests sends at commit. A wake-up only: pollers still
+// claim with ClaimTriggerRequests, and poll on an interval as a fallback.
+func (q *Queries) ListenTriggerRequests(ctx context.Context, db DBTX) error {
+	_, err := db.Exec(ctx, listenTriggerRequests)
+	return err
+}

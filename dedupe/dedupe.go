@@ -136,3 +136,21 @@ func build(kind string, parts ...string) (string, error) {
 	}
 	return key, nil
 }
+
+// InEnv scopes key to env, so that nodes of different envs sharing one
+// database never deduplicate (nor claim) each other's work: env:{env}:{key}.
+// The unset env "" returns key unchanged, byte-identical to single-env
+// operation. An empty key (no dedupe) stays empty. env may not contain ':'.
+func InEnv(env, key string) (string, error) {
+	if env == "" || key == "" {
+		return key, nil
+	}
+	if strings.Contains(env, ":") || !utf8.ValidString(env) {
+		return "", fmt.Errorf("%w: env %q must be valid text without ':'", ErrInvalid, env)
+	}
+	scoped := "env:" + env + ":" + key
+	if n := utf8.RuneCountInString(scoped); n > MaxKeyLen {
+		return "", fmt.Errorf("%w: key %q in env %q is %d characters, over %d", ErrInvalid, key, env, n, MaxKeyLen)
+	}
+	return scoped, nil
+}

@@ -637,3 +637,20 @@ func mustParse(t *testing.T, s string) time.Time {
 	require.NoError(t, err)
 	return tm
 }
+
+func TestInEnv(t *testing.T) {
+	key := "event:a:e:1"
+	got, err := dedupe.InEnv("", key)
+	require.NoError(t, err)
+	require.Equal(t, key, got, "the unset env leaves keys byte-identical")
+	got, err = dedupe.InEnv("rc", key)
+	require.NoError(t, err)
+	require.Equal(t, "env:rc:event:a:e:1", got)
+	got, err = dedupe.InEnv("rc", "")
+	require.NoError(t, err)
+	require.Empty(t, got, "no key, nothing to scope")
+	_, err = dedupe.InEnv("a:b", key)
+	require.ErrorIs(t, err, dedupe.ErrInvalid)
+	_, err = dedupe.InEnv("rc", strings.Repeat("k", dedupe.MaxKeyLen-5))
+	require.ErrorIs(t, err, dedupe.ErrInvalid, "scoping never truncates")
+}

@@ -342,3 +342,29 @@ func withoutDecisions(r recovery.Report) recovery.Report {
 	r.Decisions = nil
 	return r
 }
+
+// A node that does not run an actor locally (trigger_only) never restarts
+// its orphans: it hands the claim back at once for a full node, which then
+// restarts the episode.
+func TestTriggerOnlyNodeLeavesRestartsToFullNodes(t *testing.T) {
+	t.Parallel()
+	c := nodetest.Start(t, 2, func(i int, cfg *runner.Config) {
+		if i == 0 {
+			cfg.Mode = runner.ModeTriggerOnly
+		}
+	}, worker(runner.RecoveryRestart, journalOnce, 1))
+	id := insertOrphans(t, c.Pool, orphanSpec{n: 1})[0]
+
+	rep, err := newRecoverer(t, c, 0).Sweep(t.Context(), recovery.Options{})
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.Skipped)
+	require.Contains(t, rep.Decisions[0].Reason, "trigger_only")
+	require.Equal(t, 1, c.Count(t, "id = $1 AND status = 'queued'", id))
+	require.False(t, c.Nodes[0].Executes())
+
+	rep, err = newRecoverer(t, c, 1).Sweep(t.Context(), recovery.Options{})
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.Restarted, "the released claim is taken at once, no lease to wait out")
+	nodetest.WaitEnded(t, 1, c.Sigs[1])
+	require.Equal(t, 1, c.Count(t, "id = $1 AND status = 'done' AND owner_node = 'node-1'", id))
+}

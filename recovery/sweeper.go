@@ -51,9 +51,24 @@ func (s *Sweeper) Run(ctx context.Context) error {
 			return ctx.Err()
 		case <-t.C:
 		}
+		if !executes(s.r.node) {
+			// A trigger_only or disabled node runs nothing, so it recovers
+			// nothing either; full nodes of its stack and env do.
+			t.Reset(s.cfg.Interval)
+			continue
+		}
 		if _, err := s.r.Sweep(ctx, s.cfg.Options); err != nil && ctx.Err() == nil {
 			s.r.log.ErrorContext(ctx, "leasehold: recovery sweep failed", slog.Any("error", err))
 		}
 		t.Reset(s.cfg.Interval)
 	}
+}
+
+// executes reports whether node runs episodes locally: a *runner.Node does
+// in mode full. A Node without the Executes method always does.
+func executes(node Node) bool {
+	if x, ok := node.(interface{ Executes() bool }); ok {
+		return x.Executes()
+	}
+	return true
 }

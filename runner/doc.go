@@ -55,5 +55,45 @@
 //
 // See package dedupe: schedule:{actor}:{expectation}:{window} and
 // event:{actor}:{expectation}:{event id or SHA-256 of canonical JSON}.
-// Manual runs have no dedupe key and are never deduplicated.
+// Manual runs have no dedupe key and are never deduplicated. A node with an
+// env folds it in front: env:{env}:{key}; the unset env leaves keys as they
+// are.
+//
+// # Modes and deferred execution
+//
+// Each node has a mode, full (the default), trigger_only or disabled, and
+// each actor may override it; both switch at runtime (SetMode,
+// SetActorMode, ClearActorMode, ClearActorModes) and are read without a
+// lock on the trigger path, so a switch applies from the next trigger.
+//
+//	trigger on a trigger_only node
+//	   ▼
+//	CreateDeferredEpisode ── no row ──► duplicate
+//	   │ the episode (queued, unclaimed) and its trigger request (pending)
+//	   │ in one statement; an insert trigger NOTIFYs pollers (Postgres)
+//	   ▼
+//	ClaimTriggerRequests on a full node (SKIP LOCKED / READPAST; only its
+//	   │ env, its stack scope and its full actors; fence + 1, claim lease)
+//	   ▼
+//	DispatchTriggerRequest (fenced on the request claim): request completed
+//	   │ and the episode's work claim granted to this node, one statement
+//	   ▼
+//	queued under this node's claim, then as above from StartEpisode
+//
+// A poller that dies between the two statements leaves a claimed request
+// whose claim lapses (PollConfig.ClaimLease) and another poller takes it;
+// one that dies after the hand-over leaves an ordinary claimed episode for
+// recovery. Requests nobody picks up within PollConfig.TTL expire
+// (ExpireTriggerRequests) and their episodes end canceled, class
+// trigger_expired, so nothing waits forever unseen. A deferred episode is
+// queued without a claim, which recovery never mistakes for an orphan.
+//
+// # Stacks and envs
+//
+// StackSlug stamps source_stack on episodes and trigger requests; the
+// recovery sweep and the poller see their own stack plus unstamped rows
+// ("" sees every stack). Env stamps source_env and is matched by strict
+// equality everywhere (recovery, poller, findings), the unset env being its
+// own world; FireOptions.Env, recovery.Options.Env and PollConfig.SourceEnv
+// target another env for one call or one poller.
 package runner

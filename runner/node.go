@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/leasehold/leasehold/claims"
 	"github.com/leasehold/leasehold/dedupe"
@@ -28,6 +30,12 @@ const (
 	EventCanceled  = "episode.canceled"   // canceled
 	EventLeaseLost = "episode.lease_lost" // a fenced write matched nothing; the run stopped
 	EventReleased  = "episode.released"   // handed over on stop; still running for recovery
+	EventDeferred  = "episode.deferred"   // trigger_only: episode and trigger request written
+	// Trigger-request poller (full nodes).
+	EventRequestDispatched = "trigger_request.dispatched" // claimed and handed to a local run
+	EventRequestSkipped    = "trigger_request.skipped"    // completed, but the episode was not ours to run
+	EventRequestLost       = "trigger_request.lost"       // our request claim lapsed; another poller has it
+	EventRequestExpired    = "trigger_request.expired"    // Count: requests expired by this poller
 )
 
 // Errors callers branch on.
@@ -48,6 +56,20 @@ type Store interface {
 	StartEpisode(ctx context.Context, id int64, t claims.Token) (nextStep int32, err error)
 	AppendStep(ctx context.Context, id int64, t claims.Token, stepNo int32, data json.RawMessage, lease time.Duration) error
 	FinishEpisode(ctx context.Context, id int64, t claims.Token, f episodes.Finish) error
+	GetEpisode(ctx context.Context, id int64) (episodes.Episode, error)
+
+	// Deferred execution (trigger_only nodes write, full nodes poll).
+	CreateDeferredEpisode(ctx context.Context, d episodes.Deferred) (episodes.DeferredCreated, error)
+	ClaimTriggerRequests(ctx context.Context, q episodes.RequestQuery) ([]episodes.TriggerRequest, error)
+	DispatchTriggerRequest(ctx context.Context, r episodes.TriggerRequest, lease time.Duration) (episodes.Dispatched, error)
+	ExpireTriggerRequests(ctx context.Context, q episodes.ExpireQuery) ([]episodes.Expired, error)
+}
+
+// TriggerWaker wakes the trigger-request poller as soon as a request is
+// written (postgres.Notifier, over LISTEN/NOTIFY). WaitTriggerRequests calls
+// wake for each notification until ctx is done.
+type TriggerWaker interface {
+	WaitTriggerRequests(ctx context.Context, wake func()) error
 }
 
 // DefaultJitter is the upper bound of the random wait before an episode
@@ -74,9 +96,23 @@ type Config struct {
 	// trigger. NoJitter disables it (tests).
 	Jitter   time.Duration
 	NoJitter bool
-	// StackSlug and Env are stamped on the episodes this node creates.
+	// StackSlug is this cluster's identity: stamped as source_stack on the
+	// episodes and trigger requests this node creates, and the default scope
+	// of its recovery sweep and poller. "" is the single-stack default.
 	StackSlug string
-	Env       string
+	// Env is this node's dedupe world: folded into every dedupe key (so
+	// into claims), stamped as source_env, and matched by strict equality
+	// by recovery, the poller and findings. "" (unset) keeps keys
+	// byte-identical to single-env operation. It may not contain ':'.
+	Env string
+	// Mode is the node-wide mode at start, default ModeFull; see Mode.
+	Mode Mode
+	// Poll tunes the trigger-request poller that full nodes run.
+	Poll PollConfig
+	// TriggerWaker, when set, wakes the poller as soon as a request is
+	// written; the poll interval stays the fallback. On Postgres use
+	// postgres.NewNotifier(pool).
+	TriggerWaker TriggerWaker
 	// WriteTimeout bounds each fenced write. Default 30s.
 	WriteTimeout time.Duration
 	// Logger defaults to slog.Default(); Observer to discarding.
@@ -123,6 +159,9 @@ type Node struct {
 	// a separate run and must stay cancellable.
 	mu      sync.Mutex
 	running map[*job]context.CancelCauseFunc
+
+	modes  atomic.Pointer[modes]
+	pollCh chan struct{} // buffered 1: a pending wake-up for the poller
 }
 
 type actorState struct {
@@ -157,6 +196,18 @@ func NewNode(cfg Config) (*Node, error) {
 	if cfg.Observer == nil {
 		cfg.Observer = telemetry.Nop{}
 	}
+	if cfg.Mode == "" {
+		cfg.Mode = ModeFull
+	}
+	if err := cfg.Mode.valid(); err != nil {
+		return nil, err
+	}
+	if err := validScope(cfg.StackSlug, cfg.Env); err != nil {
+		return nil, err
+	}
+	if err := cfg.Poll.defaults(); err != nil {
+		return nil, err
+	}
 	if cfg.Heartbeat.Logger == nil {
 		cfg.Heartbeat.Logger = cfg.Logger
 	}
@@ -172,11 +223,28 @@ func NewNode(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("runner: %w", err)
 	}
-	return &Node{
+	n := &Node{
 		cfg: cfg, id: id, store: cfg.Store, gate: gate, hb: hb,
 		log: cfg.Logger.With(slog.String("node", id)), obs: cfg.Observer,
 		actors: map[string]*actorState{}, running: map[*job]context.CancelCauseFunc{},
-	}, nil
+		pollCh: make(chan struct{}, 1),
+	}
+	n.modes.Store(&modes{node: cfg.Mode})
+	return n, nil
+}
+
+// validScope checks a stack slug and env: both are stamped on rows (255
+// characters), and env is part of dedupe keys, whose parts ':' separates.
+func validScope(stack, env string) error {
+	for what, v := range map[string]string{"stack slug": stack, "env": env} {
+		if utf8.RuneCountInString(v) > 255 || !utf8.ValidString(v) {
+			return fmt.Errorf("%w: %s %q is not valid text of at most 255 characters", ErrInvalid, what, v)
+		}
+	}
+	if strings.Contains(env, ":") {
+		return fmt.Errorf("%w: env %q contains ':', the dedupe key separator", ErrInvalid, env)
+	}
+	return nil
 }
 
 // ID returns the node identity.
@@ -214,6 +282,9 @@ func (n *Node) Resume(ep episodes.Episode, c claims.Claim) error {
 	as, e, err := n.lookup(ep.ActorID, ep.ExpectationID)
 	if err != nil {
 		return err
+	}
+	if m := n.ActorMode(ep.ActorID); m != ModeFull {
+		return fmt.Errorf("%w: actor %q is %s here", ErrNotFull, ep.ActorID, m)
 	}
 	runCtx, unhold := n.hb.Hold(n.base, c)
 	as.exec.submit(&job{ep: ep, exp: e, claim: c, ctx: runCtx, unhold: unhold})
@@ -266,6 +337,7 @@ func (n *Node) Start(ctx context.Context) error {
 	n.base, n.cancelBase = context.WithCancel(context.Background())
 	bg, cancelBg := context.WithCancel(n.base)
 	n.cancelBg = cancelBg
+	n.state.Store(int32(stateRunning))
 	n.bg.Go(func() { _ = n.hb.Run(bg) })
 	for _, as := range n.actors {
 		for _, e := range as.exps {
@@ -274,7 +346,12 @@ func (n *Node) Start(ctx context.Context) error {
 			}
 		}
 	}
-	n.state.Store(int32(stateRunning))
+	if !n.cfg.Poll.Disabled {
+		n.bg.Go(func() { n.poll(bg) })
+		if w := n.cfg.TriggerWaker; w != nil {
+			n.bg.Go(func() { _ = w.WaitTriggerRequests(bg, n.pollWake) })
+		}
+	}
 	return nil
 }
 
@@ -286,6 +363,9 @@ type Outcome struct {
 	// Duplicate: another node (or an earlier trigger) already created the
 	// live episode for this dedupe key; nothing was done here.
 	Duplicate bool
+	// Deferred: the actor is trigger_only here, so the episode was created
+	// with a trigger request for a full node to run.
+	Deferred bool
 }
 
 // FireOptions tunes Fire.
@@ -293,6 +373,10 @@ type FireOptions struct {
 	// EventID identifies the event for deduplication. When empty, the
 	// SHA-256 of the payload's canonical JSON does.
 	EventID string
+	// Env, when set, creates the episode in that env instead of the
+	// node's (an operator seeding another env's work: "" is the unset
+	// env). The key, the claim and the episode's source_env follow it.
+	Env *string
 }
 
 // Fire delivers event to actorID: every expectation of the actor triggered
@@ -309,17 +393,27 @@ func (n *Node) Fire(ctx context.Context, actorID, event string, payload any, opt
 	if err != nil {
 		return nil, fmt.Errorf("fire %s/%s: %w", actorID, event, err)
 	}
+	env := n.cfg.Env
+	if opts.Env != nil {
+		if err := validScope("", *opts.Env); err != nil {
+			return nil, err
+		}
+		env = *opts.Env
+	}
 	var out []Outcome
 	for _, e := range as.actor.Expectations {
 		if t, ok := e.Trigger.(Event); !ok || t.Name != event {
 			continue
 		}
 		key, err := dedupe.EventKey(actorID, e.ID, opts.EventID, json.RawMessage(raw))
+		if err == nil {
+			key, err = dedupe.InEnv(env, key)
+		}
 		if err != nil {
 			return out, fmt.Errorf("fire %s/%s: %w", actorID, e.ID, err)
 		}
 		ref, _ := json.Marshal(map[string]string{"event": event, "event_id": opts.EventID})
-		o, err := n.trigger(ctx, as, as.exps[e.ID], key, ref, raw)
+		o, err := n.trigger(ctx, as, as.exps[e.ID], env, key, ref, raw)
 		if err != nil {
 			return out, err
 		}
@@ -350,11 +444,14 @@ func (n *Node) Tick(ctx context.Context, actorID, expectationID string, at time.
 		window = dedupe.IntervalWindow(at, s.Every)
 	}
 	key, err := dedupe.ScheduleKey(actorID, expectationID, window)
+	if err == nil {
+		key, err = dedupe.InEnv(n.cfg.Env, key)
+	}
 	if err != nil {
 		return Outcome{}, fmt.Errorf("tick %s/%s: %w", actorID, expectationID, err)
 	}
 	ref, _ := json.Marshal(map[string]time.Time{"window": window})
-	return n.trigger(ctx, as, e, key, ref, nil)
+	return n.trigger(ctx, as, e, n.cfg.Env, key, ref, nil)
 }
 
 // RunManual creates and runs a new episode of actorID's expectation, whatever
@@ -371,7 +468,7 @@ func (n *Node) RunManual(ctx context.Context, actorID, expectationID string, pay
 		return Outcome{}, fmt.Errorf("run %s/%s: %w", actorID, expectationID, err)
 	}
 	ref, _ := json.Marshal(map[string]string{"manual": n.id})
-	return n.trigger(ctx, as, e, "", ref, raw)
+	return n.trigger(ctx, as, e, n.cfg.Env, "", ref, raw)
 }
 
 // Cancel stops a running episode of this node; it ends with status canceled.
@@ -462,20 +559,30 @@ func (n *Node) lookup(actorID, expectationID string) (*actorState, *Expectation,
 	return as, e, nil
 }
 
-// trigger creates the episode for one trigger and, if this node's insert
-// won, claims it and queues it on the actor's executor. Callers hold intake.
-func (n *Node) trigger(ctx context.Context, as *actorState, e *Expectation, key string, ref, payload json.RawMessage) (Outcome, error) {
+// trigger creates the episode for one trigger in env and, if this node's
+// insert won, claims it and queues it on the actor's executor; in
+// trigger_only it writes the episode with its trigger request instead.
+// Callers hold intake.
+func (n *Node) trigger(ctx context.Context, as *actorState, e *Expectation, env, key string, ref, payload json.RawMessage) (Outcome, error) {
+	mode := n.ActorMode(as.actor.ID)
+	if mode == ModeDisabled {
+		return Outcome{}, fmt.Errorf("%w: actor %q on node %s", ErrDisabled, as.actor.ID, n.id)
+	}
 	if err := n.jitter(ctx); err != nil {
 		return Outcome{}, err
 	}
 	budget, _ := json.Marshal(map[string]any{"max_wall_ms": e.Budget.MaxWall.Milliseconds(), "max_steps": e.Budget.MaxSteps})
-	start := time.Now()
-	res, err := n.store.CreateEpisode(ctx, episodes.New{
+	ne := episodes.New{
 		ActorID: as.actor.ID, ExpectationID: e.ID, TriggerType: e.Trigger.triggerType(), TriggerRef: ref,
 		DedupeKey: key, MaxAttempts: e.MaxAttempts, Budget: budget,
-		SourceStack: n.cfg.StackSlug, SourceEnv: n.cfg.Env, Payload: payload,
-		Owner: n.id, Lease: n.gate.Lease(),
-	})
+		SourceStack: n.cfg.StackSlug, SourceEnv: env, Payload: payload,
+	}
+	if mode == ModeTriggerOnly {
+		return n.deferTrigger(ctx, ne)
+	}
+	ne.Owner, ne.Lease = n.id, n.gate.Lease()
+	start := time.Now()
+	res, err := n.store.CreateEpisode(ctx, ne)
 	if err != nil {
 		return Outcome{}, fmt.Errorf("create episode %s/%s: %w", as.actor.ID, e.ID, err)
 	}

@@ -35,7 +35,7 @@ func (n *Node) schedule(ctx context.Context, as *actorState, e *Expectation, s S
 			return
 		case <-t.C:
 		}
-		if _, err := n.Tick(ctx, as.actor.ID, e.ID, tick); err != nil && !errors.Is(err, ErrStopped) && ctx.Err() == nil {
+		if _, err := n.Tick(ctx, as.actor.ID, e.ID, tick); err != nil && !errors.Is(err, ErrStopped) && !errors.Is(err, ErrDisabled) && ctx.Err() == nil {
 			n.log.ErrorContext(ctx, "leasehold: scheduled trigger failed",
 				slog.String("actor", as.actor.ID), slog.String("expectation", e.ID), slog.Time("tick", tick), slog.Any("error", err))
 		}

@@ -118,6 +118,25 @@ var resultColumns = map[string][]string{
 	},
 	"GetAgentRecoveryPolicy": {"recovery_policy"},
 	"PutAgentDefinition":     nil,
+
+	"CreateDeferredEpisode": {"id", "created_at", "request_id"},
+	"ClaimTriggerRequests": {
+		"id", "episode_id", "actor_id", "expectation_id", "source_node", "fence", "opts",
+	},
+	"DispatchTriggerRequest": {
+		"episode_id", "claim_key", "claim_fence", "attempt", "lease_until", "claimed_at", "grant_kind",
+	},
+	"ExpireTriggerRequests": {"id", "episode_id", "episode_canceled"},
+	"ListTriggerRequests": {
+		"id", "episode_id", "actor_id", "expectation_id", "source_node", "source_stack",
+		"source_env", "status", "claimed_by", "fence", "opts", "created_at", "claimed_at",
+		"claim_until", "finished_at",
+	},
+
+	"RaiseFinding":       append([]string{"lease_held"}, findingColumns...),
+	"UpdateFinding":      {"lease_held", "updated"},
+	"ClearFinding":       {"lease_held", "cleared"},
+	"ListActiveFindings": findingColumns,
 }
 
 var claimColumns = []string{

@@ -33,6 +33,7 @@ import (
 
 	"github.com/leasehold/leasehold/claims"
 	"github.com/leasehold/leasehold/episodes"
+	"github.com/leasehold/leasehold/findings"
 	"github.com/leasehold/leasehold/sql/queries"
 )
 
@@ -207,8 +208,18 @@ func TestUnitParamsMatchPostgres(t *testing.T) {
 	_ = s.PutAgentDefinition(ctx, "x", "y", "retry")
 	_, _ = s.ListClaims(ctx, claims.ListQuery{Owner: "a", ExpiredOnly: true, Limit: 10})
 	_, _ = s.ListEpisodes(ctx, episodes.ListQuery{Status: episodes.StatusRunning, StaleOnly: true, StaleAfter: time.Minute, Limit: 10})
+	_, _ = s.CreateDeferredEpisode(ctx, episodes.Deferred{New: episodes.New{ActorID: "x", MaxAttempts: 3}, SourceNode: "t"})
+	_, _ = s.ClaimTriggerRequests(ctx, episodes.RequestQuery{Owner: "a", Lease: time.Second, ActorIDs: []string{"x", `y"z`}, Limit: 5})
+	_, _ = s.DispatchTriggerRequest(ctx, episodes.TriggerRequest{ID: 1, Owner: "a", Fence: 2}, time.Second)
+	_, _ = s.ExpireTriggerRequests(ctx, episodes.ExpireQuery{Env: "rc", TTL: time.Hour})
+	_, _ = s.ListTriggerRequests(ctx, episodes.RequestListQuery{Env: "rc", Limit: 10})
+	_, _ = s.RaiseFinding(ctx, tk, 1, findings.Raise{Key: "f", Class: "c", Data: json.RawMessage(`{"n":1}`)})
+	_, _ = s.UpdateFinding(ctx, tk, 1, "f", findings.Update{Severity: "high"})
+	_, _ = s.ClearFinding(ctx, tk, 1, "f")
+	_, _ = s.ActiveFindings(ctx, findings.Query{Env: "rc", Limit: 10})
 
 	wantType := map[string]any{
+		"ttl_ms":   int64(0),
 		"lease_ms": int64(0), "stale_after_ms": int64(0), "fence": int64(0), "id": int64(0),
 		"episode_id": int64(0), "step_no": int32(0), "max_attempts": int32(0), "max_rows": int32(0),
 		"expired_only": false, "stale_only": false,
@@ -231,6 +242,14 @@ func TestUnitParamsMatchPostgres(t *testing.T) {
 	require.Equal(t, "{}", f.params["AppendStep"]["data"])
 	require.Equal(t, `[{"dedupe_key":"k","fence":7}]`, f.params["RenewClaims"]["held"])
 	require.Equal(t, int64(1000), f.params["AcquireClaim"]["lease_ms"])
+	require.Equal(t, `["x","y\"z"]`, f.params["ClaimTriggerRequests"]["actor_ids"], "actors travel as one JSON array")
+	require.Nil(t, f.params["CreateDeferredEpisode"]["opts"])
+	require.Nil(t, f.params["CreateDeferredEpisode"]["dedupe_key"])
+	require.Equal(t, "t", f.params["CreateDeferredEpisode"]["source_node"])
+	require.Equal(t, "", f.params["CreateDeferredEpisode"]["source_env"], "the unset env is '', never NULL")
+	require.Equal(t, int64(3_600_000), f.params["ExpireTriggerRequests"]["ttl_ms"])
+	require.Equal(t, `{"n":1}`, f.params["RaiseFinding"]["data"])
+	require.Nil(t, f.params["UpdateFinding"]["data"])
 }
 
 // postgresParams reads the sqlc.arg/sqlc.narg names of every Postgres
@@ -300,6 +319,29 @@ func TestUnitEmptyResultMapping(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, none)
 	require.Equal(t, 1, f.calls("AcquireClaim"), "no retry of a busy answer")
+
+	deferred, err := s.CreateDeferredEpisode(ctx, episodes.Deferred{New: episodes.New{ActorID: "x", DedupeKey: "d"}})
+	require.NoError(t, err)
+	require.False(t, deferred.Created)
+	reqs, err := s.ClaimTriggerRequests(ctx, episodes.RequestQuery{Owner: "a", ActorIDs: []string{"x"}, Limit: 5})
+	require.NoError(t, err)
+	require.Empty(t, reqs)
+	_, err = s.DispatchTriggerRequest(ctx, episodes.TriggerRequest{ID: 1, Owner: "a", Fence: 1}, time.Second)
+	require.ErrorIs(t, err, claims.ErrLeaseLost, "no row: the request claim lapsed")
+	expired, err := s.ExpireTriggerRequests(ctx, episodes.ExpireQuery{TTL: time.Hour})
+	require.NoError(t, err)
+	require.Empty(t, expired)
+	active, err := s.ActiveFindings(ctx, findings.Query{Limit: 10})
+	require.NoError(t, err)
+	require.Empty(t, active)
+	// The findings batches always answer one row: none breaks the contract
+	// and is an error, not a lost lease.
+	_, err = s.RaiseFinding(ctx, tk, 1, findings.Raise{Key: "f"})
+	require.Error(t, err)
+	require.NotErrorIs(t, err, findings.ErrLeaseLost)
+	_, err = s.ClearFinding(ctx, tk, 1, "f")
+	require.Error(t, err)
+	require.NotErrorIs(t, err, findings.ErrLeaseLost)
 }
 
 func TestUnitDuplicateKeyMapping(t *testing.T) {
@@ -313,6 +355,9 @@ func TestUnitDuplicateKeyMapping(t *testing.T) {
 	require.False(t, res.Created)
 	_, _, err = s.ClaimForRecovery(ctx, 1, "a", time.Second, time.Second)
 	require.ErrorIs(t, err, claims.ErrBusy)
+	deferred, err := s.CreateDeferredEpisode(ctx, episodes.Deferred{New: episodes.New{ActorID: "x", DedupeKey: "d"}})
+	require.NoError(t, err, "a duplicate deferred episode is not an error")
+	require.False(t, deferred.Created)
 	// Elsewhere a duplicate is an error like any other (as in Postgres).
 	err = s.AppendStep(ctx, 1, claims.Token{Key: "k", Owner: "a", Fence: 1}, 1, nil, time.Second)
 	require.Error(t, err)
@@ -425,6 +470,175 @@ func TestUnitScanEpisode(t *testing.T) {
 		SourceStack: "stack", SourceEnv: "env", OwnerNode: "node-a", Payload: json.RawMessage(`{"p":true}`),
 		CreatedAt: created, StartedAt: &created, LastStepAt: &created,
 	}, e)
+}
+
+func TestUnitTriggerRequests(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC)
+	ctx := context.Background()
+	f := newFake(t)
+	var answer map[string][][]driver.Value
+	f.answer = func(name string, _ map[string]any) fakeResult {
+		return fakeResult{cols: resultColumns[name], rows: answer[name]}
+	}
+	s := f.store
+
+	t.Run("create", func(t *testing.T) {
+		answer = map[string][][]driver.Value{"CreateDeferredEpisode": {{int64(9), now, int64(3)}}}
+		n := episodes.New{ActorID: "x", ExpectationID: "e", TriggerType: episodes.TriggerEvent, DedupeKey: "d", MaxAttempts: 2, SourceEnv: "rc"}
+		got, err := s.CreateDeferredEpisode(ctx, episodes.Deferred{New: n, SourceNode: "t"})
+		require.NoError(t, err)
+		require.Equal(t, episodes.DeferredCreated{
+			Created: true, RequestID: 3,
+			Episode: episodes.Episode{
+				ID: 9, ActorID: "x", ExpectationID: "e", TriggerType: episodes.TriggerEvent, DedupeKey: "d",
+				Status: episodes.StatusQueued, MaxAttempts: 2, SourceEnv: "rc", CreatedAt: now,
+			},
+		}, got)
+	})
+
+	t.Run("claim", func(t *testing.T) {
+		before := f.calls("ClaimTriggerRequests")
+		got, err := s.ClaimTriggerRequests(ctx, episodes.RequestQuery{Owner: "a", Limit: 5})
+		require.NoError(t, err)
+		require.Empty(t, got)
+		got, err = s.ClaimTriggerRequests(ctx, episodes.RequestQuery{Owner: "a", ActorIDs: []string{"x"}})
+		require.NoError(t, err)
+		require.Empty(t, got)
+		require.Equal(t, before, f.calls("ClaimTriggerRequests"), "no actors or no room: nothing is sent")
+
+		answer = map[string][][]driver.Value{"ClaimTriggerRequests": {
+			{int64(3), int64(9), "x", "e", "t", int64(2), `{"o":1}`},
+			{int64(4), int64(10), "x", "e", "t", int64(1), nil},
+		}}
+		got, err = s.ClaimTriggerRequests(ctx, episodes.RequestQuery{Owner: "a", ActorIDs: []string{"x"}, Limit: 5})
+		require.NoError(t, err)
+		require.Equal(t, []episodes.TriggerRequest{
+			{ID: 3, EpisodeID: 9, ActorID: "x", ExpectationID: "e", SourceNode: "t", Owner: "a", Fence: 2, Opts: json.RawMessage(`{"o":1}`)},
+			{ID: 4, EpisodeID: 10, ActorID: "x", ExpectationID: "e", SourceNode: "t", Owner: "a", Fence: 1},
+		}, got)
+	})
+
+	t.Run("dispatch", func(t *testing.T) {
+		r := episodes.TriggerRequest{ID: 3, EpisodeID: 9, Owner: "a", Fence: 2}
+		answer = map[string][][]driver.Value{"DispatchTriggerRequest": {{int64(9), "k", int64(4), int64(2), now.Add(time.Minute), now, "reclaim"}}}
+		got, err := s.DispatchTriggerRequest(ctx, r, time.Minute)
+		require.NoError(t, err)
+		require.Equal(t, episodes.Dispatched{EpisodeID: 9, Claim: claims.Claim{
+			Token: claims.Token{Key: "k", Owner: "a", Fence: 4}, State: claims.StateClaimed, Attempt: 2,
+			LeaseUntil: now.Add(time.Minute), ClaimedAt: now, Grant: claims.GrantReclaim, WorkType: "episode",
+		}}, got)
+
+		// Completed, but the episode is not ours to run: the zero claim.
+		answer = map[string][][]driver.Value{"DispatchTriggerRequest": {{int64(9), "", int64(0), int64(0), now, now, ""}}}
+		got, err = s.DispatchTriggerRequest(ctx, r, time.Minute)
+		require.NoError(t, err)
+		require.Equal(t, episodes.Dispatched{EpisodeID: 9}, got)
+	})
+
+	t.Run("expire", func(t *testing.T) {
+		answer = map[string][][]driver.Value{"ExpireTriggerRequests": {{int64(3), int64(9), true}, {int64(4), int64(10), false}}}
+		got, err := s.ExpireTriggerRequests(ctx, episodes.ExpireQuery{Env: "rc", TTL: time.Hour})
+		require.NoError(t, err)
+		require.Equal(t, []episodes.Expired{
+			{RequestID: 3, EpisodeID: 9, EpisodeCanceled: true},
+			{RequestID: 4, EpisodeID: 10},
+		}, got)
+	})
+
+	t.Run("list", func(t *testing.T) {
+		answer = map[string][][]driver.Value{"ListTriggerRequests": {
+			{int64(3), int64(9), "x", "e", "t", "s", "rc", "claimed", "a", int64(2), nil, now, now, now.Add(time.Second), nil},
+		}}
+		got, err := s.ListTriggerRequests(ctx, episodes.RequestListQuery{Env: "rc", Limit: 10})
+		require.NoError(t, err)
+		until := now.Add(time.Second)
+		require.Equal(t, []episodes.RequestInfo{{
+			ID: 3, EpisodeID: 9, ActorID: "x", ExpectationID: "e", SourceNode: "t", SourceStack: "s",
+			SourceEnv: "rc", Status: episodes.RequestClaimed, ClaimedBy: "a", Fence: 2, CreatedAt: now,
+			ClaimedAt: &now, ClaimUntil: &until,
+		}}, got)
+	})
+}
+
+func TestUnitFindings(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC)
+	ctx, tk := context.Background(), claims.Token{Key: "k", Owner: "a", Fence: 1}
+	f := newFake(t)
+	var answer map[string][]driver.Value
+	f.answer = func(name string, _ map[string]any) fakeResult {
+		return fakeResult{cols: resultColumns[name], rows: [][]driver.Value{answer[name]}}
+	}
+	s := f.store
+	nulls := make([]driver.Value, len(findingColumns))
+
+	answer = map[string][]driver.Value{"RaiseFinding": append([]driver.Value{int64(0)}, nulls...)}
+	_, err := s.RaiseFinding(ctx, tk, 7, findings.Raise{Key: "f"})
+	require.ErrorIs(t, err, findings.ErrLeaseLost)
+
+	answer = map[string][]driver.Value{"RaiseFinding": append([]driver.Value{int64(1)}, nulls...)}
+	_, err = s.RaiseFinding(ctx, tk, 7, findings.Raise{Key: "f"})
+	require.ErrorContains(t, err, "lease held but no finding returned")
+	require.NotErrorIs(t, err, findings.ErrLeaseLost)
+
+	answer = map[string][]driver.Value{"RaiseFinding": {
+		int64(1), int64(5), "f", "rc", "active", "c", "high", "sum", `{"n":1}`, "x", "s",
+		int64(6), int64(7), int64(2), now, now.Add(time.Second),
+	}}
+	got, err := s.RaiseFinding(ctx, tk, 7, findings.Raise{Key: "f"})
+	require.NoError(t, err)
+	require.Equal(t, findings.Finding{
+		ID: 5, Key: "f", Env: "rc", Status: findings.StatusActive, Class: "c", Severity: "high",
+		Summary: "sum", Data: json.RawMessage(`{"n":1}`), ActorID: "x", SourceStack: "s",
+		RaisedByEpisode: 6, UpdatedByEpisode: 7, RaiseCount: 2, RaisedAt: now, UpdatedAt: now.Add(time.Second),
+	}, got)
+
+	for _, tc := range []struct {
+		held, n int64
+		want    bool
+		err     error
+	}{
+		{0, 0, false, findings.ErrLeaseLost},
+		{1, 0, false, nil},
+		{1, 1, true, nil},
+	} {
+		answer = map[string][]driver.Value{"UpdateFinding": {tc.held, tc.n}, "ClearFinding": {tc.held, tc.n}}
+		updated, err := s.UpdateFinding(ctx, tk, 7, "f", findings.Update{})
+		require.ErrorIs(t, err, tc.err)
+		require.Equal(t, tc.want, updated)
+		cleared, err := s.ClearFinding(ctx, tk, 7, "f")
+		require.ErrorIs(t, err, tc.err)
+		require.Equal(t, tc.want, cleared)
+	}
+}
+
+// TestUnitRaiseFindingDuplicateSentOnce: a raise that lost an insert race
+// (2601) is sent once more, and only once.
+func TestUnitRaiseFindingDuplicateSentOnce(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	row := []driver.Value{
+		int64(1), int64(5), "f", "", "active", "", "", "", nil, "x", "",
+		int64(6), int64(7), int64(2), now, now,
+	}
+	ctx, tk := context.Background(), claims.Token{Key: "k", Owner: "a", Fence: 1}
+
+	f := newFake(t)
+	f.answer = func(name string, _ map[string]any) fakeResult {
+		if f.calls(name) == 1 {
+			return fakeResult{err: mssql.Error{Number: 2601}}
+		}
+		return fakeResult{cols: resultColumns[name], rows: [][]driver.Value{row}}
+	}
+	got, err := f.store.RaiseFinding(ctx, tk, 7, findings.Raise{Key: "f"})
+	require.NoError(t, err)
+	require.Equal(t, int32(2), got.RaiseCount)
+	require.Equal(t, 2, f.calls("RaiseFinding"))
+
+	f = newFake(t)
+	f.answer = func(string, map[string]any) fakeResult { return fakeResult{err: mssql.Error{Number: 2601}} }
+	_, err = f.store.RaiseFinding(ctx, tk, 7, findings.Raise{Key: "f"})
+	require.True(t, isDuplicate(err), "a persistent duplicate surfaces: %v", err)
+	require.NotErrorIs(t, err, findings.ErrLeaseLost)
+	require.Equal(t, 2, f.calls("RaiseFinding"))
 }
 
 // fake is a database/sql driver that answers every batch with a scripted

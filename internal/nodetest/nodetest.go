@@ -104,12 +104,14 @@ func Start(t testing.TB, n int, tune func(i int, cfg *runner.Config), actors ...
 	c := Cluster{Pool: pgtest.Schema(t)}
 	for i := range n {
 		sig := NewSignals()
+		pool := pgtest.Another(t, c.Pool, pgtest.Options{MaxConns: 8})
 		cfg := runner.Config{
-			Store:    postgres.New(pgtest.Another(t, c.Pool, pgtest.Options{MaxConns: 8})),
-			Identity: fmt.Sprintf("node-%d", i),
-			NoJitter: true,
-			Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
-			Observer: sig,
+			Store:        postgres.New(pool),
+			TriggerWaker: postgres.NewNotifier(pool),
+			Identity:     fmt.Sprintf("node-%d", i),
+			NoJitter:     true,
+			Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Observer:     sig,
 		}
 		if tune != nil {
 			tune(i, &cfg)

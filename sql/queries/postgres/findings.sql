@@ -4,8 +4,11 @@
 -- Every write is made on behalf of a running episode and is fenced on its
 -- work claim (claim key, owner, fence, claimed), which it locks FOR SHARE
 -- like the journal writes: a zombie whose lease was stolen raises, updates
--- and clears nothing. A finding takes its env and stack from the episode row,
--- never from the caller, so an episode of env "rc" can only touch env "rc".
+-- and clears nothing. The claim must be the episode's own (its dedupe key,
+-- or episode:{id}) and the episode must run under the same owner, as for
+-- AppendStep: a live claim on some other key grants nothing here. A finding
+-- takes its env and stack from the episode row, never from the caller, so an
+-- episode of env "rc" can only touch env "rc".
 
 -- name: RaiseFinding :one
 -- Raises the finding finding_key in the episode's env: inserts it, or, when
@@ -23,6 +26,9 @@ WITH lease AS (
     FROM leasehold_episodes AS e
     WHERE e.id = sqlc.arg(episode_id)
       AND e.status = 'running'
+      AND e.archived_at IS NULL
+      AND e.owner_node = sqlc.arg(owner_node)::text
+      AND coalesce(e.dedupe_key, 'episode:' || e.id) = sqlc.arg(claim_key)
       AND EXISTS (SELECT 1 FROM lease)
 ), raised AS (
     INSERT INTO leasehold_findings AS f (
@@ -72,6 +78,9 @@ WITH lease AS (
     FROM leasehold_episodes AS e
     WHERE e.id = sqlc.arg(episode_id)
       AND e.status = 'running'
+      AND e.archived_at IS NULL
+      AND e.owner_node = sqlc.arg(owner_node)::text
+      AND coalesce(e.dedupe_key, 'episode:' || e.id) = sqlc.arg(claim_key)
       AND EXISTS (SELECT 1 FROM lease)
 ), updated AS (
     UPDATE leasehold_findings AS f
@@ -105,6 +114,9 @@ WITH lease AS (
     FROM leasehold_episodes AS e
     WHERE e.id = sqlc.arg(episode_id)
       AND e.status = 'running'
+      AND e.archived_at IS NULL
+      AND e.owner_node = sqlc.arg(owner_node)::text
+      AND coalesce(e.dedupe_key, 'episode:' || e.id) = sqlc.arg(claim_key)
       AND EXISTS (SELECT 1 FROM lease)
 ), cleared AS (
     UPDATE leasehold_findings AS f

@@ -179,3 +179,9 @@ WHERE r.source_env = sqlc.arg(source_env)::text
   AND (sqlc.arg(status)::text = '' OR r.status = sqlc.arg(status)::text)
 ORDER BY r.id DESC
 LIMIT sqlc.arg(max_rows)::integer;
+
+-- name: ListenTriggerRequests :exec
+-- Subscribes the session to the notification the insert trigger on
+-- leasehold_trigger_requests sends at commit. A wake-up only: pollers still
+-- claim with ClaimTriggerRequests, and poll on an interval as a fallback.
+LISTEN leasehold_trigger_requests;

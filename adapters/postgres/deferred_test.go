@@ -1,0 +1,30 @@
+package postgres_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/adapters/postgres"
+	"github.com/leasehold/leasehold/conformance"
+	"github.com/leasehold/leasehold/internal/pgtest"
+)
+
+func TestConformanceDeferred(t *testing.T) {
+	t.Parallel()
+	conformance.RunDeferred(t, func(t *testing.T) conformance.DeferredBackend {
+		pool := pgtest.Schema(t)
+		return conformance.DeferredBackend{
+			Store: postgres.New(pool),
+			LapseRequestClaim: func(t testing.TB, id int64) {
+				pgtest.Exec(t, pool, `UPDATE leasehold_trigger_requests SET claim_until = now() - interval '1 second' WHERE id = $1`, id)
+			},
+			AgeRequest: func(t testing.TB, id int64, d time.Duration) {
+				pgtest.Exec(t, pool, `UPDATE leasehold_trigger_requests SET created_at = created_at - $2::interval WHERE id = $1`, id, d)
+			},
+			Age: func(t testing.TB, id int64, d time.Duration) {
+				pgtest.Exec(t, pool, `UPDATE leasehold_episodes SET created_at = created_at - $2::interval,
+					started_at = started_at - $2::interval, last_step_at = last_step_at - $2::interval WHERE id = $1`, id, d)
+			},
+		}
+	})
+}

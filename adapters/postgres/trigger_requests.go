@@ -1,0 +1,126 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/leasehold/leasehold/claims"
+	"github.com/leasehold/leasehold/db"
+	"github.com/leasehold/leasehold/episodes"
+)
+
+// CreateDeferredEpisode runs CreateDeferredEpisode: the unclaimed episode and
+// its trigger request in one statement. A duplicate writes nothing.
+func (s *Store) CreateDeferredEpisode(ctx context.Context, d episodes.Deferred) (episodes.DeferredCreated, error) {
+	n := d.New
+	row, err := s.q.CreateDeferredEpisode(ctx, s.conn, db.CreateDeferredEpisodeParams{
+		ActorID:       n.ActorID,
+		ExpectationID: n.ExpectationID,
+		TriggerType:   string(n.TriggerType),
+		TriggerRef:    n.TriggerRef,
+		DedupeKey:     nullable(n.DedupeKey),
+		MaxAttempts:   n.MaxAttempts,
+		Budget:        n.Budget,
+		SourceStack:   n.SourceStack,
+		SourceEnv:     n.SourceEnv,
+		Payload:       n.Payload,
+		SourceNode:    d.SourceNode,
+		Opts:          d.Opts,
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return episodes.DeferredCreated{}, nil
+	}
+	if err != nil {
+		return episodes.DeferredCreated{}, dbError("CreateDeferredEpisode", err)
+	}
+	return episodes.DeferredCreated{
+		Created: true,
+		Episode: episodes.Episode{
+			ID: row.ID, ActorID: n.ActorID, ExpectationID: n.ExpectationID, TriggerType: n.TriggerType,
+			TriggerRef: n.TriggerRef, DedupeKey: n.DedupeKey, Status: episodes.StatusQueued,
+			MaxAttempts: n.MaxAttempts, SourceStack: n.SourceStack, SourceEnv: n.SourceEnv,
+			Payload: n.Payload, CreatedAt: row.CreatedAt,
+		},
+		RequestID: row.RequestID,
+	}, nil
+}
+
+// ClaimTriggerRequests runs ClaimTriggerRequests (FOR UPDATE SKIP LOCKED).
+func (s *Store) ClaimTriggerRequests(ctx context.Context, q episodes.RequestQuery) ([]episodes.TriggerRequest, error) {
+	if len(q.ActorIDs) == 0 || q.Limit <= 0 {
+		return nil, nil
+	}
+	rows, err := s.q.ClaimTriggerRequests(ctx, unnamedStatement{s.conn}, db.ClaimTriggerRequestsParams{
+		OwnerNode: q.Owner, LeaseMs: q.Lease.Milliseconds(), SourceEnv: q.Env, SourceStack: q.Stack,
+		ActorIds: q.ActorIDs, MaxRows: int32(min(q.Limit, 1<<31-1)),
+	})
+	if err != nil {
+		return nil, dbError("ClaimTriggerRequests", err)
+	}
+	out := make([]episodes.TriggerRequest, len(rows))
+	for i, r := range rows {
+		out[i] = episodes.TriggerRequest{
+			ID: r.ID, EpisodeID: r.EpisodeID, ActorID: r.ActorID, ExpectationID: r.ExpectationID,
+			SourceNode: r.SourceNode, Owner: q.Owner, Fence: r.Fence, Opts: r.Opts,
+		}
+	}
+	return out, nil
+}
+
+// DispatchTriggerRequest runs DispatchTriggerRequest: completes the request
+// and grants its episode's work claim to the request's owner.
+// claims.ErrLeaseLost when the request claim lapsed and another poller
+// holds it.
+func (s *Store) DispatchTriggerRequest(ctx context.Context, r episodes.TriggerRequest, lease time.Duration) (episodes.Dispatched, error) {
+	row, err := s.q.DispatchTriggerRequest(ctx, s.conn, db.DispatchTriggerRequestParams{
+		ID: r.ID, OwnerNode: r.Owner, Fence: r.Fence, LeaseMs: lease.Milliseconds(),
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return episodes.Dispatched{}, claims.ErrLeaseLost
+	}
+	if err != nil {
+		return episodes.Dispatched{}, dbError("DispatchTriggerRequest", err)
+	}
+	return episodes.Dispatched{
+		EpisodeID: row.EpisodeID,
+		Claim:     episodes.GrantedClaim(row.ClaimKey, r.Owner, row.ClaimFence, row.Attempt, row.LeaseUntil, row.ClaimedAt, row.GrantKind),
+	}, nil
+}
+
+// ExpireTriggerRequests runs ExpireTriggerRequests.
+func (s *Store) ExpireTriggerRequests(ctx context.Context, q episodes.ExpireQuery) ([]episodes.Expired, error) {
+	rows, err := s.q.ExpireTriggerRequests(ctx, s.conn, db.ExpireTriggerRequestsParams{
+		SourceEnv: q.Env, SourceStack: q.Stack, TtlMs: q.TTL.Milliseconds(),
+	})
+	if err != nil {
+		return nil, dbError("ExpireTriggerRequests", err)
+	}
+	out := make([]episodes.Expired, len(rows))
+	for i, r := range rows {
+		out[i] = episodes.Expired{RequestID: r.ID, EpisodeID: r.EpisodeID, EpisodeCanceled: r.EpisodeCanceled}
+	}
+	return out, nil
+}
+
+// ListTriggerRequests runs ListTriggerRequests, an operator read.
+func (s *Store) ListTriggerRequests(ctx context.Context, q episodes.RequestListQuery) ([]episodes.RequestInfo, error) {
+	rows, err := s.q.ListTriggerRequests(ctx, s.conn, db.ListTriggerRequestsParams{
+		SourceEnv: q.Env, Status: q.Status, MaxRows: int32(min(q.Limit, 1<<31-1)),
+	})
+	if err != nil {
+		return nil, dbError("ListTriggerRequests", err)
+	}
+	out := make([]episodes.RequestInfo, len(rows))
+	for i, r := range rows {
+		out[i] = episodes.RequestInfo{
+			ID: r.ID, EpisodeID: r.EpisodeID, ActorID: r.ActorID, ExpectationID: r.ExpectationID,
+			SourceNode: r.SourceNode, SourceStack: r.SourceStack, SourceEnv: r.SourceEnv, Status: r.Status,
+			ClaimedBy: r.ClaimedBy, Fence: r.Fence, Opts: r.Opts, CreatedAt: r.CreatedAt,
+			ClaimedAt: r.ClaimedAt, ClaimUntil: r.ClaimUntil, FinishedAt: r.FinishedAt,
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,129 @@
+package sqlserver_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasehold/leasehold/adapters/sqlserver"
+	"github.com/leasehold/leasehold/conformance"
+)
+
+// mssqlAdmin returns a pool on the server MSSQL_URL names, or skips loudly.
+func mssqlAdmin(t *testing.T) (*sql.DB, string) {
+	t.Helper()
+	dsn := os.Getenv("MSSQL_URL")
+	if dsn == "" {
+		fmt.Println(skipBanner)
+		t.Skip(skipBanner)
+	}
+	admin, err := sqlserver.Open(dsn)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = admin.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoErrorf(t, admin.PingContext(ctx), "cannot reach the SQL Server MSSQL_URL names")
+	return admin, dsn
+}
+
+func utcWall(t time.Time) time.Time {
+	return time.Date(t.Year(), t.Month(), t.Day(), t.Hour(), t.Minute(), t.Second(), t.Nanosecond(), time.UTC)
+}
+
+// TestConformanceDeferred runs the trigger-request suite, with
+// READ_COMMITTED_SNAPSHOT off and on: READPAST and the UPDLOCK reads are
+// where that setting matters.
+func TestConformanceDeferred(t *testing.T) {
+	admin, dsn := mssqlAdmin(t)
+	t.Parallel()
+	for _, rcsi := range []bool{false, true} {
+		t.Run(fmt.Sprintf("RCSI=%v", rcsi), func(t *testing.T) {
+			t.Parallel()
+			conformance.RunDeferred(t, func(t *testing.T) conformance.DeferredBackend {
+				db := freshDatabase(t, admin, dsn, rcsi)
+				store, err := sqlserver.New(db)
+				require.NoError(t, err)
+				exec := func(t testing.TB, stmt string, args ...any) {
+					t.Helper()
+					_, err := db.ExecContext(context.Background(), stmt, args...)
+					require.NoError(t, err)
+				}
+				return conformance.DeferredBackend{
+					Store: store,
+					LapseRequestClaim: func(t testing.TB, id int64) {
+						exec(t, `UPDATE leasehold_trigger_requests SET claim_until = DATEADD(second, -1, SYSUTCDATETIME()) WHERE id = @id`,
+							sql.Named("id", id))
+					},
+					AgeRequest: func(t testing.TB, id int64, d time.Duration) {
+						exec(t, `UPDATE leasehold_trigger_requests SET created_at = DATEADD(second, -@s, created_at) WHERE id = @id`,
+							sql.Named("s", int(d.Seconds())), sql.Named("id", id))
+					},
+					Age: func(t testing.TB, id int64, d time.Duration) {
+						exec(t, `UPDATE leasehold_episodes
+							SET created_at = DATEADD(second, -@s, created_at),
+							    started_at = DATEADD(second, -@s, started_at),
+							    last_step_at = DATEADD(second, -@s, last_step_at)
+							WHERE id = @id`, sql.Named("s", int(d.Seconds())), sql.Named("id", id))
+					},
+				}
+			})
+		})
+	}
+}
+
+// TestConformanceFindings runs the findings suite, RCSI off and on.
+func TestConformanceFindings(t *testing.T) {
+	admin, dsn := mssqlAdmin(t)
+	t.Parallel()
+	for _, rcsi := range []bool{false, true} {
+		t.Run(fmt.Sprintf("RCSI=%v", rcsi), func(t *testing.T) {
+			t.Parallel()
+			conformance.RunFindings(t, func(t *testing.T) conformance.FindingsBackend {
+				db := freshDatabase(t, admin, dsn, rcsi)
+				store, err := sqlserver.New(db)
+				require.NoError(t, err)
+				return conformance.FindingsBackend{
+					Store:       store,
+					ExpireClaim: func(t testing.TB, key string) { expireClaim(t, db, key) },
+					Rows: func(t testing.TB, env, key string) []conformance.FindingRow {
+						t.Helper()
+						rows, err := db.QueryContext(context.Background(), `
+SELECT id, status, class, severity, summary, data, raise_count, raised_by_episode,
+       updated_by_episode, COALESCE(cleared_by_episode, 0), updated_at, cleared_at
+FROM leasehold_findings WHERE env = @env AND finding_key = @key ORDER BY id`,
+							sql.Named("env", env), sql.Named("key", key))
+						require.NoError(t, err)
+						defer rows.Close()
+						var out []conformance.FindingRow
+						for rows.Next() {
+							var (
+								r       conformance.FindingRow
+								data    sql.NullString
+								updated time.Time
+								cleared sql.NullTime
+							)
+							require.NoError(t, rows.Scan(&r.ID, &r.Status, &r.Class, &r.Severity, &r.Summary, &data,
+								&r.RaiseCount, &r.RaisedByEpisode, &r.UpdatedByEpisode, &r.ClearedByEpisode, &updated, &cleared))
+							if data.Valid {
+								r.Data = []byte(data.String)
+							}
+							r.UpdatedAt = utcWall(updated)
+							if cleared.Valid {
+								c := utcWall(cleared.Time)
+								r.ClearedAt = &c
+							}
+							out = append(out, r)
+						}
+						require.NoError(t, rows.Err())
+						return out
+					},
+				}
+			})
+		})
+	}
+}

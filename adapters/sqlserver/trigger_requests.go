@@ -1,0 +1,179 @@
+package sqlserver
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/leasehold/leasehold/claims"
+	"github.com/leasehold/leasehold/episodes"
+)
+
+// CreateDeferredEpisode runs CreateDeferredEpisode: the unclaimed episode and
+// its trigger request in one transaction. Created is false when a live
+// episode already holds the dedupe key, whether the batch says so with an
+// empty result or the filtered unique index with a duplicate-key error;
+// nothing was written then.
+func (s *Store) CreateDeferredEpisode(ctx context.Context, d episodes.Deferred) (episodes.DeferredCreated, error) {
+	n := d.New
+	var (
+		id, requestID int64
+		createdAt     time.Time
+	)
+	err := s.queryRow(ctx, "CreateDeferredEpisode",
+		sql.Named("actor_id", n.ActorID),
+		sql.Named("expectation_id", n.ExpectationID),
+		sql.Named("trigger_type", string(n.TriggerType)),
+		sql.Named("trigger_ref", jsonArg(n.TriggerRef)),
+		sql.Named("dedupe_key", nullString(n.DedupeKey)),
+		sql.Named("max_attempts", n.MaxAttempts),
+		sql.Named("budget", jsonArg(n.Budget)),
+		sql.Named("source_stack", n.SourceStack),
+		sql.Named("source_env", n.SourceEnv),
+		sql.Named("payload", jsonArg(n.Payload)),
+		sql.Named("source_node", d.SourceNode),
+		sql.Named("opts", jsonArg(d.Opts)),
+	).Scan(&id, &createdAt, &requestID)
+	if errors.Is(err, sql.ErrNoRows) || isDuplicate(err) {
+		return episodes.DeferredCreated{}, nil
+	}
+	if err != nil {
+		return episodes.DeferredCreated{}, err
+	}
+	return episodes.DeferredCreated{
+		Created: true,
+		Episode: episodes.Episode{
+			ID: id, ActorID: n.ActorID, ExpectationID: n.ExpectationID, TriggerType: n.TriggerType,
+			TriggerRef: n.TriggerRef, DedupeKey: n.DedupeKey, Status: episodes.StatusQueued,
+			MaxAttempts: n.MaxAttempts, SourceStack: n.SourceStack, SourceEnv: n.SourceEnv,
+			Payload: n.Payload, CreatedAt: createdAt,
+		},
+		RequestID: requestID,
+	}, nil
+}
+
+// ClaimTriggerRequests runs ClaimTriggerRequests (UPDLOCK, READPAST: SQL
+// Server's SKIP LOCKED). The actors travel as one JSON array in @actor_ids.
+// No actors or no room claims nothing and sends nothing.
+func (s *Store) ClaimTriggerRequests(ctx context.Context, q episodes.RequestQuery) ([]episodes.TriggerRequest, error) {
+	if len(q.ActorIDs) == 0 || q.Limit <= 0 {
+		return nil, nil
+	}
+	actors, err := json.Marshal(q.ActorIDs)
+	if err != nil {
+		return nil, fmt.Errorf("sqlserver: ClaimTriggerRequests: %w", err)
+	}
+	rows, err := s.query(ctx, "ClaimTriggerRequests",
+		sql.Named("max_rows", maxRows(q.Limit)),
+		sql.Named("source_env", q.Env),
+		sql.Named("source_stack", q.Stack),
+		sql.Named("actor_ids", string(actors)),
+		sql.Named("owner_node", q.Owner),
+		sql.Named("lease_ms", q.Lease.Milliseconds()),
+	)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]episodes.TriggerRequest, 0, len(rows.rows))
+	for rows.Next() {
+		var (
+			r    episodes.TriggerRequest
+			opts sql.NullString
+		)
+		if err := rows.Scan(&r.ID, &r.EpisodeID, &r.ActorID, &r.ExpectationID, &r.SourceNode, &r.Fence, &opts); err != nil {
+			return nil, err
+		}
+		r.Owner, r.Opts = q.Owner, rawJSON(opts)
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// DispatchTriggerRequest runs DispatchTriggerRequest: completes the request
+// and grants its episode's work claim to the request's owner.
+// claims.ErrLeaseLost when the request claim lapsed and another poller holds
+// it (no row back); Claim is the zero claim when the episode is not this
+// node's to run.
+func (s *Store) DispatchTriggerRequest(ctx context.Context, r episodes.TriggerRequest, lease time.Duration) (episodes.Dispatched, error) {
+	var (
+		episodeID, fence      int64
+		claimKey, grantKind   string
+		attempt               int32
+		leaseUntil, claimedAt time.Time
+	)
+	err := s.queryRow(ctx, "DispatchTriggerRequest",
+		sql.Named("id", r.ID),
+		sql.Named("owner_node", r.Owner),
+		sql.Named("fence", r.Fence),
+		sql.Named("lease_ms", lease.Milliseconds()),
+	).Scan(&episodeID, &claimKey, &fence, &attempt, &leaseUntil, &claimedAt, &grantKind)
+	if errors.Is(err, sql.ErrNoRows) {
+		return episodes.Dispatched{}, claims.ErrLeaseLost
+	}
+	if err != nil {
+		return episodes.Dispatched{}, err
+	}
+	return episodes.Dispatched{
+		EpisodeID: episodeID,
+		Claim:     episodes.GrantedClaim(claimKey, r.Owner, fence, attempt, leaseUntil, claimedAt, grantKind),
+	}, nil
+}
+
+// ExpireTriggerRequests runs ExpireTriggerRequests.
+func (s *Store) ExpireTriggerRequests(ctx context.Context, q episodes.ExpireQuery) ([]episodes.Expired, error) {
+	rows, err := s.query(ctx, "ExpireTriggerRequests",
+		sql.Named("source_env", q.Env),
+		sql.Named("source_stack", q.Stack),
+		sql.Named("ttl_ms", q.TTL.Milliseconds()),
+	)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]episodes.Expired, 0, len(rows.rows))
+	for rows.Next() {
+		var (
+			e        episodes.Expired
+			canceled sql.NullBool
+		)
+		if err := rows.Scan(&e.RequestID, &e.EpisodeID, &canceled); err != nil {
+			return nil, err
+		}
+		e.EpisodeCanceled = canceled.Bool
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// ListTriggerRequests runs ListTriggerRequests, an operator read.
+func (s *Store) ListTriggerRequests(ctx context.Context, q episodes.RequestListQuery) ([]episodes.RequestInfo, error) {
+	rows, err := s.query(ctx, "ListTriggerRequests",
+		sql.Named("max_rows", maxRows(q.Limit)),
+		sql.Named("source_env", q.Env),
+		sql.Named("status", q.Status),
+	)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]episodes.RequestInfo, 0, len(rows.rows))
+	for rows.Next() {
+		var (
+			r                               episodes.RequestInfo
+			opts                            sql.NullString
+			claimedAt, claimUntil, finished sql.NullTime
+		)
+		if err := rows.Scan(
+			&r.ID, &r.EpisodeID, &r.ActorID, &r.ExpectationID, &r.SourceNode,
+			&r.SourceStack, &r.SourceEnv, &r.Status, &r.ClaimedBy,
+			&r.Fence, &opts, &r.CreatedAt, &claimedAt, &claimUntil, &finished,
+		); err != nil {
+			return nil, err
+		}
+		r.Opts = rawJSON(opts)
+		r.ClaimedAt, r.ClaimUntil, r.FinishedAt = timePtr(claimedAt), timePtr(claimUntil), timePtr(finished)
+		out = append(out, r)
+	}
+	return out, nil
+}

@@ -1,0 +1,286 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasehold/leasehold/claims"
+	"github.com/leasehold/leasehold/episodes"
+)
+
+// DeferredStore is the deferred-execution surface of an adapter: the
+// statements in sql/queries/<dialect>/trigger_requests.sql.
+type DeferredStore interface {
+	EpisodeStore
+	CreateDeferredEpisode(ctx context.Context, d episodes.Deferred) (episodes.DeferredCreated, error)
+	ClaimTriggerRequests(ctx context.Context, q episodes.RequestQuery) ([]episodes.TriggerRequest, error)
+	DispatchTriggerRequest(ctx context.Context, r episodes.TriggerRequest, lease time.Duration) (episodes.Dispatched, error)
+	ExpireTriggerRequests(ctx context.Context, q episodes.ExpireQuery) ([]episodes.Expired, error)
+	ListTriggerRequests(ctx context.Context, q episodes.RequestListQuery) ([]episodes.RequestInfo, error)
+}
+
+// DeferredBackend is what the deferred scenarios need from one isolated
+// backend.
+type DeferredBackend struct {
+	Store DeferredStore
+	// LapseRequestClaim makes the poller claim on request id past on the
+	// database clock (claim_until in the past).
+	LapseRequestClaim func(t testing.TB, id int64)
+	// AgeRequest moves request id's created_at back by d.
+	AgeRequest func(t testing.TB, id int64, d time.Duration)
+	// Age moves the episode's created_at (and start, last step) back by d.
+	Age func(t testing.TB, id int64, d time.Duration)
+}
+
+// RunDeferred runs the trigger-request scenarios: atomic creation, one
+// dispatch per request under concurrent pollers, lapsed poller claims,
+// scoping by env, stack and actor, and expiry.
+func RunDeferred(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
+	t.Run("CreateWritesEpisodeAndRequest", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		res := deferEpisode(t, b, "event:a:e:1", "", "")
+		require.True(t, res.Created)
+		require.Positive(t, res.RequestID)
+		require.Equal(t, episodes.StatusQueued, res.Episode.Status)
+
+		again := deferEpisode(t, b, "event:a:e:1", "", "")
+		require.False(t, again.Created, "a live episode holds the key")
+		direct := newEpisode("event:a:e:1")
+		direct.Owner, direct.Lease = "full-node", time.Minute
+		d, err := b.Store.CreateEpisode(ctx(t), direct)
+		require.NoError(t, err)
+		require.False(t, d.Created, "deferred and direct creation share one dedupe index")
+
+		reqs := listRequests(t, b, "", "")
+		require.Len(t, reqs, 1)
+		r := reqs[0]
+		require.Equal(t, res.RequestID, r.ID)
+		require.Equal(t, res.Episode.ID, r.EpisodeID)
+		require.Equal(t, episodes.RequestPending, r.Status)
+		require.Equal(t, "trigger-node", r.SourceNode)
+		require.Equal(t, "a", r.ActorID)
+		require.Equal(t, "e", r.ExpectationID)
+
+		// A deferred episode waits for a poller, not for a lease: recovery
+		// never takes it for an orphan, however old it is.
+		b.Age(t, res.Episode.ID, time.Hour)
+		orphans, err := b.Store.ListOrphans(ctx(t), episodes.OrphanQuery{StaleAfter: time.Minute, Limit: 10})
+		require.NoError(t, err)
+		require.Empty(t, orphans)
+	})
+
+	t.Run("ClaimThenDispatchGrantsTheEpisodeClaim", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		res := deferEpisode(t, b, "event:a:e:1", "", "")
+		reqs := claimRequests(t, b, "poller-1", "", "", 10)
+		require.Len(t, reqs, 1)
+		require.EqualValues(t, 1, reqs[0].Fence)
+		require.Equal(t, "poller-1", reqs[0].Owner)
+		require.Empty(t, claimRequests(t, b, "poller-2", "", "", 10), "a live request claim excludes other pollers")
+
+		d, err := b.Store.DispatchTriggerRequest(ctx(t), reqs[0], time.Minute)
+		require.NoError(t, err)
+		require.Equal(t, res.Episode.ID, d.EpisodeID)
+		require.EqualValues(t, 1, d.Claim.Fence)
+		require.Equal(t, "poller-1", d.Claim.Owner)
+		require.Equal(t, "event:a:e:1", d.Claim.Key)
+		_, err = b.Store.StartEpisode(ctx(t), res.Episode.ID, d.Claim.Token)
+		require.NoError(t, err, "the granted claim runs the episode")
+		require.Equal(t, episodes.RequestCompleted, listRequests(t, b, "", "")[0].Status)
+
+		_, err = b.Store.DispatchTriggerRequest(ctx(t), reqs[0], time.Minute)
+		require.ErrorIs(t, err, claims.ErrLeaseLost, "a request is handed over once")
+		require.Empty(t, claimRequests(t, b, "poller-2", "", "", 10), "completed requests are never claimed")
+	})
+
+	t.Run("LapsedPollerClaimIsTakenOver", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		res := deferEpisode(t, b, "event:a:e:1", "", "")
+		dead := claimRequests(t, b, "dead-poller", "", "", 10)
+		require.Len(t, dead, 1)
+		require.Empty(t, claimRequests(t, b, "live-poller", "", "", 10))
+
+		b.LapseRequestClaim(t, dead[0].ID)
+		live := claimRequests(t, b, "live-poller", "", "", 10)
+		require.Len(t, live, 1)
+		require.EqualValues(t, 2, live[0].Fence)
+
+		_, err := b.Store.DispatchTriggerRequest(ctx(t), dead[0], time.Minute)
+		require.ErrorIs(t, err, claims.ErrLeaseLost, "the dead poller's claim was taken over")
+		d, err := b.Store.DispatchTriggerRequest(ctx(t), live[0], time.Minute)
+		require.NoError(t, err)
+		require.Equal(t, res.Episode.ID, d.EpisodeID)
+		require.Equal(t, "live-poller", d.Claim.Owner)
+	})
+
+	t.Run("ConcurrentPollersDispatchEachRequestOnce", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		const requests, pollers = 120, 8
+		for i := range requests {
+			deferEpisode(t, b, fmt.Sprintf("event:a:e:%d", i), "", "")
+		}
+		var (
+			mu         sync.Mutex
+			dispatched = map[int64][]string{}
+			errs       []error
+			wg         sync.WaitGroup
+			start      = make(chan struct{})
+		)
+		for p := range pollers {
+			owner := fmt.Sprintf("poller-%d", p)
+			wg.Go(func() {
+				<-start
+				for {
+					reqs, err := b.Store.ClaimTriggerRequests(context.Background(), episodes.RequestQuery{
+						Owner: owner, Lease: time.Minute, ActorIDs: []string{"a"}, Limit: 4,
+					})
+					if err == nil && len(reqs) == 0 {
+						return
+					}
+					for _, r := range reqs {
+						var d episodes.Dispatched
+						if d, err = b.Store.DispatchTriggerRequest(context.Background(), r, time.Minute); err != nil {
+							break
+						}
+						if d.Claim.Fence > 0 {
+							mu.Lock()
+							dispatched[d.EpisodeID] = append(dispatched[d.EpisodeID], owner)
+							mu.Unlock()
+						}
+					}
+					if err != nil {
+						mu.Lock()
+						errs = append(errs, err)
+						mu.Unlock()
+						return
+					}
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		require.Empty(t, errs)
+		require.Len(t, dispatched, requests, "every request dispatched")
+		for id, owners := range dispatched {
+			require.Len(t, owners, 1, "episode %d dispatched to %v", id, owners)
+		}
+		require.Len(t, listRequests(t, b, "", episodes.RequestCompleted), requests)
+	})
+
+	t.Run("PollersAreScopedByEnvStackAndActor", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		deferEpisode(t, b, "event:a:e:default", "", "")
+		deferEpisode(t, b, "env:rc:event:a:e:rc", "", "rc")
+		deferEpisode(t, b, "event:a:e:stack-a", "stack-a", "")
+		deferEpisode(t, b, "event:a:e:stack-b", "stack-b", "")
+		claimed := func(owner, stack, env string, actors ...string) []string {
+			reqs, err := b.Store.ClaimTriggerRequests(ctx(t), episodes.RequestQuery{
+				Owner: owner, Lease: time.Minute, Env: env, Stack: stack, ActorIDs: actors, Limit: 10,
+			})
+			require.NoError(t, err)
+			var keys []string
+			for _, r := range reqs {
+				ep, err := b.Store.GetEpisode(ctx(t), r.EpisodeID)
+				require.NoError(t, err)
+				keys = append(keys, ep.DedupeKey)
+			}
+			return keys
+		}
+		require.Empty(t, claimed("p", "", "", "other-actor"), "only the poller's full actors")
+		require.Empty(t, claimed("p", "", "staging"), "no actors, no claims")
+		require.ElementsMatch(t, []string{"event:a:e:default", "event:a:e:stack-a"}, claimed("p", "stack-a", "", "a"),
+			"a stack sees its own and unstamped requests of its env")
+		require.ElementsMatch(t, []string{"event:a:e:stack-b"}, claimed("p", "", "", "a"),
+			"an empty stack filter sees every stack; rc is another env")
+		require.ElementsMatch(t, []string{"env:rc:event:a:e:rc"}, claimed("p", "", "rc", "a"))
+	})
+
+	t.Run("DispatchSkipsEpisodesThatAreNotOurs", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		held := deferEpisode(t, b, "event:a:e:held", "", "")
+		_, err := b.Store.Acquire(ctx(t), claims.AcquireParams{Key: "event:a:e:held", Owner: "recoverer", Lease: time.Minute, WorkType: "episode"})
+		require.NoError(t, err)
+		reqs := claimRequests(t, b, "poller", "", "", 10)
+		require.Len(t, reqs, 1)
+		d, err := b.Store.DispatchTriggerRequest(ctx(t), reqs[0], time.Minute)
+		require.NoError(t, err)
+		require.Equal(t, held.Episode.ID, d.EpisodeID)
+		require.Zero(t, d.Claim.Fence, "a live claim elsewhere is never stolen")
+		require.Equal(t, episodes.RequestCompleted, listRequests(t, b, "", "")[0].Status)
+	})
+
+	t.Run("ExpiryCancelsUnclaimedEpisodesInScope", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		old := deferEpisode(t, b, "event:a:e:old", "", "")
+		fresh := deferEpisode(t, b, "event:a:e:fresh", "", "")
+		rc := deferEpisode(t, b, "env:rc:event:a:e:old", "", "rc")
+		claimedOld := deferEpisode(t, b, "event:a:e:claimed", "", "")
+		b.AgeRequest(t, old.RequestID, 2*time.Hour)
+		b.AgeRequest(t, rc.RequestID, 2*time.Hour)
+		reqs := claimRequests(t, b, "poller", "", "", 10)
+		require.Len(t, reqs, 3)
+		b.AgeRequest(t, claimedOld.RequestID, 2*time.Hour)
+		for _, id := range []int64{old.RequestID, fresh.RequestID} {
+			b.LapseRequestClaim(t, id) // lapsed claims count as open
+		}
+
+		expired, err := b.Store.ExpireTriggerRequests(ctx(t), episodes.ExpireQuery{TTL: time.Hour})
+		require.NoError(t, err)
+		require.Equal(t, []episodes.Expired{{RequestID: old.RequestID, EpisodeID: old.Episode.ID, EpisodeCanceled: true}}, expired,
+			"only the old request of this env whose claim is not live")
+		ep, err := b.Store.GetEpisode(ctx(t), old.Episode.ID)
+		require.NoError(t, err)
+		require.Equal(t, episodes.StatusCanceled, ep.Status)
+		require.Equal(t, episodes.ClassTriggerExpired, ep.ErrorClass)
+		for _, id := range []int64{fresh.Episode.ID, rc.Episode.ID, claimedOld.Episode.ID} {
+			ep, err := b.Store.GetEpisode(ctx(t), id)
+			require.NoError(t, err)
+			require.Equal(t, episodes.StatusQueued, ep.Status)
+		}
+
+		again, err := b.Store.ExpireTriggerRequests(ctx(t), episodes.ExpireQuery{TTL: time.Hour})
+		require.NoError(t, err)
+		require.Empty(t, again, "expiry is idempotent")
+		rcExpired, err := b.Store.ExpireTriggerRequests(ctx(t), episodes.ExpireQuery{Env: "rc", TTL: time.Hour})
+		require.NoError(t, err)
+		require.Len(t, rcExpired, 1, "each env expires its own")
+	})
+}
+
+func deferEpisode(t *testing.T, b DeferredBackend, key, stack, env string) episodes.DeferredCreated {
+	t.Helper()
+	n := newEpisode(key)
+	n.ActorID, n.ExpectationID = "a", "e"
+	n.SourceStack, n.SourceEnv = stack, env
+	res, err := b.Store.CreateDeferredEpisode(ctx(t), episodes.Deferred{New: n, SourceNode: "trigger-node"})
+	require.NoError(t, err)
+	return res
+}
+
+func claimRequests(t *testing.T, b DeferredBackend, owner, stack, env string, limit int) []episodes.TriggerRequest {
+	t.Helper()
+	reqs, err := b.Store.ClaimTriggerRequests(ctx(t), episodes.RequestQuery{
+		Owner: owner, Lease: time.Minute, Env: env, Stack: stack, ActorIDs: []string{"a"}, Limit: limit,
+	})
+	require.NoError(t, err)
+	return reqs
+}
+
+func listRequests(t *testing.T, b DeferredBackend, env, status string) []episodes.RequestInfo {
+	t.Helper()
+	reqs, err := b.Store.ListTriggerRequests(ctx(t), episodes.RequestListQuery{Env: env, Status: status, Limit: 1000})
+	require.NoError(t, err)
+	return reqs
+}

@@ -1,0 +1,251 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/leasehold/leasehold/claims"
+	"github.com/leasehold/leasehold/episodes"
+	"github.com/leasehold/leasehold/telemetry"
+)
+
+// PollConfig tunes the trigger-request poller. Every node runs one; it only
+// claims requests while the node is in mode full, and only for the actors
+// that are full here.
+type PollConfig struct {
+	// Interval between polls, default 5s. With a TriggerWaker it is only
+	// the fallback for missed wake-ups.
+	Interval time.Duration
+	// Batch is how many requests one statement claims, default 16.
+	Batch int
+	// ClaimLease bounds the poller's claim on a request between claiming
+	// and handing it over, default 30s: a poller that dies in between
+	// leaves the request claimable again after it.
+	ClaimLease time.Duration
+	// TTL: open requests older than this expire and their episodes are
+	// canceled (class trigger_expired), default 1h.
+	TTL time.Duration
+	// SourceStack selects whose requests this node runs; nil means the
+	// node's own stack (plus unstamped rows), "" every stack.
+	SourceStack *string
+	// SourceEnv selects the env whose requests this node runs; nil means
+	// the node's own env, by strict equality.
+	SourceEnv *string
+	// Disabled turns the poller off.
+	Disabled bool
+}
+
+func (p *PollConfig) defaults() error {
+	if p.Interval == 0 {
+		p.Interval = 5 * time.Second
+	}
+	if p.Batch == 0 {
+		p.Batch = 16
+	}
+	if p.ClaimLease == 0 {
+		p.ClaimLease = 30 * time.Second
+	}
+	if p.TTL == 0 {
+		p.TTL = time.Hour
+	}
+	switch {
+	case p.Interval < 0, p.Batch < 0, p.ClaimLease < 0, p.TTL < 0:
+		return fmt.Errorf("%w: poll interval, batch, claim lease and TTL must not be negative", ErrInvalid)
+	case p.ClaimLease < time.Second:
+		return fmt.Errorf("%w: poll claim lease %v is under 1s", ErrInvalid, p.ClaimLease)
+	}
+	if p.SourceEnv != nil {
+		if err := validScope("", *p.SourceEnv); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// deferTrigger writes the episode and its trigger request in one statement
+// (CreateDeferredEpisode), for a full node to run. Callers hold intake.
+func (n *Node) deferTrigger(ctx context.Context, ne episodes.New) (Outcome, error) {
+	res, err := n.store.CreateDeferredEpisode(ctx, episodes.Deferred{New: ne, SourceNode: n.id})
+	if err != nil {
+		return Outcome{}, fmt.Errorf("create deferred episode %s/%s: %w", ne.ActorID, ne.ExpectationID, err)
+	}
+	if !res.Created {
+		n.emit(ctx, telemetry.Event{Name: EventDuplicate, Key: ne.DedupeKey, Owner: n.id})
+		return Outcome{ExpectationID: ne.ExpectationID, Duplicate: true}, nil
+	}
+	n.emit(ctx, telemetry.Event{Name: EventDeferred, Key: res.Episode.ClaimKey(), Owner: n.id})
+	return Outcome{ExpectationID: ne.ExpectationID, EpisodeID: res.Episode.ID, Deferred: true}, nil
+}
+
+// pollWake asks the poller to poll now; it never blocks.
+func (n *Node) pollWake() {
+	select {
+	case n.pollCh <- struct{}{}:
+	default:
+	}
+}
+
+// poll runs until ctx is done: on every wake-up or interval it claims the
+// requests this node may run and hands each to a local run.
+func (n *Node) poll(ctx context.Context) {
+	t := time.NewTicker(n.cfg.Poll.Interval)
+	defer t.Stop()
+	var lastExpiry time.Time
+	for {
+		if n.Mode() == ModeFull {
+			if time.Since(lastExpiry) >= min(n.cfg.Poll.TTL/4, time.Minute) {
+				n.expireRequests(ctx)
+				lastExpiry = time.Now()
+			}
+			n.pollOnce(ctx)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-n.pollCh:
+		}
+	}
+}
+
+func (n *Node) pollScope() (stack, env string) {
+	stack, env = n.cfg.StackSlug, n.cfg.Env
+	if p := n.cfg.Poll.SourceStack; p != nil {
+		stack = *p
+	}
+	if p := n.cfg.Poll.SourceEnv; p != nil {
+		env = *p
+	}
+	return stack, env
+}
+
+// PollOnce claims and dispatches the trigger requests this node may run
+// now, batch after batch until none is left, and returns how many it
+// dispatched to local runs. The poller calls it; tests and operators may.
+func (n *Node) PollOnce(ctx context.Context) (int, error) {
+	if n.Mode() != ModeFull {
+		return 0, nil
+	}
+	m := n.modes.Load()
+	var actorIDs []string
+	for id := range n.actors {
+		if m.of(id) == ModeFull {
+			actorIDs = append(actorIDs, id)
+		}
+	}
+	if len(actorIDs) == 0 {
+		return 0, nil
+	}
+	slices.Sort(actorIDs)
+	stack, env := n.pollScope()
+	dispatched := 0
+	for ctx.Err() == nil && !n.stopping() {
+		var reqs []episodes.TriggerRequest
+		err := n.retrying(func(wctx context.Context) (err error) {
+			reqs, err = n.store.ClaimTriggerRequests(wctx, episodes.RequestQuery{
+				Owner: n.id, Lease: n.cfg.Poll.ClaimLease, Env: env, Stack: stack,
+				ActorIDs: actorIDs, Limit: n.cfg.Poll.Batch,
+			})
+			return err
+		})
+		if err != nil {
+			return dispatched, fmt.Errorf("claim trigger requests: %w", err)
+		}
+		for _, r := range reqs {
+			if n.dispatch(ctx, r) {
+				dispatched++
+			}
+		}
+		if len(reqs) < n.cfg.Poll.Batch {
+			break
+		}
+	}
+	return dispatched, nil
+}
+
+func (n *Node) pollOnce(ctx context.Context) {
+	if _, err := n.PollOnce(ctx); err != nil && ctx.Err() == nil {
+		n.log.WarnContext(ctx, "leasehold: trigger poll failed; retrying next interval", slog.Any("error", err))
+	}
+}
+
+// dispatch hands one claimed request to a local run: DispatchTriggerRequest
+// completes it and grants the episode's work claim to this node in one
+// statement; the episode is then queued on its actor like any other. A
+// request this node cannot take any more (stopping) is left to lapse.
+func (n *Node) dispatch(ctx context.Context, r episodes.TriggerRequest) bool {
+	n.intake.RLock()
+	defer n.intake.RUnlock()
+	if n.stopping() {
+		return false
+	}
+	start := time.Now()
+	var d episodes.Dispatched
+	err := n.retrying(func(wctx context.Context) (err error) {
+		d, err = n.store.DispatchTriggerRequest(wctx, r, n.gate.Lease())
+		return err
+	})
+	switch {
+	case errors.Is(err, claims.ErrLeaseLost):
+		n.emit(ctx, telemetry.Event{Name: EventRequestLost, Key: requestKey(r), Owner: n.id, Fence: r.Fence})
+		return false
+	case err != nil:
+		n.log.WarnContext(ctx, "leasehold: trigger request hand-over failed; it is claimable again after its claim lease",
+			slog.Int64("request", r.ID), slog.Any("error", err))
+		return false
+	case d.Claim.Fence == 0:
+		n.emit(ctx, telemetry.Event{Name: EventRequestSkipped, Key: requestKey(r), Owner: n.id, Fence: r.Fence})
+		return false
+	}
+	claim := d.Claim
+	claim.SetLocalStart(start)
+	var ep episodes.Episode
+	err = n.retrying(func(wctx context.Context) (err error) {
+		ep, err = n.store.GetEpisode(wctx, d.EpisodeID)
+		return err
+	})
+	var as *actorState
+	var e *Expectation
+	if err == nil {
+		as, e, err = n.lookup(ep.ActorID, ep.ExpectationID)
+	}
+	if err != nil {
+		// The episode holds our fresh claim: release it so recovery (or
+		// another node) takes it at once rather than after the lease.
+		n.log.WarnContext(ctx, "leasehold: cannot run a dispatched episode here; releasing it",
+			slog.Int64("episode", d.EpisodeID), slog.Any("error", err))
+		n.release(&job{claim: claim})
+		return false
+	}
+	runCtx, unhold := n.hb.Hold(n.base, claim)
+	as.exec.submit(&job{ep: ep, exp: e, claim: claim, ctx: runCtx, unhold: unhold})
+	n.emit(ctx, telemetry.Event{Name: EventRequestDispatched, Key: claim.Key, Owner: n.id, Fence: claim.Fence, Attempt: claim.Attempt})
+	return true
+}
+
+// expireRequests expires the open requests in this poller's scope older
+// than the TTL, canceling their still-unclaimed episodes.
+func (n *Node) expireRequests(ctx context.Context) {
+	stack, env := n.pollScope()
+	var expired []episodes.Expired
+	err := n.retrying(func(wctx context.Context) (err error) {
+		expired, err = n.store.ExpireTriggerRequests(wctx, episodes.ExpireQuery{Env: env, Stack: stack, TTL: n.cfg.Poll.TTL})
+		return err
+	})
+	if err != nil {
+		if ctx.Err() == nil {
+			n.log.WarnContext(ctx, "leasehold: expiring trigger requests failed", slog.Any("error", err))
+		}
+		return
+	}
+	if len(expired) > 0 {
+		n.emit(ctx, telemetry.Event{Name: EventRequestExpired, Owner: n.id, Count: len(expired)})
+		n.log.WarnContext(ctx, "leasehold: trigger requests expired unclaimed", slog.Int("count", len(expired)))
+	}
+}
+
+func requestKey(r episodes.TriggerRequest) string { return fmt.Sprintf("trigger_request:%d", r.ID) }

@@ -1,0 +1,302 @@
+-- Deferred execution: a trigger_only node creates the episode and a trigger
+-- request; a full node's poller claims the request and takes the episode's
+-- work claim (T-SQL).
+--
+-- The statements of sql/queries/postgres/trigger_requests.sql, one for one:
+-- same names, kinds, @parameters and result columns. NOT EXECUTED IN THIS
+-- REPOSITORY'S CI (no SQL Server there); statically checked only, see
+-- docs/sqlserver.md. Postgres's ListenTriggerRequests (LISTEN for the insert
+-- trigger's NOTIFY) has no counterpart: SQL Server pollers poll on their
+-- interval.
+--
+-- Scope: a poller sees one env by strict equality (N'' being the unset env's
+-- own world) and either every stack (@source_stack = N'') or its stack plus
+-- unstamped rows, the rule of the recovery sweep. All times are
+-- SYSUTCDATETIME(), the database clock; @lease_ms is cast to int for
+-- DATEADD (under about 24.8 days), as in claims.sql.
+
+-- name: CreateDeferredEpisode :one
+-- One episode per trigger, created unclaimed, and its trigger request, in
+-- one transaction: neither row can exist without the other, so no crash
+-- leaves a deferred episode that no poller will ever see. Deduplicated on
+-- dedupe_key exactly like CreateEpisode: the filtered unique index
+-- leasehold_episodes_dedupe_key_idx lets one insert through and the others
+-- raise 2601.
+--
+-- Duplicates: the losing episode insert's 2601 is CAUGHT here (after
+-- rolling back) and returned as the empty result, like Postgres's ON
+-- CONFLICT DO NOTHING; nothing was written. The request insert cannot meet a
+-- duplicate: its episode_id is the one just created.
+SET NOCOUNT ON;
+SET XACT_ABORT ON;
+DECLARE @created TABLE (id bigint NOT NULL, created_at datetime2(6) NOT NULL);
+DECLARE @request TABLE (id bigint NOT NULL);
+DECLARE @duplicate bit = 0;
+
+BEGIN TRY
+    BEGIN TRANSACTION;
+
+    INSERT INTO leasehold_episodes (
+        actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status,
+        max_attempts, budget, source_stack, source_env, payload, queued_at
+    )
+    OUTPUT inserted.id, inserted.created_at INTO @created
+    VALUES (
+        @actor_id, @expectation_id, @trigger_type, @trigger_ref, @dedupe_key, N'queued',
+        @max_attempts, @budget, @source_stack, @source_env, @payload, SYSUTCDATETIME()
+    );
+
+    INSERT INTO leasehold_trigger_requests (
+        episode_id, actor_id, expectation_id, source_node, source_stack,
+        source_env, opts, status, created_at
+    )
+    OUTPUT inserted.id INTO @request
+    SELECT c.id, @actor_id, @expectation_id, @source_node, @source_stack,
+        @source_env, @opts, N'pending', c.created_at
+    FROM @created AS c;
+
+    COMMIT TRANSACTION;
+END TRY
+BEGIN CATCH
+    IF XACT_STATE() <> 0 ROLLBACK TRANSACTION;
+    -- Another node created the live episode for this trigger: a duplicate.
+    IF ERROR_NUMBER() NOT IN (2601, 2627) THROW;
+    -- Table variables outlive a rollback: answer with the empty result.
+    SET @duplicate = 1;
+END CATCH;
+
+SELECT c.id, c.created_at, r.id AS request_id
+FROM @created AS c
+CROSS JOIN @request AS r
+WHERE @duplicate = 0;
+
+-- name: ClaimTriggerRequests :many
+-- Claims up to @max_rows open requests for @owner_node, oldest first:
+-- pending ones, and claimed ones whose poller let the claim lapse (it died
+-- between claiming and handing over). Only requests for @actor_ids (the
+-- actors this node runs in full mode) are taken.
+--
+-- Guarantee: each request goes to exactly one poller per claim, and
+-- concurrent pollers take disjoint sets without waiting on each other: the
+-- picking read takes an update lock on each row it returns (UPDLOCK), which
+-- two sessions cannot both hold, and skips rows another session has locked
+-- (READPAST) instead of queueing behind them; the UPDATE, through the CTE,
+-- writes exactly the picked rows and re-checks the claimable condition on
+-- them. This is Postgres's FOR UPDATE SKIP LOCKED. ROWLOCK keeps the locks
+-- to the picked rows so pollers do not collide on pages; READCOMMITTEDLOCK
+-- makes the read a locking read under READ_COMMITTED_SNAPSHOT too, where
+-- READPAST alone is refused. Every claim bumps fence, which the hand-over is
+-- conditioned on.
+--
+-- @actor_ids is an nvarchar(max) JSON array of strings ["a","b"] read with
+-- OPENJSON (compatibility level 130 or higher), with the key column's binary
+-- collation as in RenewClaims. IN is a semi-join: an actor listed twice
+-- claims nothing twice.
+WITH picked AS (
+    SELECT TOP (@max_rows) r.id, r.episode_id, r.actor_id, r.expectation_id,
+        r.source_node, r.status, r.claimed_by, r.claimed_at, r.claim_until,
+        r.fence, r.opts
+    FROM leasehold_trigger_requests AS r WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+    WHERE r.status IN (N'pending', N'claimed')
+      AND (r.status = N'pending' OR r.claim_until <= SYSUTCDATETIME())
+      AND r.source_env = @source_env
+      AND (@source_stack = N'' OR r.source_stack IN (@source_stack, N''))
+      AND r.actor_id IN (
+            SELECT a.actor_id
+            FROM OPENJSON(@actor_ids) WITH (
+                actor_id nvarchar(255) COLLATE Latin1_General_100_BIN2 '$'
+            ) AS a)
+    ORDER BY r.created_at, r.id
+)
+UPDATE picked
+SET status      = N'claimed',
+    claimed_by  = @owner_node,
+    claimed_at  = SYSUTCDATETIME(),
+    claim_until = DATEADD(millisecond, CAST(@lease_ms AS int), SYSUTCDATETIME()),
+    fence       = fence + 1
+OUTPUT inserted.id, inserted.episode_id, inserted.actor_id, inserted.expectation_id,
+    inserted.source_node, inserted.fence, inserted.opts
+WHERE status = N'pending'
+   OR (status = N'claimed' AND claim_until <= SYSUTCDATETIME());
+
+-- name: DispatchTriggerRequest :one
+-- Hands a claimed request over to its episode's work claim, in one
+-- transaction: the request becomes completed and, if the episode is still
+-- queued and unarchived and nobody holds a live lease on it, its work claim
+-- is granted to @owner_node with AcquireClaim's rules (fence + 1, attempt
+-- reset after done, + 1 otherwise, or a fresh claim). From then on the
+-- episode is an ordinary claimed episode: if this node dies, recovery finds
+-- it (queued, lease expired) exactly as it finds any other.
+--
+-- Guarantee: fenced on the request claim (id, claimed_by, fence, claimed) in
+-- the request UPDATE, whose row lock is held to COMMIT; no row back means the
+-- request claim lapsed and another poller owns it (or it expired), and
+-- nothing was written. fence 0 in the result means the request is completed
+-- but the episode is not this node's to run: it already ran, was canceled, or
+-- its claim is held live elsewhere. The completion commits either way, as on
+-- Postgres.
+--
+-- Hints: UPDLOCK, ROWLOCK on the request UPDATE, as on the fenced claim
+-- writes. The episode is read without a hint, as Postgres reads it from its
+-- snapshot: the claim, not the episode row, decides who runs it. The grant
+-- takes AcquireClaim's and ClaimForRecovery's hints inside the transaction:
+-- UPDATE WITH (UPDLOCK, HOLDLOCK) of a free or expired claim, else an INSERT
+-- guarded by NOT EXISTS under the same key-range lock, so no other session
+-- can insert or take the claim between the check and the write. Lock order:
+-- request row, claim row.
+--
+-- Duplicates: the fresh-claim INSERT cannot meet a duplicate while the key
+-- range is held; a 2601/2627 would be LEFT TO SURFACE, and XACT_ABORT rolls
+-- back the whole transaction (the request stays claimed and lapses).
+SET NOCOUNT ON;
+SET XACT_ABORT ON;
+DECLARE @request TABLE (episode_id bigint NOT NULL);
+DECLARE @claim_key nvarchar(512);
+DECLARE @granted TABLE (
+    dedupe_key  nvarchar(512) NOT NULL,
+    fence       bigint        NOT NULL,
+    attempt     int           NOT NULL,
+    lease_until datetime2(6)  NOT NULL,
+    claimed_at  datetime2(6)  NOT NULL,
+    grant_kind  nvarchar(16)  NOT NULL
+);
+
+BEGIN TRANSACTION;
+
+UPDATE leasehold_trigger_requests WITH (UPDLOCK, ROWLOCK)
+SET status      = N'completed',
+    finished_at = SYSUTCDATETIME()
+OUTPUT inserted.episode_id INTO @request
+WHERE id = @id
+  AND claimed_by = @owner_node
+  AND fence = @fence
+  AND status = N'claimed';
+
+SELECT @claim_key = COALESCE(e.dedupe_key, CONCAT(N'episode:', e.id))
+FROM leasehold_episodes AS e
+JOIN @request AS r ON e.id = r.episode_id
+WHERE e.status = N'queued'
+  AND e.archived_at IS NULL;
+
+IF @claim_key IS NOT NULL
+BEGIN
+    UPDATE leasehold_work_claims WITH (UPDLOCK, HOLDLOCK)
+    SET state             = N'claimed',
+        owner_node        = @owner_node,
+        lease_until       = DATEADD(millisecond, CAST(@lease_ms AS int), SYSUTCDATETIME()),
+        claimed_at        = SYSUTCDATETIME(),
+        last_heartbeat_at = SYSUTCDATETIME(),
+        finished_at       = NULL,
+        error_detail      = NULL,
+        attempt           = CASE WHEN state = N'done' THEN 1 ELSE attempt + 1 END,
+        fence             = fence + 1,
+        grant_kind        = CASE WHEN state = N'claimed' THEN N'steal' ELSE N'reclaim' END,
+        work_type         = N'episode'
+    OUTPUT inserted.dedupe_key, inserted.fence, inserted.attempt, inserted.lease_until,
+        inserted.claimed_at, inserted.grant_kind
+    INTO @granted
+    WHERE dedupe_key = @claim_key
+      AND (state <> N'claimed' OR lease_until <= SYSUTCDATETIME());
+
+    IF NOT EXISTS (SELECT 1 FROM @granted)
+        INSERT INTO leasehold_work_claims (
+            dedupe_key, state, owner_node, lease_until, claimed_at, last_heartbeat_at,
+            attempt, fence, grant_kind, work_type
+        )
+        OUTPUT inserted.dedupe_key, inserted.fence, inserted.attempt, inserted.lease_until,
+            inserted.claimed_at, inserted.grant_kind
+        INTO @granted
+        SELECT @claim_key, N'claimed', @owner_node,
+            DATEADD(millisecond, CAST(@lease_ms AS int), SYSUTCDATETIME()),
+            SYSUTCDATETIME(), SYSUTCDATETIME(), 1, 1, N'fresh', N'episode'
+        WHERE NOT EXISTS (SELECT 1 FROM leasehold_work_claims WITH (UPDLOCK, HOLDLOCK)
+                          WHERE dedupe_key = @claim_key);
+END;
+
+COMMIT TRANSACTION;
+
+-- One row when the request was ours, none otherwise; the claim columns are
+-- the grant, or N''/0/now when there was none (Postgres's coalesce).
+SELECT r.episode_id,
+    COALESCE(g.dedupe_key, N'') AS claim_key,
+    COALESCE(g.fence, 0) AS claim_fence,
+    COALESCE(g.attempt, 0) AS attempt,
+    COALESCE(g.lease_until, CAST(SYSUTCDATETIME() AS datetime2(6))) AS lease_until,
+    COALESCE(g.claimed_at, CAST(SYSUTCDATETIME() AS datetime2(6))) AS claimed_at,
+    COALESCE(g.grant_kind, N'') AS grant_kind
+FROM @request AS r
+LEFT JOIN @granted AS g ON 1 = 1;
+
+-- name: ExpireTriggerRequests :many
+-- Expires the open requests of one env (and stack scope) created more than
+-- @ttl_ms ago that no poller holds live, and cancels their episodes (error
+-- class trigger_expired) when they are still queued and unclaimed, so an
+-- expired request never leaves an episode queued forever. An episode whose
+-- claim is live (a node took it) is left to that node. Both writes commit
+-- together.
+--
+-- Guarantee: a request is either expired here or dispatched, never both: the
+-- request UPDATE re-checks the open condition on the row it locks, and a
+-- dispatch fenced on the same row either completed it first (it is no
+-- longer open) or finds it expired (no row, lease lost). The episode UPDATE
+-- re-checks status = queued on its locked row.
+--
+-- Hints: the live-claim check reads the claim row WITH (UPDLOCK, HOLDLOCK)
+-- inside the transaction, a locking read whatever READ_COMMITTED_SNAPSHOT
+-- says: a grant committing meanwhile is seen, and no grant can land on the
+-- key (present or absent) until the cancel commits. Postgres reads the claim
+-- from its snapshot; this is stricter. Lock order: request, episode, claim.
+--
+-- @ttl_ms is split into seconds and milliseconds so a TTL of more than 24.8
+-- days does not overflow DATEADD's int.
+SET NOCOUNT ON;
+SET XACT_ABORT ON;
+DECLARE @expired TABLE (id bigint NOT NULL, episode_id bigint NOT NULL);
+DECLARE @canceled TABLE (id bigint NOT NULL);
+
+BEGIN TRANSACTION;
+
+UPDATE leasehold_trigger_requests
+SET status      = N'expired',
+    finished_at = SYSUTCDATETIME()
+OUTPUT inserted.id, inserted.episode_id INTO @expired
+WHERE status IN (N'pending', N'claimed')
+  AND (status = N'pending' OR claim_until <= SYSUTCDATETIME())
+  AND source_env = @source_env
+  AND (@source_stack = N'' OR source_stack IN (@source_stack, N''))
+  AND created_at < DATEADD(second, -CAST(@ttl_ms / 1000 AS int),
+                       DATEADD(millisecond, -CAST(@ttl_ms % 1000 AS int), SYSUTCDATETIME()));
+
+UPDATE e
+SET status      = N'canceled',
+    phase       = NULL,
+    error_class = N'trigger_expired',
+    finished_at = SYSUTCDATETIME()
+OUTPUT inserted.id INTO @canceled
+FROM leasehold_episodes AS e
+JOIN @expired AS x ON e.id = x.episode_id
+WHERE e.status = N'queued'
+  AND NOT EXISTS (
+      SELECT 1 FROM leasehold_work_claims AS c WITH (UPDLOCK, HOLDLOCK)
+      WHERE c.dedupe_key = COALESCE(e.dedupe_key, CONCAT(N'episode:', e.id))
+        AND c.state = N'claimed'
+        AND c.lease_until > SYSUTCDATETIME());
+
+COMMIT TRANSACTION;
+
+SELECT x.id, x.episode_id,
+    CAST(CASE WHEN c.id IS NULL THEN 0 ELSE 1 END AS bit) AS episode_canceled
+FROM @expired AS x
+LEFT JOIN @canceled AS c ON c.id = x.episode_id;
+
+-- name: ListTriggerRequests :many
+-- Operator and test listing of one env's requests, newest first; no
+-- coordination role, so no lock hint (and no NOLOCK: a dirty read could show
+-- a claim that later rolled back). @status N'' means any.
+SELECT TOP (@max_rows) r.id, r.episode_id, r.actor_id, r.expectation_id, r.source_node,
+    r.source_stack, r.source_env, r.status, COALESCE(r.claimed_by, N'') AS claimed_by,
+    r.fence, r.opts, r.created_at, r.claimed_at, r.claim_until, r.finished_at
+FROM leasehold_trigger_requests AS r
+WHERE r.source_env = @source_env
+  AND (@status = N'' OR r.status = @status)
+ORDER BY r.id DESC;
