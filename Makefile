@@ -27,9 +27,11 @@ test:
 	fi
 
 ## bench: claim benchmarks, with pgbench running the same statement as the
-## baseline in the same run.
+## baseline in the same run; then handover after Drain versus after SIGKILL
+## (the leaving node in a separate process).
 bench:
 	scripts/with-postgres.sh $(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count 1 ./adapters/postgres/
+	scripts/with-postgres.sh $(GO) test -run '^$$' -bench Handover -benchtime 3x -count 1 ./internal/handover/
 
 ## demo: crash-recovery demo: three node processes share a throwaway schema,
 ## one is SIGKILLed mid-episode, the summary shows nothing lost or duplicated.

@@ -148,6 +148,10 @@ type Store interface {
 	// Release ends the lease without finishing the work, so any node can
 	// acquire at once; ErrNotOwner when the grant is gone.
 	Release(ctx context.Context, t Token) error
+	// ReleaseMany fence-and-releases every listed grant of owner in one
+	// statement (a draining node's hand-over) and returns exactly those it
+	// released; a missing pair had been lost already.
+	ReleaseMany(ctx context.Context, owner string, held []Held) ([]Held, error)
 	// ListExpired lists at most limit claimed leases past their deadline,
 	// oldest first (the seed's reclaim_expired; read-only).
 	ListExpired(ctx context.Context, limit int) ([]Claim, error)

@@ -154,6 +154,45 @@ func (g *Gate) Release(ctx context.Context, c Claim) error {
 	return g.finish(ctx, c, EventReleased, "release", g.storeRelease)
 }
 
+// ReleaseMany fence-and-releases every claim in cs that this gate's owner
+// still holds, in one statement, and returns the ones released; a claim
+// missing from the result had been lost already. Passthrough claims are
+// skipped.
+func (g *Gate) ReleaseMany(ctx context.Context, cs []Claim) ([]Claim, error) {
+	if g.store == nil {
+		return nil, nil
+	}
+	held := make([]Held, 0, len(cs))
+	byKey := make(map[Held]Claim, len(cs))
+	for _, c := range cs {
+		if c.Passthrough {
+			continue
+		}
+		if err := validateToken(c.Token); err != nil {
+			return nil, fmt.Errorf("release %s: %w", c.Token, err)
+		}
+		if c.Owner != g.owner {
+			return nil, fmt.Errorf("release %s: %w: owned by %q, not this gate's %q", c.Token, ErrInvalid, c.Owner, g.owner)
+		}
+		h := Held{Key: c.Key, Fence: c.Fence}
+		held, byKey[h] = append(held, h), c
+	}
+	if len(held) == 0 {
+		return nil, nil
+	}
+	released, err := g.store.ReleaseMany(ctx, g.owner, held)
+	if err != nil {
+		return nil, fmt.Errorf("release %d claims: %w", len(held), err)
+	}
+	out := make([]Claim, 0, len(released))
+	for _, h := range released {
+		c := byKey[h]
+		g.emit(ctx, telemetry.Event{Name: EventReleased, Key: c.Key, Owner: g.owner, Fence: c.Fence, Count: len(released)})
+		out = append(out, c)
+	}
+	return out, nil
+}
+
 // ListExpired lists at most limit claimed leases whose deadline has passed on
 // the database clock (the seed's reclaim_expired). Passthrough: none.
 func (g *Gate) ListExpired(ctx context.Context, limit int) ([]Claim, error) {

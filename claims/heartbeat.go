@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/leasehold/leasehold/telemetry"
@@ -44,9 +45,10 @@ type Heartbeat struct {
 	logger   *slog.Logger
 	now      func() time.Time // local monotonic clock; replaced in tests
 
-	mu   sync.Mutex
-	held map[Held]*heldLease
-	wake chan struct{}
+	mu      sync.Mutex
+	held    map[Held]*heldLease
+	wake    chan struct{}
+	failing atomic.Bool
 }
 
 type heldLease struct {
@@ -119,6 +121,13 @@ func (h *Heartbeat) Hold(ctx context.Context, c Claim) (context.Context, func())
 	}
 }
 
+// Interval is the renewal period.
+func (h *Heartbeat) Interval() time.Duration { return h.interval }
+
+// Failing reports whether the last renewal attempt failed (the database
+// erred or was unreachable); a success clears it.
+func (h *Heartbeat) Failing() bool { return h.failing.Load() }
+
 // Len returns the number of leases being held.
 func (h *Heartbeat) Len() int {
 	h.mu.Lock()
@@ -169,6 +178,7 @@ func (h *Heartbeat) RenewOnce(ctx context.Context) error {
 	}
 	h.mu.Unlock()
 	if len(batch) == 0 {
+		h.failing.Store(false) // nothing held, nothing at risk
 		return nil
 	}
 
@@ -182,9 +192,11 @@ func (h *Heartbeat) RenewOnce(ctx context.Context) error {
 		g.emit(ctx, telemetry.Event{Name: EventRenewFailed, Owner: g.owner, Count: len(batch), Err: err, Duration: h.now().Sub(start)})
 		h.logger.WarnContext(ctx, "leasehold: lease renewal failed; retrying",
 			slog.String("owner", g.owner), slog.Int("leases", len(batch)), slog.Any("error", err))
+		h.failing.Store(true)
 		h.expireLocal(ctx)
 		return err
 	}
+	h.failing.Store(false)
 	kept := make(map[Held]struct{}, len(renewed))
 	for _, r := range renewed {
 		kept[Held{Key: r.Key, Fence: r.Fence}] = struct{}{}

@@ -294,6 +294,37 @@ func RunClaims(t *testing.T, newBackend func(t *testing.T) ClaimsBackend) {
 		require.Empty(t, renewed)
 	})
 
+	t.Run("ReleaseManyReleasesExactlyTheGrantsStillHeld", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		held := map[string]claims.Claim{}
+		for _, k := range []string{"run1", "run2", "stolen", "done"} {
+			held[k] = mustAcquire(t, b, k, "node-a")
+		}
+		b.Expire(t, "stolen")
+		thief := mustAcquire(t, b, "stolen", "node-b")
+		require.NoError(t, b.Store.Complete(ctx(t), held["done"].Token))
+
+		var list []claims.Held
+		for _, c := range held {
+			list = append(list, claims.Held{Key: c.Key, Fence: c.Fence})
+		}
+		list = append(list, claims.Held{Key: "run1", Fence: 99}, claims.Held{Key: "never", Fence: 1})
+		released, err := b.Store.ReleaseMany(ctx(t), "node-a", list)
+		require.NoError(t, err)
+		require.ElementsMatch(t, []claims.Held{{Key: "run1", Fence: 1}, {Key: "run2", Fence: 1}}, released)
+		require.Equal(t, claims.StateReleased, mustRow(t, b, "run1").State)
+		require.Equal(t, claims.StateClaimed, mustRow(t, b, "stolen").State, "a newer grant is never released")
+		require.Equal(t, claims.StateDone, mustRow(t, b, "done").State)
+
+		// Released grants are claimable at once, at fence + 1.
+		next := mustAcquire(t, b, "run1", "node-c")
+		require.EqualValues(t, 2, next.Fence)
+		again, err := b.Store.ReleaseMany(ctx(t), "node-b", []claims.Held{{Key: "stolen", Fence: thief.Fence}})
+		require.NoError(t, err)
+		require.Len(t, again, 1)
+	})
+
 	t.Run("ListExpiredListsOnlyExpiredClaimedRows", func(t *testing.T) {
 		t.Parallel()
 		b := newBackend(t)

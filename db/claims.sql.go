@@ -310,6 +310,60 @@ func (q *Queries) ReleaseClaim(ctx context.Context, db DBTX, arg ReleaseClaimPar
 	return fence, err
 }
 
+const releaseClaims = `-- name: ReleaseClaims :many
+UPDATE leasehold_work_claims AS c
+SET state       = 'released',
+    lease_until = now()
+FROM (
+    SELECT unnest($2::text[]) AS dedupe_key,
+           unnest($3::bigint[])    AS fence
+) AS held
+WHERE c.dedupe_key = held.dedupe_key
+  AND c.fence = held.fence
+  AND c.owner_node = $1
+  AND c.state = 'claimed'
+RETURNING c.dedupe_key, c.fence
+`
+
+type ReleaseClaimsParams struct {
+	OwnerNode  string
+	DedupeKeys []string
+	Fences     []int64
+}
+
+type ReleaseClaimsRow struct {
+	DedupeKey string
+	Fence     int64
+}
+
+// Fence-and-release of many grants of one owner in one statement: a
+// draining node hands every claim it still holds over at once, and any
+// node's AcquireClaim or recovery takes each immediately (fence + 1).
+//
+// Guarantee: each (key, fence) pair is released only while it is still
+// claimed by owner_node at that fence, exactly like ReleaseClaim; the pairs
+// that come back were released, a missing pair had been lost already.
+// Planned unnamed like RenewClaims, with the real array lengths.
+func (q *Queries) ReleaseClaims(ctx context.Context, db DBTX, arg ReleaseClaimsParams) ([]ReleaseClaimsRow, error) {
+	rows, err := db.Query(ctx, releaseClaims, arg.OwnerNode, arg.DedupeKeys, arg.Fences)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ReleaseClaimsRow{}
+	for rows.Next() {
+		var i ReleaseClaimsRow
+		if err := rows.Scan(&i.DedupeKey, &i.Fence); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const renewClaim = `-- name: RenewClaim :one
 UPDATE leasehold_work_claims
 SET lease_until       = now() + ($1::bigint * interval '1 millisecond'),

@@ -269,9 +269,36 @@ FROM leasehold_episodes
 WHERE id = $1
 `
 
-func (q *Queries) GetEpisode(ctx context.Context, db DBTX, id int64) (LeaseholdEpisode, error) {
+type GetEpisodeRow struct {
+	ID            int64
+	ActorID       string
+	ExpectationID string
+	TriggerType   string
+	TriggerRef    []byte
+	DedupeKey     *string
+	Status        string
+	Phase         *string
+	Attempts      int32
+	MaxAttempts   int32
+	Budget        []byte
+	SourceStack   string
+	SourceEnv     string
+	OwnerNode     *string
+	Payload       []byte
+	Result        []byte
+	ErrorClass    *string
+	ErrorDetail   []byte
+	QueuedAt      *time.Time
+	StartedAt     *time.Time
+	FinishedAt    *time.Time
+	LastStepAt    *time.Time
+	ArchivedAt    *time.Time
+	CreatedAt     time.Time
+}
+
+func (q *Queries) GetEpisode(ctx context.Context, db DBTX, id int64) (GetEpisodeRow, error) {
 	row := db.QueryRow(ctx, getEpisode, id)
-	var i LeaseholdEpisode
+	var i GetEpisodeRow
 	err := row.Scan(
 		&i.ID,
 		&i.ActorID,

@@ -41,6 +41,7 @@ type LeaseholdEpisode struct {
 	LastStepAt    *time.Time
 	ArchivedAt    *time.Time
 	CreatedAt     time.Time
+	JournalPurged bool
 }
 
 type LeaseholdEpisodeStep struct {
@@ -70,6 +71,16 @@ type LeaseholdFinding struct {
 	RaisedAt         time.Time
 	UpdatedAt        time.Time
 	ClearedAt        *time.Time
+}
+
+type LeaseholdNode struct {
+	NodeID      string
+	Stack       string
+	Env         string
+	Mode        string
+	Draining    bool
+	StartedAt   time.Time
+	HeartbeatAt time.Time
 }
 
 type LeaseholdTriggerRequest struct {

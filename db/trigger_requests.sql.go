@@ -288,9 +288,10 @@ WITH expired AS (
     SET status = 'expired', finished_at = now()
     WHERE r.status IN ('pending', 'claimed')
       AND (r.status = 'pending' OR r.claim_until <= now())
-      AND r.source_env = $1::text
-      AND ($2::text = '' OR r.source_stack IN ($2::text, ''))
-      AND r.created_at < now() - ($3::bigint * interval '1 millisecond')
+      AND ($1::boolean OR r.source_env = $2::text)
+      AND ($1::boolean OR $3::text = ''
+           OR r.source_stack IN ($3::text, ''))
+      AND r.created_at < now() - ($4::bigint * interval '1 millisecond')
     RETURNING r.id, r.episode_id
 ), canceled AS (
     UPDATE leasehold_episodes AS e
@@ -312,6 +313,7 @@ LEFT JOIN canceled ON canceled.id = expired.episode_id
 `
 
 type ExpireTriggerRequestsParams struct {
+	AllEnvs     bool
 	SourceEnv   string
 	SourceStack string
 	TtlMs       int64
@@ -327,9 +329,15 @@ type ExpireTriggerRequestsRow struct {
 // ttl_ms ago that no poller holds live, and cancels their episodes (error
 // class trigger_expired) when they are still queued and unclaimed, so an
 // expired request never leaves an episode queued forever. An episode whose
-// claim is live (a node took it) is left to that node.
+// claim is live (a node took it) is left to that node. all_envs (database
+// maintenance) ignores source_env and source_stack.
 func (q *Queries) ExpireTriggerRequests(ctx context.Context, db DBTX, arg ExpireTriggerRequestsParams) ([]ExpireTriggerRequestsRow, error) {
-	rows, err := db.Query(ctx, expireTriggerRequests, arg.SourceEnv, arg.SourceStack, arg.TtlMs)
+	rows, err := db.Query(ctx, expireTriggerRequests,
+		arg.AllEnvs,
+		arg.SourceEnv,
+		arg.SourceStack,
+		arg.TtlMs,
+	)
 	if err != nil {
 		return nil, err
 	}

@@ -85,6 +85,9 @@ type ExpireQuery struct {
 	Env   string
 	Stack string
 	TTL   time.Duration
+	// AllEnvs ignores Env and Stack: database maintenance expires every
+	// env's stale requests.
+	AllEnvs bool
 }
 
 // Expired is one request ExpireTriggerRequests expired; EpisodeCanceled

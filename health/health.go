@@ -1,7 +1,7 @@
 // Package health provides HTTP handlers for load-balancer and Kubernetes
 // probes. Liveness answers while the process serves HTTP; readiness answers
 // 200 only while the node is running, and turns 503 as soon as it begins to
-// stop, so traffic and new triggers go to other nodes first.
+// drain, so traffic and new triggers go to other nodes first.
 //
 // Neither probe decides anything about leases: a node that is not ready may
 // still hold leases until Stop has released them, and the database alone
@@ -9,6 +9,7 @@
 package health
 
 import (
+	"encoding/json"
 	"net/http"
 )
 
@@ -22,15 +23,33 @@ func Liveness() http.Handler {
 	})
 }
 
-// Readiness returns a handler that answers 200 "ready" while r is ready and
-// 503 "not ready" otherwise.
+// Detailer is a Readier that can describe its state (a *runner.Node: state
+// starting | ready | draining | drained | degraded, active and queued
+// episodes, held leases, the last drain's summary).
+type Detailer interface {
+	Readier
+	ReadinessDetail() any
+}
+
+// Readiness returns a handler that answers 200 while r is ready and 503
+// otherwise. The body is "ready" or "not ready", or, when r is a Detailer,
+// its detail as JSON.
 func Readiness(r Readier) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		status, body := http.StatusServiceUnavailable, "not ready"
 		if r.Ready() {
-			write(w, http.StatusOK, "ready")
-			return
+			status, body = http.StatusOK, "ready"
 		}
-		write(w, http.StatusServiceUnavailable, "not ready")
+		if d, ok := r.(Detailer); ok {
+			if b, err := json.Marshal(d.ReadinessDetail()); err == nil {
+				w.Header().Set("Content-Type", "application/json")
+				w.Header().Set("Cache-Control", "no-store")
+				w.WriteHeader(status)
+				_, _ = w.Write(append(b, '\n'))
+				return
+			}
+		}
+		write(w, status, body)
 	})
 }
 

@@ -26,8 +26,9 @@
 //	   ├─ budget ───────────► FinishEpisode status failed,   class budget_exceeded
 //	   ├─ Node.Cancel ──────► FinishEpisode status canceled, class canceled
 //	   ├─ lease lost ───────► nothing more is written: another grant owns the episode
-//	   └─ Node.Stop ────────► ReleaseClaim: episode stays running (or queued) for recovery,
-//	                          any node can acquire the claim at once
+//	   └─ Node.Drain/Stop ──► ReleaseClaims (all of the node's claims in one statement):
+//	                          the episode stays running (or queued) for recovery, and
+//	                          any node takes it at once
 //
 // FinishEpisode writes the episode's terminal status and the claim's final
 // state in one statement, so neither lands without the other.

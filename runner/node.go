@@ -16,6 +16,7 @@ import (
 	"github.com/leasehold/leasehold/claims"
 	"github.com/leasehold/leasehold/dedupe"
 	"github.com/leasehold/leasehold/episodes"
+	"github.com/leasehold/leasehold/membership"
 	"github.com/leasehold/leasehold/telemetry"
 )
 
@@ -63,6 +64,9 @@ type Store interface {
 	ClaimTriggerRequests(ctx context.Context, q episodes.RequestQuery) ([]episodes.TriggerRequest, error)
 	DispatchTriggerRequest(ctx context.Context, r episodes.TriggerRequest, lease time.Duration) (episodes.Dispatched, error)
 	ExpireTriggerRequests(ctx context.Context, q episodes.ExpireQuery) ([]episodes.Expired, error)
+
+	// Membership (advisory): the node's row, refreshed with the heartbeat.
+	membership.Store
 }
 
 // TriggerWaker wakes the trigger-request poller as soon as a request is
@@ -125,8 +129,8 @@ type lifecycle int
 const (
 	stateNew lifecycle = iota
 	stateRunning
-	stateStopping
-	stateStopped
+	stateDraining
+	stateDrained
 )
 
 // Node runs the registered actors: it turns triggers into episodes (one per
@@ -148,11 +152,21 @@ type Node struct {
 	intake sync.RWMutex
 	state  atomic.Int32 // a lifecycle; written under intake
 
-	base       context.Context // cancelled when the node has stopped
-	cancelBase context.CancelFunc
-	cancelBg   context.CancelFunc
-	bg         sync.WaitGroup // heartbeat and schedulers
-	runs       sync.WaitGroup // episode goroutines
+	base         context.Context // cancelled when the node has drained
+	cancelBase   context.CancelFunc
+	cancelIntake context.CancelFunc // schedulers, poller, waker
+	cancelLife   context.CancelFunc // lease heartbeat, membership heartbeat
+	intakeBg     sync.WaitGroup
+	lifeBg       sync.WaitGroup
+	runs         sync.WaitGroup // episode goroutines
+
+	// drainMu serializes Drain; handoff collects the jobs whose claims the
+	// drain releases in one statement.
+	drainMu   sync.Mutex
+	handoffMu sync.Mutex
+	handoff   []*job
+	lastDrain atomic.Pointer[DrainSummary]
+	forced    atomic.Int32 // runs the drain's deadline interrupted mid-step
 
 	// running holds the cancel of every run in progress. Keyed by run, not
 	// episode: a zombie run of an episode this node has re-acquired since is
@@ -335,21 +349,24 @@ func (n *Node) Start(ctx context.Context) error {
 		return fmt.Errorf("%w: Start called twice", ErrInvalid)
 	}
 	n.base, n.cancelBase = context.WithCancel(context.Background())
-	bg, cancelBg := context.WithCancel(n.base)
-	n.cancelBg = cancelBg
+	life, cancelLife := context.WithCancel(n.base)
+	intake, cancelIntake := context.WithCancel(n.base)
+	n.cancelLife, n.cancelIntake = cancelLife, cancelIntake
+	n.register(ctx)
 	n.state.Store(int32(stateRunning))
-	n.bg.Go(func() { _ = n.hb.Run(bg) })
+	n.lifeBg.Go(func() { _ = n.hb.Run(life) })
+	n.lifeBg.Go(func() { n.refreshMembership(life) })
 	for _, as := range n.actors {
 		for _, e := range as.exps {
 			if s, ok := e.Trigger.(Schedule); ok {
-				n.bg.Go(func() { n.schedule(bg, as, e, s) })
+				n.intakeBg.Go(func() { n.schedule(intake, as, e, s) })
 			}
 		}
 	}
 	if !n.cfg.Poll.Disabled {
-		n.bg.Go(func() { n.poll(bg) })
+		n.intakeBg.Go(func() { n.poll(intake) })
 		if w := n.cfg.TriggerWaker; w != nil {
-			n.bg.Go(func() { _ = w.WaitTriggerRequests(bg, n.pollWake) })
+			n.intakeBg.Go(func() { _ = w.WaitTriggerRequests(intake, n.pollWake) })
 		}
 	}
 	return nil
@@ -488,53 +505,17 @@ func (n *Node) Cancel(episodeID int64) error {
 	return nil
 }
 
-// Stop stops intake and schedules, lets each running episode finish its
-// current step until ctx is done, then cancels the rest. Every episode that
-// did not finish has its claim released (fence-and-release) so another node
-// can take it at once; it stays running (or queued) in the database for
-// recovery. Stop returns ctx's error if it had to cancel running steps.
+// Stop drains the node (see Drain) and returns ctx's error if running steps
+// had to be cancelled at its deadline.
 func (n *Node) Stop(ctx context.Context) error {
-	n.intake.Lock()
-	if lifecycle(n.state.Load()) != stateRunning {
-		n.intake.Unlock()
-		return nil
-	}
-	n.state.Store(int32(stateStopping))
-	n.intake.Unlock()
-
-	n.cancelBg() // schedulers stop firing
-	for _, as := range n.actors {
-		for _, j := range as.exec.drain() {
-			n.handOver(j)
-		}
-	}
-	done := make(chan struct{})
-	go func() { n.runs.Wait(); close(done) }()
-	var err error
-	select {
-	case <-done:
-	case <-ctx.Done():
+	sum, err := n.Drain(ctx)
+	if err == nil && sum.Forced > 0 {
 		err = ctx.Err()
-		n.mu.Lock()
-		for _, cancel := range n.running {
-			cancel(errStopping)
-		}
-		n.mu.Unlock()
-		<-done
 	}
-	n.bg.Wait()
-	n.cancelBase()
-	n.intake.Lock()
-	n.state.Store(int32(stateStopped))
-	n.intake.Unlock()
 	return err
 }
 
 func (n *Node) stopping() bool { return lifecycle(n.state.Load()) != stateRunning }
-
-// Ready reports whether the node takes work: true from Start until Stop
-// begins. Readiness probes (package health) report it.
-func (n *Node) Ready() bool { return !n.stopping() }
 
 func (n *Node) lookupActor(actorID string) (*actorState, error) {
 	if n.stopping() {

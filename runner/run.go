@@ -66,6 +66,13 @@ func (x *executor) work(j *job) {
 	}
 }
 
+// waiting returns how many jobs wait for a slot.
+func (x *executor) waiting() int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return len(x.queue)
+}
+
 // drain removes and returns the jobs still waiting for a slot.
 func (x *executor) drain() []*job {
 	x.mu.Lock()
@@ -183,6 +190,7 @@ func (n *Node) end(ctx context.Context, j *job, err error) {
 		n.emit(ctx, telemetry.Event{Name: EventLeaseLost, Key: j.claim.Key, Owner: n.id, Fence: j.claim.Fence, Err: err})
 		n.log.WarnContext(ctx, "leasehold: lease lost; run stopped without further writes", slog.Int64("episode", j.ep.ID), slog.Any("error", err))
 	case errors.Is(cause, errStopping):
+		n.forced.Add(1) // interrupted mid-step by the drain's deadline
 		n.handOver(j)
 	case errors.Is(cause, errWallSpent):
 		n.finish(ctx, j, failure(episodes.ClassBudgetExceeded, fmt.Sprintf("max wall time %v exceeded", j.exp.Budget.MaxWall)))
@@ -221,11 +229,15 @@ func (n *Node) finish(ctx context.Context, j *job, f episodes.Finish) {
 	n.emit(ctx, telemetry.Event{Name: name, Key: j.claim.Key, Owner: n.id, Fence: j.claim.Fence, Attempt: j.claim.Attempt})
 }
 
-// handOver releases j's claim so that any node can take the episode at once;
-// the episode keeps its status (running or queued) for recovery.
+// handOver gives j's episode up so that any node can take it at once; the
+// episode keeps its status (running or queued) for recovery. It only
+// happens while the node drains: the job joins the hand-off, whose claims
+// Drain releases in one statement once every run has ended. Its lease,
+// renewed when the drain began, stays valid until then.
 func (n *Node) handOver(j *job) {
-	n.release(j)
-	n.emit(context.Background(), telemetry.Event{Name: EventReleased, Key: j.claim.Key, Owner: n.id, Fence: j.claim.Fence})
+	n.handoffMu.Lock()
+	n.handoff = append(n.handoff, j)
+	n.handoffMu.Unlock()
 	j.unhold()
 }
 

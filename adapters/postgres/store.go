@@ -184,3 +184,27 @@ func (s *Store) ListClaims(ctx context.Context, q claims.ListQuery) ([]claims.Cl
 	}
 	return out, nil
 }
+
+// ReleaseMany runs ReleaseClaims: every listed grant of owner released in
+// one statement, planned with the real arrays like RenewClaims.
+func (s *Store) ReleaseMany(ctx context.Context, owner string, held []claims.Held) ([]claims.Held, error) {
+	if len(held) == 0 {
+		return nil, nil
+	}
+	keys := make([]string, len(held))
+	fences := make([]int64, len(held))
+	for i, h := range held {
+		keys[i], fences[i] = h.Key, h.Fence
+	}
+	rows, err := s.q.ReleaseClaims(ctx, unnamedStatement{s.conn}, db.ReleaseClaimsParams{
+		OwnerNode: owner, DedupeKeys: keys, Fences: fences,
+	})
+	if err != nil {
+		return nil, dbError("ReleaseClaims", err)
+	}
+	out := make([]claims.Held, len(rows))
+	for i, r := range rows {
+		out[i] = claims.Held{Key: r.DedupeKey, Fence: r.Fence}
+	}
+	return out, nil
+}

@@ -93,7 +93,7 @@ func (s *Store) DispatchTriggerRequest(ctx context.Context, r episodes.TriggerRe
 // ExpireTriggerRequests runs ExpireTriggerRequests.
 func (s *Store) ExpireTriggerRequests(ctx context.Context, q episodes.ExpireQuery) ([]episodes.Expired, error) {
 	rows, err := s.q.ExpireTriggerRequests(ctx, s.conn, db.ExpireTriggerRequestsParams{
-		SourceEnv: q.Env, SourceStack: q.Stack, TtlMs: q.TTL.Milliseconds(),
+		SourceEnv: q.Env, SourceStack: q.Stack, TtlMs: q.TTL.Milliseconds(), AllEnvs: q.AllEnvs,
 	})
 	if err != nil {
 		return nil, dbError("ExpireTriggerRequests", err)

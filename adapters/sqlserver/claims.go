@@ -131,6 +131,35 @@ func (s *Store) Release(ctx context.Context, t claims.Token) error {
 	).Scan(&fence))
 }
 
+// ReleaseMany runs ReleaseClaims: every listed grant of owner released in
+// one batch, the pairs sent as RenewMany sends them (one JSON array in
+// @held, a pair listed twice sent once). It returns the pairs released.
+func (s *Store) ReleaseMany(ctx context.Context, owner string, held []claims.Held) ([]claims.Held, error) {
+	if len(held) == 0 {
+		return nil, nil
+	}
+	doc, err := heldJSON(held)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.query(ctx, "ReleaseClaims",
+		sql.Named("held", doc),
+		sql.Named("owner_node", owner),
+	)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]claims.Held, 0, len(rows.rows))
+	for rows.Next() {
+		var h claims.Held
+		if err := rows.Scan(&h.Key, &h.Fence); err != nil {
+			return nil, err
+		}
+		out = append(out, h)
+	}
+	return out, nil
+}
+
 // ListExpired runs ListExpiredClaims.
 func (s *Store) ListExpired(ctx context.Context, limit int) ([]claims.Claim, error) {
 	rows, err := s.query(ctx, "ListExpiredClaims",

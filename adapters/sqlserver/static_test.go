@@ -40,6 +40,8 @@ const (
 	agentsTable   = "leasehold_agent_definitions"
 	requestsTable = "leasehold_trigger_requests"
 	findingsTable = "leasehold_findings"
+	nodesTable    = "leasehold_nodes"
+	episodesTable = "leasehold_episodes"
 )
 
 // postgresOnly are the Postgres statements that have no SQL Server
@@ -80,19 +82,25 @@ func TestStaticParse(t *testing.T) {
 // an unknown "CREATE X ..." as an empty CREATE PROCEDURE and a stray word
 // (a Postgres "LIMIT 1") as an EXECUTE, so a statement of any other type
 // means the text is not the T-SQL it was meant to be. Extend the lists when
-// a new statement kind is needed on purpose.
+// a new statement kind is needed on purpose. EXECUTE is allowed only of the
+// procedures in executedProcedures, which a stray word never names.
 var (
 	batchStatements = map[string]bool{
-		"SelectStatement": true, "InsertStatement": true, "UpdateStatement": true,
+		"SelectStatement": true, "InsertStatement": true, "UpdateStatement": true, "DeleteStatement": true,
 		"PredicateSetStatement": true, "DeclareVariableStatement": true,
 		"DeclareTableVariableStatement": true, "IfStatement": true,
 		"BeginEndBlockStatement": true, "TryCatchStatement": true, "ThrowStatement": true,
 		"BeginTransactionStatement": true, "CommitTransactionStatement": true,
 		"RollbackTransactionStatement": true, "SetVariableStatement": true,
+		"ExecuteStatement": true,
 	}
 	migrationStatementTypes = map[string]bool{
 		"CreateTableStatement": true, "CreateIndexStatement": true, "DropTableStatement": true,
+		"AlterTableAddTableElementStatement": true, "AlterTableDropTableElementStatement": true,
+		"DropIndexStatement": true,
 	}
+	// executedProcedures: TryMaintenanceLock's sp_getapplock.
+	executedProcedures = map[string]bool{"sp_getapplock": true}
 )
 
 // requireStatementTypes fails unless the tree has statements and all of
@@ -105,6 +113,12 @@ func requireStatementTypes(t *testing.T, tree node, allowed map[string]bool) {
 	check = func(stmt any) {
 		typ := getString(stmt, "$type")
 		require.True(t, allowed[typ], "parsed as %s, a statement type these files do not use: a typo the parser guessed around?", typ)
+		if typ == "ExecuteStatement" {
+			proc := getString(stmt, "ExecuteSpecification", "ExecutableEntity", "ProcedureReference",
+				"ProcedureReference", "Name", "BaseIdentifier", "Value")
+			require.True(t, executedProcedures[strings.ToLower(proc)],
+				"EXECUTE of %q, not a procedure these files call: a stray word the parser read as a procedure call?", proc)
+		}
 		for _, child := range childStatements(stmt) {
 			check(child)
 		}
@@ -130,30 +144,33 @@ func TestStaticSameQueriesAsPostgres(t *testing.T) {
 }
 
 // TestStaticSchemaMatchesPostgres: the SQL Server migrations create the
-// tables of the Postgres ones, with the same columns in the same order, and
-// the indexes of the same names (constraint indexes aside). Only CREATE
-// TABLE and CREATE INDEX are compared.
+// tables of the Postgres ones, with the same columns in the same order
+// (columns added by a later ALTER TABLE ... ADD at the end, in migration
+// order), and the indexes of the same names (constraint indexes aside).
+// Only CREATE TABLE, ALTER TABLE ... ADD column and CREATE INDEX are
+// compared.
 func TestStaticSchemaMatchesPostgres(t *testing.T) {
 	t.Parallel()
 
 	wantTables, wantIndexes := map[string][]string{}, []string{}
-	pgFiles, err := fs.Glob(schema.Postgres(), "*.sql")
+	pgFiles, err := fs.Glob(schema.Postgres(), "*.sql") // sorted: migration order
 	require.NoError(t, err)
 	for _, file := range pgFiles {
 		text, err := fs.ReadFile(schema.Postgres(), file)
 		require.NoError(t, err)
-		tables, indexes := postgresSchema(string(text))
+		tables, indexes := postgresSchema(string(text), wantTables)
 		maps.Copy(wantTables, tables)
 		wantIndexes = append(wantIndexes, indexes...)
 	}
 	require.NotEmpty(t, wantTables)
 
 	tables, indexes := map[string][]string{}, []string{}
-	for name, stmts := range migrationStatements(t) {
+	sections := migrationStatements(t)
+	for _, name := range slices.Sorted(maps.Keys(sections)) { // file order: CREATE before ALTER
 		if !strings.HasSuffix(name, " Up") {
 			continue
 		}
-		for _, sql := range stmts {
+		for _, sql := range sections[name] {
 			for _, stmt := range topStatements(mustParse(t, sql)) {
 				switch getString(stmt, "$type") {
 				case "CreateTableStatement":
@@ -162,6 +179,11 @@ func TestStaticSchemaMatchesPostgres(t *testing.T) {
 						cols = append(cols, getString(c, "ColumnIdentifier", "Value"))
 					}
 					tables[getString(stmt, "SchemaObjectName", "BaseIdentifier", "Value")] = cols
+				case "AlterTableAddTableElementStatement":
+					table := getString(stmt, "SchemaObjectName", "BaseIdentifier", "Value")
+					for _, c := range getList(stmt, "Definition", "ColumnDefinitions") {
+						tables[table] = append(tables[table], getString(c, "ColumnIdentifier", "Value"))
+					}
 				case "CreateIndexStatement":
 					indexes = append(indexes, getString(stmt, "Name", "Value"))
 				}
@@ -176,7 +198,9 @@ func TestStaticSchemaMatchesPostgres(t *testing.T) {
 // batch sends exactly one result set, from its last statement (nothing runs
 // after the result, so no lock is held while the client reads it), with the
 // columns of the Postgres statement of the same name, in the same order. An
-// :exec batch sends none.
+// :exec batch sends none. An :execrows batch, whose Postgres statement
+// returns only the driver's row count, sends that count as one result set
+// from its last statement, one column rows_affected.
 func TestStaticResultSets(t *testing.T) {
 	t.Parallel()
 
@@ -191,6 +215,10 @@ func TestStaticResultSets(t *testing.T) {
 			}
 			require.Len(t, sets, 1, "want exactly one result set")
 			require.True(t, last, "the result set must come from the batch's last statement")
+			if q.Kind == ":execrows" {
+				require.Equal(t, []string{"rows_affected"}, sets[0], "an :execrows batch returns its count as rows_affected")
+				return
+			}
 			want := postgresColumns(t, pg[q.Name].SQL)
 			require.Equal(t, want, sets[0], "result columns differ from the Postgres statement's")
 		})
@@ -253,6 +281,7 @@ func TestStaticLockHints(t *testing.T) {
 		{"CompleteClaim", claimsTable, false, fenced},
 		{"FailClaim", claimsTable, false, fenced},
 		{"ReleaseClaim", claimsTable, false, fenced},
+		{"ReleaseClaims", claimsTable, false, fenced},
 		{"StartEpisode", claimsTable, false, fenced},
 		{"AppendStep", claimsTable, false, fenced},
 		{"FinishEpisode", claimsTable, false, fenced},
@@ -271,6 +300,11 @@ func TestStaticLockHints(t *testing.T) {
 		{"UpdateFinding", findingsTable, true, fenced},
 		{"ClearFinding", claimsTable, false, fenced},
 		{"ClearFinding", findingsTable, true, fenced},
+		// Membership: upserts of one row per node.
+		{"RegisterNode", nodesTable, true, upsert},
+		{"HeartbeatNode", nodesTable, true, upsert},
+		// Maintenance: archiving skips rows other sessions hold.
+		{"ArchiveEpisodes", episodesTable, false, skipLocked},
 	}
 	for _, r := range rules {
 		t.Run("required/"+r.query+"/"+r.table, func(t *testing.T) {
@@ -317,7 +351,42 @@ func TestStaticDatabaseClock(t *testing.T) {
 	}
 }
 
-// TestStaticAdapterCalls: every call s.query / s.queryRow / s.exec in
+// TestStaticMaintenanceNests: the batches Maintain sends inside its one
+// transaction (every call in maintenance.go, and ExpireTriggerRequests,
+// which it runs through Store.ExpireTriggerRequests) never end that
+// transaction early: no ROLLBACK (it would end the outer transaction and
+// release the maintenance lock, and the later batches would run in
+// autocommit), no savepoint, and every BEGIN TRANSACTION matched by a
+// COMMIT TRANSACTION, which inside the outer transaction only lowers
+// @@TRANCOUNT. Errors are left to XACT_ABORT, which rolls back the run.
+func TestStaticMaintenanceNests(t *testing.T) {
+	t.Parallel()
+
+	qs := sqlServerQueries(t)
+	names := map[string]bool{"ExpireTriggerRequests": true}
+	for _, c := range adapterCalls(t, ".") {
+		if strings.HasPrefix(c.pos, "maintenance.go:") {
+			names[c.name] = true
+		}
+	}
+	require.Contains(t, names, "TryMaintenanceLock", "maintenance.go does not call TryMaintenanceLock")
+	for _, name := range slices.Sorted(maps.Keys(names)) {
+		t.Run(name, func(t *testing.T) {
+			q, ok := qs[name]
+			require.True(t, ok, "no query %s", name)
+			counts := map[string]int{}
+			walk(mustParse(t, q.SQL), func(n node) { counts[getString(n, "$type")]++ })
+			require.Zero(t, counts["RollbackTransactionStatement"], "ROLLBACK would end Maintain's transaction")
+			require.Zero(t, counts["SaveTransactionStatement"], "no savepoints: errors roll back the whole run")
+			require.Equal(t, counts["BeginTransactionStatement"], counts["CommitTransactionStatement"],
+				"every BEGIN TRANSACTION needs its COMMIT TRANSACTION")
+			require.Zero(t, counts["TryCatchStatement"], "a CATCH could swallow an error that XACT_ABORT has already rolled back")
+		})
+	}
+}
+
+// TestStaticAdapterCalls: every call s.query / s.queryRow / s.execRows /
+// s.exec in
 // the adapter's non-test files names an existing batch with a string literal
 // and passes exactly the batch's @parameters as sql.Named("x", ...)
 // arguments, and every batch is called at least once.
@@ -783,7 +852,8 @@ func codeWords(sql string) []string {
 
 // batchParams returns the parameters of a batch, sorted: the @names it uses
 // that it does not DECLARE itself, without the "@". @@names are system
-// functions; names in comments and string literals do not count.
+// functions; names in comments and string literals do not count, and
+// neither do the parameter names of an EXECUTE (@Resource = ...).
 func batchParams(t *testing.T, sql string) []string {
 	t.Helper()
 	declared := map[string]bool{}
@@ -791,6 +861,10 @@ func batchParams(t *testing.T, sql string) []string {
 		switch getString(n, "$type") {
 		case "DeclareVariableElement", "DeclareTableVariableBody":
 			declared[getString(n, "VariableName", "Value")] = true
+		case "ExecuteParameter":
+			if name := getString(n, "Variable", "Name"); name != "" {
+				declared[name] = true
+			}
 		}
 	})
 	set := map[string]bool{}
@@ -895,16 +969,18 @@ func splitTopLevel(list string) []string {
 }
 
 var (
-	pgTableRE  = regexp.MustCompile(`(?ms)^CREATE TABLE (\w+) \((.*?)^\)`)
-	pgColumnRE = regexp.MustCompile(`(?m)^ {4}(\w+)\s`)
-	pgIndexRE  = regexp.MustCompile(`(?m)^CREATE (?:UNIQUE )?INDEX (\w+)`)
+	pgTableRE     = regexp.MustCompile(`(?ms)^CREATE TABLE (\w+) \((.*?)^\)`)
+	pgColumnRE    = regexp.MustCompile(`(?m)^ {4}(\w+)\s`)
+	pgIndexRE     = regexp.MustCompile(`(?m)^CREATE (?:UNIQUE )?INDEX (\w+)`)
+	pgAddColumnRE = regexp.MustCompile(`(?m)^ALTER TABLE (\w+)\s+ADD COLUMN (\w+)`)
 )
 
 // postgresSchema reads the tables (columns in order) and index names of a
 // Postgres migration from its text, as sql/schema/postgres lays it out: one
 // column or "CONSTRAINT ..." per line indented by four spaces, continuation
-// lines indented deeper.
-func postgresSchema(text string) (tables map[string][]string, indexes []string) {
+// lines indented deeper; "ALTER TABLE t ADD COLUMN c" (one column each)
+// appends c to t, which base holds when an earlier migration created it.
+func postgresSchema(text string, base map[string][]string) (tables map[string][]string, indexes []string) {
 	text = pgCommentRE.ReplaceAllString(text, "")
 	tables = map[string][]string{}
 	for _, m := range pgTableRE.FindAllStringSubmatch(text, -1) {
@@ -916,6 +992,12 @@ func postgresSchema(text string) (tables map[string][]string, indexes []string) 
 		}
 		tables[m[1]] = cols
 	}
+	for _, m := range pgAddColumnRE.FindAllStringSubmatch(text, -1) {
+		if _, ok := tables[m[1]]; !ok {
+			tables[m[1]] = slices.Clone(base[m[1]])
+		}
+		tables[m[1]] = append(tables[m[1]], m[2])
+	}
 	for _, m := range pgIndexRE.FindAllStringSubmatch(text, -1) {
 		indexes = append(indexes, m[1])
 	}
@@ -924,17 +1006,19 @@ func postgresSchema(text string) (tables map[string][]string, indexes []string) 
 
 // --- the adapter's Go code ---
 
-// adapterCall is one call of query, queryRow or exec in the adapter.
+// adapterCall is one call of query, queryRow, execRows or exec in the
+// adapter.
 type adapterCall struct {
 	pos      string   // file:line
-	method   string   // query, queryRow or exec
+	method   string   // query, queryRow, execRows or exec
 	name     string   // the statement named by the string literal
 	named    []string // the names of the sql.Named("name", ...) arguments
 	problems []string // arguments the check cannot read
 }
 
 // adapterCalls parses the non-test Go files in dir and returns every call
-// x.query(ctx, "Name", args...), x.queryRow(...) and x.exec(...), whatever x.
+// x.query(ctx, "Name", args...), x.queryRow(...), x.execRows(...) and
+// x.exec(...), whatever x.
 func adapterCalls(t *testing.T, dir string) []adapterCall {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
@@ -954,7 +1038,7 @@ func adapterCalls(t *testing.T, dir string) []adapterCall {
 				return true
 			}
 			sel, ok := call.Fun.(*ast.SelectorExpr)
-			if !ok || !slices.Contains([]string{"query", "queryRow", "exec"}, sel.Sel.Name) || len(call.Args) < 2 {
+			if !ok || !slices.Contains(adapterMethods, sel.Sel.Name) || len(call.Args) < 2 {
 				return true
 			}
 			c := adapterCall{pos: fset.Position(call.Pos()).String(), method: sel.Sel.Name}
@@ -981,6 +1065,9 @@ func adapterCalls(t *testing.T, dir string) []adapterCall {
 	}
 	return out
 }
+
+// adapterMethods are the Store methods that run a named batch.
+var adapterMethods = []string{"query", "queryRow", "execRows", "exec"}
 
 // importName is the name file f uses for the package at path.
 func importName(f *ast.File, path string) string {

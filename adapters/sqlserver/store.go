@@ -12,6 +12,8 @@ import (
 	mssql "github.com/microsoft/go-mssqldb"
 
 	"github.com/leasehold/leasehold/claims"
+	"github.com/leasehold/leasehold/maintenance"
+	"github.com/leasehold/leasehold/membership"
 	"github.com/leasehold/leasehold/recovery"
 	"github.com/leasehold/leasehold/runner"
 	"github.com/leasehold/leasehold/sql/queries"
@@ -41,18 +43,24 @@ func Open(dsn string) (*sql.DB, error) {
 
 // Store runs leasehold's T-SQL batches on a go-mssqldb pool, each batch on
 // its own, never inside a caller's transaction: a batch that writes two
-// tables opens and ends its own transaction.
+// tables opens and ends its own transaction. The one exception is Maintain,
+// which sends its batches in a transaction of its own (see inTx).
 type Store struct {
-	db    *sql.DB
+	db *sql.DB
+	// tx, when set, is the transaction every batch runs in instead of the
+	// pool: Maintain's, on a copy of the Store made by inTx.
+	tx    *sql.Tx
 	stmts map[string]queries.Query
 	// backoff is the wait before in-call retry number n (1, 2, ...).
 	backoff func(n int) time.Duration
 }
 
 var (
-	_ claims.Store   = (*Store)(nil)
-	_ runner.Store   = (*Store)(nil)
-	_ recovery.Store = (*Store)(nil)
+	_ claims.Store      = (*Store)(nil)
+	_ runner.Store      = (*Store)(nil)
+	_ recovery.Store    = (*Store)(nil)
+	_ membership.Store  = (*Store)(nil)
+	_ maintenance.Store = (*Store)(nil)
 )
 
 // New returns a Store over db, which should come from Open. It fails when
@@ -86,6 +94,7 @@ var resultColumns = map[string][]string{
 	"CompleteClaim":     {"fence"},
 	"FailClaim":         {"fence"},
 	"ReleaseClaim":      {"fence"},
+	"ReleaseClaims":     {"dedupe_key", "fence"},
 	"ListExpiredClaims": claimColumns,
 	"ListClaims":        claimColumns,
 
@@ -137,7 +146,27 @@ var resultColumns = map[string][]string{
 	"UpdateFinding":      {"lease_held", "updated"},
 	"ClearFinding":       {"lease_held", "cleared"},
 	"ListActiveFindings": findingColumns,
+
+	"RegisterNode":   nil,
+	"HeartbeatNode":  nil,
+	"DeregisterNode": nil,
+	"ListNodes": {
+		"node_id", "stack", "env", "mode", "draining", "started_at", "heartbeat_at",
+		"heartbeat_age_ms", "live_leases",
+	},
+
+	"TryMaintenanceLock": {"acquired"},
+	"ArchiveEpisodes":    rowsAffected,
+	"PurgeArchivedSteps": rowsAffected,
+	"MarkJournalsPurged": rowsAffected,
+	"DeleteSpentClaims":  rowsAffected,
+	"DeleteStaleNodes":   rowsAffected,
 }
+
+// rowsAffected is the result of an :execrows batch: one row, the number of
+// rows its writing statement changed, counted from that statement's OUTPUT
+// rows. Postgres returns the count through the driver instead.
+var rowsAffected = []string{"rows_affected"}
 
 var claimColumns = []string{
 	"dedupe_key", "state", "owner_node", "lease_until", "claimed_at", "attempt", "fence",
@@ -173,7 +202,7 @@ func (s *Store) statement(name string) (queries.Query, error) {
 // parameters.
 func (s *Store) query(ctx context.Context, name string, args ...any) (*resultSet, error) {
 	return s.read(ctx, name, func(batch string) (*sql.Rows, error) {
-		return s.db.QueryContext(ctx, batch, args...)
+		return s.conn().QueryContext(ctx, batch, args...)
 	})
 }
 
@@ -182,9 +211,23 @@ func (s *Store) query(ctx context.Context, name string, args ...any) (*resultSet
 // owner, lease lost or duplicate.
 func (s *Store) queryRow(ctx context.Context, name string, args ...any) *row {
 	rs, err := s.read(ctx, name, func(batch string) (*sql.Rows, error) {
-		return s.db.QueryContext(ctx, batch, args...)
+		return s.conn().QueryContext(ctx, batch, args...)
 	})
 	return &row{rs: rs, err: err}
+}
+
+// execRows runs an :execrows batch and returns its one number,
+// rows_affected. A batch that sends no row breaks the contract: an error.
+func (s *Store) execRows(ctx context.Context, name string, args ...any) (int64, error) {
+	rs, err := s.read(ctx, name, func(batch string) (*sql.Rows, error) {
+		return s.conn().QueryContext(ctx, batch, args...)
+	})
+	var n int64
+	err = (&row{rs: rs, err: err}).Scan(&n)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, fmt.Errorf("sqlserver: %s: no row count returned", name)
+	}
+	return n, err
 }
 
 // read runs the named batch with run, retrying as withRetry does, reads the
@@ -219,15 +262,48 @@ func (s *Store) exec(ctx context.Context, name string, args ...any) error {
 		return err
 	}
 	return s.withRetry(ctx, name, func() error {
-		_, err := s.db.ExecContext(ctx, q.SQL, args...)
+		_, err := s.conn().ExecContext(ctx, q.SQL, args...)
 		return err
 	})
+}
+
+// execer is where a batch runs: a *sql.DB or a *sql.Tx.
+type execer interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// conn returns the transaction the Store is bound to, else the pool.
+func (s *Store) conn() execer {
+	if s.tx != nil {
+		return s.tx
+	}
+	return s.db
+}
+
+// inTx returns a copy of s whose batches all run in tx, through the same
+// query, queryRow, execRows and exec (and so the same statement checks).
+func (s *Store) inTx(tx *sql.Tx) *Store {
+	c := *s
+	c.tx = tx
+	return &c
 }
 
 // withRetry runs try until it succeeds, fails with an error that is not
 // retried in the call, or maxAttempts tries have failed, and returns the
 // last error through dbError. A cancelled ctx ends the backoff early.
+//
+// In a transaction (inTx) try runs once: a deadlock victim's or a lock
+// timeout's error has rolled back the whole transaction under XACT_ABORT,
+// not just this batch, and sending the batch again would run it outside any
+// transaction. The caller of the transaction decides.
 func (s *Store) withRetry(ctx context.Context, name string, try func() error) error {
+	if s.tx != nil {
+		if err := try(); err != nil {
+			return dbError(name, err)
+		}
+		return nil
+	}
 	var err error
 	for n := 1; ; n++ {
 		if err = try(); err == nil {

@@ -122,12 +122,14 @@ func (s *Store) DispatchTriggerRequest(ctx context.Context, r episodes.TriggerRe
 	}, nil
 }
 
-// ExpireTriggerRequests runs ExpireTriggerRequests.
+// ExpireTriggerRequests runs ExpireTriggerRequests; q.AllEnvs (Maintain)
+// expires every env's requests.
 func (s *Store) ExpireTriggerRequests(ctx context.Context, q episodes.ExpireQuery) ([]episodes.Expired, error) {
 	rows, err := s.query(ctx, "ExpireTriggerRequests",
 		sql.Named("source_env", q.Env),
 		sql.Named("source_stack", q.Stack),
 		sql.Named("ttl_ms", q.TTL.Milliseconds()),
+		sql.Named("all_envs", q.AllEnvs),
 	)
 	if err != nil {
 		return nil, err

@@ -34,6 +34,8 @@ import (
 	"github.com/leasehold/leasehold/claims"
 	"github.com/leasehold/leasehold/episodes"
 	"github.com/leasehold/leasehold/findings"
+	"github.com/leasehold/leasehold/maintenance"
+	"github.com/leasehold/leasehold/membership"
 	"github.com/leasehold/leasehold/sql/queries"
 )
 
@@ -133,8 +135,9 @@ func TestUnitStatementsLoad(t *testing.T) {
 }
 
 // TestUnitCallsMatchResultColumns keeps resultColumns and the calls in sync:
-// every s.query/s.queryRow/s.exec names a statement listed there, exec
-// exactly the ones without a result set, and every listed statement is run.
+// every s.query/s.queryRow/s.execRows/s.exec names a statement listed there,
+// exec exactly the ones without a result set, and every listed statement is
+// run.
 func TestUnitCallsMatchResultColumns(t *testing.T) {
 	calls := map[string]string{} // statement -> method
 	fset := token.NewFileSet()
@@ -152,7 +155,7 @@ func TestUnitCallsMatchResultColumns(t *testing.T) {
 				return true
 			}
 			sel, ok := call.Fun.(*ast.SelectorExpr)
-			if !ok || !slices.Contains([]string{"query", "queryRow", "exec"}, sel.Sel.Name) {
+			if !ok || !slices.Contains([]string{"query", "queryRow", "execRows", "exec"}, sel.Sel.Name) {
 				return true
 			}
 			if x, ok := sel.X.(*ast.Ident); !ok || x.Name != "s" {
@@ -169,7 +172,7 @@ func TestUnitCallsMatchResultColumns(t *testing.T) {
 	require.ElementsMatch(t, slices.Collect(maps.Keys(resultColumns)), slices.Collect(maps.Keys(calls)))
 	stmts, err := queries.SQLServer()
 	require.NoError(t, err)
-	kind := map[string]string{"query": ":many", "queryRow": ":one", "exec": ":exec"}
+	kind := map[string]string{"query": ":many", "queryRow": ":one", "execRows": ":execrows", "exec": ":exec"}
 	for name, method := range calls {
 		require.Equal(t, resultColumns[name] == nil, method == "exec", "%s run with %s", name, method)
 		require.Equal(t, kind[method], stmts[name].Kind, "%s is run with %s", name, method)
@@ -178,14 +181,23 @@ func TestUnitCallsMatchResultColumns(t *testing.T) {
 
 // TestUnitParamsMatchPostgres runs every Store method against the fake
 // driver and checks the @ parameters each sends: the sqlc.arg names of the
-// Postgres statement of the same name (RenewClaims: @held instead of the
-// two arrays), with the Go types the contract fixes.
+// Postgres statement of the same name (RenewClaims and ReleaseClaims: @held
+// instead of the two arrays), with the Go types the contract fixes.
 func TestUnitParamsMatchPostgres(t *testing.T) {
 	pg := postgresParams(t)
 	pg["RenewClaims"] = []string{"held", "lease_ms", "owner_node"}
+	pg["ReleaseClaims"] = []string{"held", "owner_node"}
 
 	f := newFake(t)
-	f.answer = func(name string, _ map[string]any) fakeResult { return fakeResult{cols: resultColumns[name]} }
+	f.answer = func(name string, _ map[string]any) fakeResult {
+		switch {
+		case name == "TryMaintenanceLock": // acquired, so Maintain sends every batch
+			return fakeResult{cols: resultColumns[name], rows: [][]driver.Value{{true}}}
+		case slices.Equal(resultColumns[name], rowsAffected):
+			return fakeResult{cols: resultColumns[name], rows: [][]driver.Value{{int64(0)}}}
+		}
+		return fakeResult{cols: resultColumns[name]}
+	}
 	s := f.store
 	ctx := context.Background()
 	tk := claims.Token{Key: "k", Owner: "a", Fence: 7}
@@ -217,12 +229,24 @@ func TestUnitParamsMatchPostgres(t *testing.T) {
 	_, _ = s.UpdateFinding(ctx, tk, 1, "f", findings.Update{Severity: "high"})
 	_, _ = s.ClearFinding(ctx, tk, 1, "f")
 	_, _ = s.ActiveFindings(ctx, findings.Query{Env: "rc", Limit: 10})
+	_, _ = s.ReleaseMany(ctx, "a", []claims.Held{{Key: "k", Fence: 7}})
+	_ = s.RegisterNode(ctx, membership.Member{ID: "n", Stack: "s", Env: "rc", Mode: "full"})
+	_ = s.HeartbeatNode(ctx, membership.Member{ID: "n", Mode: "full", Draining: true})
+	_ = s.DeregisterNode(ctx, "n")
+	_, _ = s.ListNodes(ctx)
+	res, err := s.Maintain(ctx, maintenance.Plan{
+		Retention: 30 * 24 * time.Hour, ClaimHorizon: 90 * 24 * time.Hour, RequestTTL: time.Hour,
+		NodeStaleAfter: time.Minute, Batch: 500,
+	})
+	require.NoError(t, err)
+	require.True(t, res.Ran)
 
 	wantType := map[string]any{
 		"ttl_ms":   int64(0),
 		"lease_ms": int64(0), "stale_after_ms": int64(0), "fence": int64(0), "id": int64(0),
 		"episode_id": int64(0), "step_no": int32(0), "max_attempts": int32(0), "max_rows": int32(0),
-		"expired_only": false, "stale_only": false,
+		"expired_only": false, "stale_only": false, "all_envs": false, "draining": false,
+		"retention_ms": int64(0), "horizon_ms": int64(0),
 	}
 	require.ElementsMatch(t, slices.Collect(maps.Keys(resultColumns)), slices.Collect(maps.Keys(f.params)), "every statement ran")
 	for name, args := range f.params {
@@ -250,6 +274,16 @@ func TestUnitParamsMatchPostgres(t *testing.T) {
 	require.Equal(t, int64(3_600_000), f.params["ExpireTriggerRequests"]["ttl_ms"])
 	require.Equal(t, `{"n":1}`, f.params["RaiseFinding"]["data"])
 	require.Nil(t, f.params["UpdateFinding"]["data"])
+	require.Equal(t, `[{"dedupe_key":"k","fence":7}]`, f.params["ReleaseClaims"]["held"])
+	require.Equal(t, true, f.params["HeartbeatNode"]["draining"])
+	// Durations over 24.8 days travel whole, as bigint milliseconds: the
+	// batches split them for DATEADD.
+	require.Equal(t, int64(30*24*3_600_000), f.params["ArchiveEpisodes"]["retention_ms"])
+	require.Equal(t, int64(90*24*3_600_000), f.params["DeleteSpentClaims"]["horizon_ms"])
+	require.Equal(t, int32(500), f.params["PurgeArchivedSteps"]["max_rows"])
+	require.Equal(t, int64(60_000), f.params["DeleteStaleNodes"]["stale_after_ms"])
+	require.Equal(t, true, f.params["ExpireTriggerRequests"]["all_envs"], "maintenance expires every env")
+	require.Equal(t, int64(3_600_000), f.params["ExpireTriggerRequests"]["ttl_ms"])
 }
 
 // postgresParams reads the sqlc.arg/sqlc.narg names of every Postgres
@@ -539,6 +573,7 @@ func TestUnitTriggerRequests(t *testing.T) {
 		answer = map[string][][]driver.Value{"ExpireTriggerRequests": {{int64(3), int64(9), true}, {int64(4), int64(10), false}}}
 		got, err := s.ExpireTriggerRequests(ctx, episodes.ExpireQuery{Env: "rc", TTL: time.Hour})
 		require.NoError(t, err)
+		require.Equal(t, false, f.params["ExpireTriggerRequests"]["all_envs"], "a poller expires its own env only")
 		require.Equal(t, []episodes.Expired{
 			{RequestID: 3, EpisodeID: 9, EpisodeCanceled: true},
 			{RequestID: 4, EpisodeID: 10},
@@ -651,6 +686,9 @@ type fake struct {
 	mu     sync.Mutex
 	n      map[string]int
 	params map[string]map[string]any // last parameters per statement
+	// log is every statement run and every transaction event (begin,
+	// commit, rollback), in order.
+	log []string
 }
 
 type fakeResult struct {
@@ -687,8 +725,21 @@ func (f *fake) run(name string, args []driver.NamedValue) fakeResult {
 	f.mu.Lock()
 	f.n[name]++
 	f.params[name] = params
+	f.log = append(f.log, name)
 	f.mu.Unlock()
 	return f.answer(name, params)
+}
+
+func (f *fake) event(e string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.log = append(f.log, e)
+}
+
+func (f *fake) events() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.log)
 }
 
 type fakeConnector struct{ f *fake }
@@ -704,7 +755,18 @@ type fakeConn struct{ f *fake }
 
 func (fakeConn) Prepare(string) (driver.Stmt, error) { return nil, errors.New("not supported") }
 func (fakeConn) Close() error                        { return nil }
-func (fakeConn) Begin() (driver.Tx, error)           { return nil, errors.New("not supported") }
+func (fakeConn) Begin() (driver.Tx, error)           { return nil, errors.New("use BeginTx") }
+
+// BeginTx logs "begin <isolation>"; the transaction logs its end.
+func (c fakeConn) BeginTx(_ context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	c.f.event("begin " + sql.IsolationLevel(opts.Isolation).String())
+	return fakeTx(c), nil
+}
+
+type fakeTx struct{ f *fake }
+
+func (tx fakeTx) Commit() error   { tx.f.event("commit"); return nil }
+func (tx fakeTx) Rollback() error { tx.f.event("rollback"); return nil }
 
 // CheckNamedValue passes values through as the Store wrote them (after
 // driver.Valuer), so the tests see int32 and int64 apart.
@@ -759,4 +821,194 @@ func (r *fakeRows) NextResultSet() error {
 	}
 	r.r.second, r.r.rows, r.i = false, nil, 0
 	return nil
+}
+
+func countOf(events []string, e string) int {
+	n := 0
+	for _, x := range events {
+		if x == e {
+			n++
+		}
+	}
+	return n
+}
+
+func TestUnitReleaseMany(t *testing.T) {
+	ctx := context.Background()
+	f := newFake(t)
+	f.answer = func(name string, _ map[string]any) fakeResult {
+		return fakeResult{cols: resultColumns[name], rows: [][]driver.Value{{"k", int64(7)}}}
+	}
+	none, err := f.store.ReleaseMany(ctx, "a", nil)
+	require.NoError(t, err)
+	require.Empty(t, none)
+	require.Zero(t, f.calls("ReleaseClaims"), "nothing held: nothing sent")
+
+	got, err := f.store.ReleaseMany(ctx, "a", []claims.Held{{Key: "k", Fence: 7}, {Key: "gone", Fence: 2}, {Key: "k", Fence: 7}})
+	require.NoError(t, err)
+	require.Equal(t, []claims.Held{{Key: "k", Fence: 7}}, got, "only the released pairs come back")
+	require.Equal(t, `[{"dedupe_key":"k","fence":7},{"dedupe_key":"gone","fence":2}]`, f.params["ReleaseClaims"]["held"],
+		"a pair listed twice is sent once")
+	require.Equal(t, "a", f.params["ReleaseClaims"]["owner_node"])
+}
+
+func TestUnitListNodes(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC)
+	f := newFake(t)
+	f.answer = func(name string, _ map[string]any) fakeResult {
+		return fakeResult{cols: resultColumns[name], rows: [][]driver.Value{
+			{"a", "s", "rc", "full", true, now, now.Add(time.Second), int64(1500), int64(3)},
+			{"b", "", "", "trigger_only", false, now, now, int64(0), int64(0)},
+		}}
+	}
+	got, err := f.store.ListNodes(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, []membership.Row{
+		{
+			Member:    membership.Member{ID: "a", Stack: "s", Env: "rc", Mode: "full", Draining: true},
+			StartedAt: now, HeartbeatAt: now.Add(time.Second), HeartbeatAge: 1500 * time.Millisecond, LiveLeases: 3,
+		},
+		{Member: membership.Member{ID: "b", Mode: "trigger_only"}, StartedAt: now, HeartbeatAt: now},
+	}, got)
+}
+
+// TestUnitMaintain: the Go side of Maintain only (the fake decides what the
+// batches answer): one READ COMMITTED transaction, the lock first, the
+// Postgres order, the counts, and rollback without in-call retries on any
+// error.
+func TestUnitMaintain(t *testing.T) {
+	ctx := context.Background()
+	plan := maintenance.Plan{
+		Retention: time.Hour, ClaimHorizon: 24 * time.Hour, RequestTTL: time.Hour, NodeStaleAfter: time.Minute, Batch: 100,
+	}
+	count := map[string]int64{
+		"ArchiveEpisodes": 3, "PurgeArchivedSteps": 40, "MarkJournalsPurged": 2,
+		"DeleteSpentClaims": 5, "DeleteStaleNodes": 1,
+	}
+	answer := func(acquired bool, failing string) func(string, map[string]any) fakeResult {
+		return func(name string, _ map[string]any) fakeResult {
+			switch {
+			case name == failing:
+				return fakeResult{err: mssql.Error{Number: 1205}}
+			case name == "TryMaintenanceLock":
+				return fakeResult{cols: resultColumns[name], rows: [][]driver.Value{{acquired}}}
+			case name == "ExpireTriggerRequests":
+				return fakeResult{cols: resultColumns[name], rows: [][]driver.Value{
+					{int64(1), int64(10), true}, {int64(2), int64(11), false}, {int64(3), int64(12), true},
+				}}
+			}
+			return fakeResult{cols: resultColumns[name], rows: [][]driver.Value{{count[name]}}}
+		}
+	}
+
+	t.Run("held elsewhere", func(t *testing.T) {
+		f := newFake(t)
+		f.answer = answer(false, "")
+		res, err := f.store.Maintain(ctx, plan)
+		require.NoError(t, err)
+		require.Equal(t, maintenance.Result{}, res, "Ran false, nothing counted")
+		require.Equal(t, []string{"begin Read Committed", "TryMaintenanceLock", "rollback"}, f.events())
+	})
+
+	t.Run("runs", func(t *testing.T) {
+		f := newFake(t)
+		f.answer = answer(true, "")
+		res, err := f.store.Maintain(ctx, plan)
+		require.NoError(t, err)
+		require.Equal(t, maintenance.Result{
+			Ran: true, Archived: 3, StepsPurged: 40, JournalsMarked: 2, RequestsExpired: 3,
+			EpisodesCanceled: 2, ClaimsDeleted: 5, NodesDeleted: 1,
+		}, res)
+		require.Equal(t, []string{
+			"begin Read Committed", "TryMaintenanceLock", "ArchiveEpisodes", "PurgeArchivedSteps",
+			"MarkJournalsPurged", "ExpireTriggerRequests", "DeleteSpentClaims", "DeleteStaleNodes", "commit",
+		}, f.events(), "one transaction, the Postgres order")
+		require.Equal(t, true, f.params["ExpireTriggerRequests"]["all_envs"])
+	})
+
+	for _, failing := range []string{"TryMaintenanceLock", "PurgeArchivedSteps", "ExpireTriggerRequests", "DeleteStaleNodes"} {
+		t.Run("deadlock in "+failing, func(t *testing.T) {
+			f := newFake(t)
+			f.answer = answer(true, failing)
+			res, err := f.store.Maintain(ctx, plan)
+			require.ErrorIs(t, err, claims.ErrRetryable, "the whole run was rolled back: safe to run again")
+			require.ErrorContains(t, err, "sqlserver: "+failing+": ")
+			require.Equal(t, maintenance.Result{}, res)
+			require.Equal(t, maxAttempts, f.calls(failing), "the whole run is sent again, never the batch alone")
+			ev := f.events()
+			require.Equal(t, maxAttempts, countOf(ev, "begin Read Committed"), "one transaction per attempt")
+			require.Equal(t, maxAttempts, countOf(ev, "rollback"))
+			require.NotContains(t, ev, "commit")
+			for i, e := range ev {
+				if e == failing {
+					require.Equal(t, "rollback", ev[i+1], "nothing is sent after the failed batch in its transaction")
+				}
+			}
+		})
+	}
+
+	t.Run("deadlock once", func(t *testing.T) {
+		f := newFake(t)
+		ok := answer(true, "")
+		f.answer = func(name string, p map[string]any) fakeResult {
+			if name == "DeleteSpentClaims" && f.calls(name) == 1 {
+				return fakeResult{err: mssql.Error{Number: 1205}}
+			}
+			return ok(name, p)
+		}
+		res, err := f.store.Maintain(ctx, plan)
+		require.NoError(t, err)
+		require.Equal(t, int64(3), res.Archived, "the counts of the run that committed")
+		ev := f.events()
+		require.Equal(t, 2, countOf(ev, "begin Read Committed"))
+		require.Equal(t, 2, countOf(ev, "ArchiveEpisodes"), "the second run starts over")
+		require.Equal(t, []string{"DeleteStaleNodes", "commit"}, ev[len(ev)-2:])
+	})
+
+	t.Run("other errors are not retried", func(t *testing.T) {
+		f := newFake(t)
+		ok := answer(true, "")
+		f.answer = func(name string, p map[string]any) fakeResult {
+			if name == "MarkJournalsPurged" {
+				return fakeResult{err: mssql.Error{Number: 547}}
+			}
+			return ok(name, p)
+		}
+		_, err := f.store.Maintain(ctx, plan)
+		require.Error(t, err)
+		require.NotErrorIs(t, err, claims.ErrRetryable)
+		require.Equal(t, 1, f.calls("MarkJournalsPurged"))
+		require.NotContains(t, f.events(), "commit")
+	})
+
+	t.Run("invalid plan", func(t *testing.T) {
+		f := newFake(t)
+		f.answer = answer(true, "")
+		for _, p := range []maintenance.Plan{{Batch: 0}, {Batch: maintenance.MaxBatch + 1}, {Batch: 1, Retention: -time.Second}} {
+			_, err := f.store.Maintain(ctx, p)
+			require.ErrorIs(t, err, maintenance.ErrInvalid, "%+v", p)
+		}
+		require.Empty(t, f.events(), "nothing sent")
+	})
+
+	t.Run("no row count", func(t *testing.T) {
+		f := newFake(t)
+		inner := answer(true, "")
+		f.answer = func(name string, p map[string]any) fakeResult {
+			if name == "ArchiveEpisodes" {
+				return fakeResult{cols: resultColumns[name]}
+			}
+			return inner(name, p)
+		}
+		_, err := f.store.Maintain(ctx, plan)
+		require.ErrorContains(t, err, "sqlserver: ArchiveEpisodes: no row count returned")
+		require.NotContains(t, f.events(), "commit")
+	})
+
+	t.Run("no database", func(t *testing.T) {
+		s, err := New(nil)
+		require.NoError(t, err)
+		_, err = s.Maintain(ctx, plan)
+		require.ErrorContains(t, err, "no database")
+	})
 }

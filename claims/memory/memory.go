@@ -318,6 +318,24 @@ func (s *Store) Release(ctx context.Context, t claims.Token) error {
 	})
 }
 
+// ReleaseMany mirrors ReleaseClaims: Release of every pair still held, in
+// one critical section.
+func (s *Store) ReleaseMany(ctx context.Context, owner string, held []claims.Held) ([]claims.Held, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("memory: release many: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []claims.Held
+	for _, h := range held {
+		if r := s.held(h.Key, owner, h.Fence); r != nil {
+			r.State, r.LeaseUntil = claims.StateReleased, s.now
+			out = append(out, h)
+		}
+	}
+	return out, nil
+}
+
 // finish runs one of the fenced end-of-lease updates.
 func (s *Store) finish(ctx context.Context, op string, t claims.Token, set func(r *Row, now time.Time)) error {
 	if err := ctx.Err(); err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/leasehold/leasehold/adapters/sqlserver"
 	"github.com/leasehold/leasehold/claims"
 	"github.com/leasehold/leasehold/episodes"
+	"github.com/leasehold/leasehold/membership"
 	"github.com/leasehold/leasehold/recovery"
 )
 
@@ -33,6 +34,7 @@ type cliStore interface {
 	recovery.Store
 	ListClaims(ctx context.Context, q claims.ListQuery) ([]claims.Claim, error)
 	ListEpisodes(ctx context.Context, q episodes.ListQuery) ([]episodes.Episode, error)
+	ListNodes(ctx context.Context) ([]membership.Row, error)
 }
 
 // dbConn is an open, reachable database of either dialect.

@@ -20,6 +20,7 @@ import (
 	"github.com/leasehold/leasehold/claims"
 	"github.com/leasehold/leasehold/episodes"
 	"github.com/leasehold/leasehold/internal/pgtest"
+	"github.com/leasehold/leasehold/membership"
 	lhschema "github.com/leasehold/leasehold/sql/schema"
 )
 
@@ -452,4 +453,35 @@ func TestCLIUsage(t *testing.T) {
 	require.Contains(t, errOut, "usage: leasehold sweep -dry-run ")
 	require.Contains(t, errOut, "-dry-run is required: sweep without it is refused (exit code 2).")
 	require.Contains(t, errOut, "run a recovery.Sweeper in each one")
+}
+
+func TestCLINodesLs(t *testing.T) {
+	store, url, _ := cliSchema(t)
+	ctx := context.Background()
+	require.NoError(t, store.RegisterNode(ctx, membership.Member{ID: "node-a", Stack: "hatch", Env: "rc", Mode: "full"}))
+	require.NoError(t, store.RegisterNode(ctx, membership.Member{ID: "node-b", Mode: "trigger_only"}))
+	require.NoError(t, store.HeartbeatNode(ctx, membership.Member{ID: "node-b", Mode: "trigger_only", Draining: true}))
+	_, err := store.Acquire(ctx, claims.AcquireParams{Key: "job", Owner: "node-a", Lease: time.Minute, WorkType: "billing"})
+	require.NoError(t, err)
+
+	code, out, errOut := runCLI(t, nodesCmd, "ls", "-url", url)
+	require.Equal(t, 0, code, errOut)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 3, out)
+	require.Regexp(t, `^NODE\s+STACK\s+ENV\s+MODE\s+DRAINING`, lines[0])
+	require.Regexp(t, `^node-a\s+hatch\s+rc\s+full\s+false\s+\S+\s+\S+ ago\s+1$`, lines[1])
+	require.Regexp(t, `^node-b\s+-\s+-\s+trigger_only\s+true\s+`, lines[2])
+	require.Contains(t, errOut, "2 node(s)")
+
+	code, out, errOut = runCLI(t, nodesCmd, "ls", "-url", url, "-json")
+	require.Equal(t, 0, code, errOut)
+	var got []nodeJSON
+	require.NoError(t, json.Unmarshal([]byte(out), &got), out)
+	require.Len(t, got, 2)
+	require.Equal(t, int64(1), got[0].LiveLeases)
+	require.True(t, got[1].Draining)
+	require.GreaterOrEqual(t, got[0].HeartbeatAgeMs, int64(0))
+
+	code, _, errOut = runCLI(t, nodesCmd, "rm", "-url", url)
+	require.Equal(t, 2, code, errOut)
 }

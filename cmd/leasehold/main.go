@@ -50,6 +50,7 @@ var commands = []command{
 	{name: "migrate", summary: "apply, roll back or show leasehold's schema migrations", run: runMigrate},
 	{name: "claims", summary: "claims ls: list work claims", run: runClaims},
 	{name: "episodes", summary: "episodes ls: list episodes", run: runEpisodes},
+	{name: "nodes", summary: "nodes ls: list registered nodes (advisory membership)", run: runNodes},
 	{name: "sweep", summary: "sweep -dry-run: what recovery would do with orphaned episodes, and why", run: runSweep},
 	{name: demoNodeCommand, summary: "one node of the demo (started by demo)", hidden: true, run: runDemoNode},
 }

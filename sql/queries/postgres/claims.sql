@@ -132,6 +132,28 @@ WHERE dedupe_key = sqlc.arg(dedupe_key)
   AND state = 'claimed'
 RETURNING fence;
 
+-- name: ReleaseClaims :many
+-- Fence-and-release of many grants of one owner in one statement: a
+-- draining node hands every claim it still holds over at once, and any
+-- node's AcquireClaim or recovery takes each immediately (fence + 1).
+--
+-- Guarantee: each (key, fence) pair is released only while it is still
+-- claimed by owner_node at that fence, exactly like ReleaseClaim; the pairs
+-- that come back were released, a missing pair had been lost already.
+-- Planned unnamed like RenewClaims, with the real array lengths.
+UPDATE leasehold_work_claims AS c
+SET state       = 'released',
+    lease_until = now()
+FROM (
+    SELECT unnest(sqlc.arg(dedupe_keys)::text[]) AS dedupe_key,
+           unnest(sqlc.arg(fences)::bigint[])    AS fence
+) AS held
+WHERE c.dedupe_key = held.dedupe_key
+  AND c.fence = held.fence
+  AND c.owner_node = sqlc.arg(owner_node)
+  AND c.state = 'claimed'
+RETURNING c.dedupe_key, c.fence;
+
 -- name: ListExpiredClaims :many
 -- Lists claimed leases whose deadline has passed on the database clock,
 -- oldest deadline first. Read-only: taking one over is AcquireClaim's job,

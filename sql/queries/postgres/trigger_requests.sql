@@ -140,14 +140,16 @@ LEFT JOIN granted ON true;
 -- ttl_ms ago that no poller holds live, and cancels their episodes (error
 -- class trigger_expired) when they are still queued and unclaimed, so an
 -- expired request never leaves an episode queued forever. An episode whose
--- claim is live (a node took it) is left to that node.
+-- claim is live (a node took it) is left to that node. all_envs (database
+-- maintenance) ignores source_env and source_stack.
 WITH expired AS (
     UPDATE leasehold_trigger_requests AS r
     SET status = 'expired', finished_at = now()
     WHERE r.status IN ('pending', 'claimed')
       AND (r.status = 'pending' OR r.claim_until <= now())
-      AND r.source_env = sqlc.arg(source_env)::text
-      AND (sqlc.arg(source_stack)::text = '' OR r.source_stack IN (sqlc.arg(source_stack)::text, ''))
+      AND (sqlc.arg(all_envs)::boolean OR r.source_env = sqlc.arg(source_env)::text)
+      AND (sqlc.arg(all_envs)::boolean OR sqlc.arg(source_stack)::text = ''
+           OR r.source_stack IN (sqlc.arg(source_stack)::text, ''))
       AND r.created_at < now() - (sqlc.arg(ttl_ms)::bigint * interval '1 millisecond')
     RETURNING r.id, r.episode_id
 ), canceled AS (

@@ -216,6 +216,35 @@ WHERE dedupe_key = @dedupe_key
   AND fence = @fence
   AND state = N'claimed';
 
+-- name: ReleaseClaims :many
+-- Fence-and-release of many grants of one owner in one statement: a
+-- draining node hands every claim it still holds over at once, and any
+-- node's AcquireClaim or recovery takes each immediately (fence + 1).
+--
+-- Guarantee: each (key, fence) pair is released only while it is still
+-- claimed by @owner_node at that fence, exactly like ReleaseClaim; the pairs
+-- that come back were released, a missing pair had been lost already.
+--
+-- @held is the JSON array RenewClaims takes, [{"dedupe_key":"k","fence":1},
+-- ...], read with OPENJSON and the key column's binary collation for the
+-- same reasons; a pair listed twice releases its row once. Hints as in
+-- RenewClaims and ReleaseClaim: UPDLOCK orders each release against a
+-- concurrent steal of the same row (the loser re-reads the fence), ROWLOCK
+-- keeps the locks to the released rows.
+UPDATE c
+SET state       = N'released',
+    lease_until = SYSUTCDATETIME()
+OUTPUT inserted.dedupe_key, inserted.fence
+FROM leasehold_work_claims AS c WITH (UPDLOCK, ROWLOCK)
+JOIN OPENJSON(@held) WITH (
+    dedupe_key nvarchar(512) COLLATE Latin1_General_100_BIN2 '$.dedupe_key',
+    fence      bigint                                        '$.fence'
+) AS held
+    ON c.dedupe_key = held.dedupe_key
+   AND c.fence = held.fence
+WHERE c.owner_node = @owner_node
+  AND c.state = N'claimed';
+
 -- name: ListExpiredClaims :many
 -- Lists claimed leases whose deadline has passed on the database clock,
 -- oldest deadline first. Read-only and unhinted: taking one over is

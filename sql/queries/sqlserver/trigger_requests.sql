@@ -233,7 +233,8 @@ LEFT JOIN @granted AS g ON 1 = 1;
 -- class trigger_expired) when they are still queued and unclaimed, so an
 -- expired request never leaves an episode queued forever. An episode whose
 -- claim is live (a node took it) is left to that node. Both writes commit
--- together.
+-- together. @all_envs = 1 (database maintenance) ignores @source_env and
+-- @source_stack.
 --
 -- Guarantee: a request is either expired here or dispatched, never both: the
 -- request UPDATE re-checks the open condition on the row it locks, and a
@@ -248,7 +249,19 @@ LEFT JOIN @granted AS g ON 1 = 1;
 -- from its snapshot; this is stricter. Lock order: request, episode, claim.
 --
 -- @ttl_ms is split into seconds and milliseconds so a TTL of more than 24.8
--- days does not overflow DATEADD's int.
+-- days does not overflow DATEADD's int. One cached plan serves both scopes:
+-- with @all_envs in the predicate it may scan the filtered open-request
+-- index (every env's backlog, never closed requests) instead of seeking one
+-- env.
+--
+-- Runs on its own and inside Maintain's transaction (maintenance.sql). Its
+-- BEGIN TRANSACTION / COMMIT TRANSACTION pair nests there: BEGIN raises
+-- @@TRANCOUNT to 2 and COMMIT lowers it to 1, committing nothing; the outer
+-- COMMIT decides. The batch must therefore never ROLLBACK (that would end
+-- the outer transaction and its maintenance lock too) and relies on
+-- XACT_ABORT ON instead: any error rolls back whatever transaction is open,
+-- this batch's alone or the whole maintenance run, which is what both
+-- callers want. static_test.go checks that Maintain's batches stay so.
 SET NOCOUNT ON;
 SET XACT_ABORT ON;
 DECLARE @expired TABLE (id bigint NOT NULL, episode_id bigint NOT NULL);
@@ -262,8 +275,8 @@ SET status      = N'expired',
 OUTPUT inserted.id, inserted.episode_id INTO @expired
 WHERE status IN (N'pending', N'claimed')
   AND (status = N'pending' OR claim_until <= SYSUTCDATETIME())
-  AND source_env = @source_env
-  AND (@source_stack = N'' OR source_stack IN (@source_stack, N''))
+  AND (@all_envs = 1 OR source_env = @source_env)
+  AND (@all_envs = 1 OR @source_stack = N'' OR source_stack IN (@source_stack, N''))
   AND created_at < DATEADD(second, -CAST(@ttl_ms / 1000 AS int),
                        DATEADD(millisecond, -CAST(@ttl_ms % 1000 AS int), SYSUTCDATETIME()));
 

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+	"time"
+)
+
+// runNodes is the nodes command.
+func runNodes(ctx context.Context, args []string) int {
+	return nodesCmd(ctx, args, os.Stdout, os.Stderr)
+}
+
+// nodeJSON is one node in nodes ls -json; times are UTC RFC 3339.
+type nodeJSON struct {
+	ID             string `json:"id"`
+	Stack          string `json:"stack"`
+	Env            string `json:"env"`
+	Mode           string `json:"mode"`
+	Draining       bool   `json:"draining"`
+	StartedAt      string `json:"started_at"`
+	HeartbeatAt    string `json:"heartbeat_at"`
+	HeartbeatAgeMs int64  `json:"heartbeat_age_ms"`
+	LiveLeases     int64  `json:"live_leases"`
+}
+
+func nodesCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("nodes", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	rawURL := urlFlag(fs)
+	asJSON := fs.Bool("json", false, "print a JSON array, one node per line")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: leasehold nodes ls [-json] [-url URL]")
+		fmt.Fprintln(stderr)
+		fmt.Fprintln(stderr, "Lists the nodes that registered with this database: stack, env, mode,")
+		fmt.Fprintln(stderr, "whether draining, and the age of the last heartbeat and the live leases")
+		fmt.Fprintln(stderr, "held, on the database clock. Membership is advisory: a crashed node's row")
+		fmt.Fprintln(stderr, "stays until maintenance removes it, and only leases grant work.")
+		fmt.Fprintln(stderr)
+		fs.PrintDefaults()
+	}
+	sub, code, ok := parseSub(fs, args)
+	if !ok {
+		return code
+	}
+	if code, ok := onlyLs(fs, stderr, "nodes", sub); !ok {
+		return code
+	}
+	raw, err := resolveURL(*rawURL)
+	if err != nil {
+		return exitCode(stderr, "nodes ls", err)
+	}
+	conn, err := openDB(ctx, raw)
+	if err != nil {
+		return exitCode(stderr, "nodes ls", err)
+	}
+	defer conn.close()
+	if err := requireSchema(ctx, conn, stderr, "nodes ls"); err != nil {
+		return exitCode(stderr, "nodes ls", err)
+	}
+	rows, err := conn.store.ListNodes(ctx)
+	if err != nil {
+		return exitCode(stderr, "nodes ls", err)
+	}
+	if *asJSON {
+		out := make([]nodeJSON, len(rows))
+		for i, r := range rows {
+			out[i] = nodeJSON{
+				ID: r.ID, Stack: r.Stack, Env: r.Env, Mode: r.Mode, Draining: r.Draining,
+				StartedAt: utc(r.StartedAt), HeartbeatAt: utc(r.HeartbeatAt),
+				HeartbeatAgeMs: r.HeartbeatAge.Milliseconds(), LiveLeases: r.LiveLeases,
+			}
+		}
+		if err := writeJSONLines(stdout, out); err != nil {
+			return exitCode(stderr, "nodes ls", err)
+		}
+		return 0
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tSTACK\tENV\tMODE\tDRAINING\tSTARTED AT\tLAST HEARTBEAT\tLIVE LEASES")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%v\t%s\t%s ago\t%d\n", r.ID, dash(r.Stack), dash(r.Env), r.Mode, r.Draining,
+			utc(r.StartedAt), r.HeartbeatAge.Round(time.Millisecond), r.LiveLeases)
+	}
+	if err := tw.Flush(); err != nil {
+		return exitCode(stderr, "nodes ls", err)
+	}
+	fmt.Fprintf(stderr, "%d node(s)\n", len(rows))
+	return 0
+}
