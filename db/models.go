@@ -115,3 +115,26 @@ type LeaseholdWorkClaim struct {
 	WorkType        string
 	ErrorDetail     []byte
 }
+
+type LeaseholdWorkflowInstance struct {
+	ID          int64
+	WorkflowID  string
+	Subject     string
+	Env         string
+	SourceStack string
+	Status      string
+	Payload     []byte
+	ErrorDetail []byte
+	CreatedAt   time.Time
+	FinishedAt  *time.Time
+}
+
+type LeaseholdWorkflowStep struct {
+	InstanceID  int64
+	StepID      string
+	Status      string
+	EpisodeID   *int64
+	Attempts    int32
+	MaxAttempts int32
+	UpdatedAt   time.Time
+}

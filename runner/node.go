@@ -174,6 +174,8 @@ type Node struct {
 	mu      sync.Mutex
 	running map[*job]context.CancelCauseFunc
 
+	finisher Finisher
+
 	modes  atomic.Pointer[modes]
 	pollCh chan struct{} // buffered 1: a pending wake-up for the poller
 }
@@ -244,8 +246,43 @@ func NewNode(cfg Config) (*Node, error) {
 		pollCh: make(chan struct{}, 1),
 	}
 	n.modes.Store(&modes{node: cfg.Mode})
+	n.finisher = storeFinisher{cfg.Store}
 	return n, nil
 }
+
+// Finisher writes an episode's terminal status (and its claim's final
+// state) with a fenced statement; it returns claims.ErrLeaseLost when the
+// run's claim is gone. The default runs the store's FinishEpisode; the
+// workflow engine (package workflows) wraps it to advance the episode's
+// workflow in the same transaction.
+type Finisher interface {
+	FinishEpisode(ctx context.Context, ep episodes.Episode, t claims.Token, f episodes.Finish) error
+}
+
+type storeFinisher struct{ store Store }
+
+func (s storeFinisher) FinishEpisode(ctx context.Context, ep episodes.Episode, t claims.Token, f episodes.Finish) error {
+	return s.store.FinishEpisode(ctx, ep.ID, t, f)
+}
+
+// SetFinisher replaces the terminal write of every episode this node runs
+// (package workflows uses it). Call it before Start.
+func (n *Node) SetFinisher(f Finisher) error {
+	n.intake.Lock()
+	defer n.intake.Unlock()
+	if f == nil {
+		return fmt.Errorf("%w: nil finisher", ErrInvalid)
+	}
+	if lifecycle(n.state.Load()) != stateNew {
+		return fmt.Errorf("%w: set the finisher before Start", ErrInvalid)
+	}
+	n.finisher = f
+	return nil
+}
+
+// PollNow wakes the trigger-request poller (work may have been deferred to
+// the cluster, e.g. a workflow's next steps); it never blocks.
+func (n *Node) PollNow() { n.pollWake() }
 
 // validScope checks a stack slug and env: both are stamped on rows (255
 // characters), and env is part of dedupe keys, whose parts ':' separates.

@@ -209,7 +209,7 @@ func (n *Node) end(ctx context.Context, j *job, err error) {
 // finish writes the episode's terminal status and the claim's final state
 // in one fenced statement.
 func (n *Node) finish(ctx context.Context, j *job, f episodes.Finish) {
-	err := n.retrying(func(ctx context.Context) error { return n.store.FinishEpisode(ctx, j.ep.ID, j.claim.Token, f) })
+	err := n.retrying(func(ctx context.Context) error { return n.finisher.FinishEpisode(ctx, j.ep, j.claim.Token, f) })
 	switch {
 	case errors.Is(err, claims.ErrLeaseLost):
 		n.emit(ctx, telemetry.Event{Name: EventLeaseLost, Key: j.claim.Key, Owner: n.id, Fence: j.claim.Fence, Err: err})

@@ -22,6 +22,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -33,15 +34,17 @@ import (
 
 	"github.com/leasehold/leasehold/sql/queries"
 	"github.com/leasehold/leasehold/sql/schema"
+	"github.com/leasehold/leasehold/workflows"
 )
 
 const (
-	claimsTable   = "leasehold_work_claims"
-	agentsTable   = "leasehold_agent_definitions"
-	requestsTable = "leasehold_trigger_requests"
-	findingsTable = "leasehold_findings"
-	nodesTable    = "leasehold_nodes"
-	episodesTable = "leasehold_episodes"
+	claimsTable    = "leasehold_work_claims"
+	agentsTable    = "leasehold_agent_definitions"
+	requestsTable  = "leasehold_trigger_requests"
+	findingsTable  = "leasehold_findings"
+	nodesTable     = "leasehold_nodes"
+	episodesTable  = "leasehold_episodes"
+	instancesTable = "leasehold_workflow_instances"
 )
 
 // postgresOnly are the Postgres statements that have no SQL Server
@@ -91,8 +94,8 @@ var (
 		"DeclareTableVariableStatement": true, "IfStatement": true,
 		"BeginEndBlockStatement": true, "TryCatchStatement": true, "ThrowStatement": true,
 		"BeginTransactionStatement": true, "CommitTransactionStatement": true,
-		"RollbackTransactionStatement": true, "SetVariableStatement": true,
-		"ExecuteStatement": true,
+		"RollbackTransactionStatement": true, "SaveTransactionStatement": true,
+		"SetVariableStatement": true, "ExecuteStatement": true,
 	}
 	migrationStatementTypes = map[string]bool{
 		"CreateTableStatement": true, "CreateIndexStatement": true, "DropTableStatement": true,
@@ -264,47 +267,61 @@ func TestStaticLockHints(t *testing.T) {
 	// SKIP LOCKED: lock what is picked, skip what others hold, row locks
 	// only. READCOMMITTEDLOCK is required wherever READPAST is (above).
 	skipLocked := [][]string{{"UPDLOCK"}, {"READPAST"}, {"ROWLOCK"}}
+	// The row lock FOR UPDATE takes, held to the end of the transaction.
+	forUpdate := [][]string{{"UPDLOCK"}, {"HOLDLOCK", "SERIALIZABLE"}, {"ROWLOCK"}}
+	const (
+		everyRef     = iota // every reference to table (at least one)
+		updateTarget        // the UPDATE targets on table (at least one)
+		insertGuard         // every reference but the INSERT targets: the existence check guarding an insert
+	)
 	rules := []struct {
 		query string
 		table string
-		// updates: check the UPDATE targets on table (at least one);
-		// otherwise every reference to table (at least one).
-		updates bool
+		refs  int // everyRef, updateTarget or insertGuard
 		// need: for each inner list, one of its hints must be present.
 		need [][]string
 	}{
-		{"AcquireClaim", claimsTable, true, upsert},
-		{"ClaimForRecovery", claimsTable, true, upsert},
-		{"PutAgentDefinition", agentsTable, true, upsert},
-		{"RenewClaim", claimsTable, false, fenced},
-		{"RenewClaims", claimsTable, false, fenced},
-		{"CompleteClaim", claimsTable, false, fenced},
-		{"FailClaim", claimsTable, false, fenced},
-		{"ReleaseClaim", claimsTable, false, fenced},
-		{"ReleaseClaims", claimsTable, false, fenced},
-		{"StartEpisode", claimsTable, false, fenced},
-		{"AppendStep", claimsTable, false, fenced},
-		{"FinishEpisode", claimsTable, false, fenced},
+		{"AcquireClaim", claimsTable, updateTarget, upsert},
+		{"ClaimForRecovery", claimsTable, updateTarget, upsert},
+		{"PutAgentDefinition", agentsTable, updateTarget, upsert},
+		{"RenewClaim", claimsTable, everyRef, fenced},
+		{"RenewClaims", claimsTable, everyRef, fenced},
+		{"CompleteClaim", claimsTable, everyRef, fenced},
+		{"FailClaim", claimsTable, everyRef, fenced},
+		{"ReleaseClaim", claimsTable, everyRef, fenced},
+		{"ReleaseClaims", claimsTable, everyRef, fenced},
+		{"StartEpisode", claimsTable, everyRef, fenced},
+		{"AppendStep", claimsTable, everyRef, fenced},
+		{"FinishEpisode", claimsTable, everyRef, fenced},
 		// Trigger requests: pollers pick disjoint batches; the hand-over is
 		// fenced on the request and grants the claim like AcquireClaim;
-		// expiry checks for a live claim under a key-range lock.
-		{"ClaimTriggerRequests", requestsTable, false, skipLocked},
-		{"DispatchTriggerRequest", requestsTable, true, fenced},
-		{"DispatchTriggerRequest", claimsTable, true, upsert},
-		{"ExpireTriggerRequests", claimsTable, false, upsert},
+		// expiry checks for a live claim under a key-range lock; the
+		// deferred episode's insert is guarded by a check of its dedupe key
+		// under a key-range lock, so a duplicate is an empty result and
+		// never an error (which would doom a caller's transaction).
+		{"ClaimTriggerRequests", requestsTable, everyRef, skipLocked},
+		{"DispatchTriggerRequest", requestsTable, updateTarget, fenced},
+		{"DispatchTriggerRequest", claimsTable, updateTarget, upsert},
+		{"ExpireTriggerRequests", claimsTable, everyRef, upsert},
+		{"CreateDeferredEpisode", episodesTable, insertGuard, upsert},
 		// Findings: fenced on the work claim; the raise is an upsert of the
 		// one active row per (env, key).
-		{"RaiseFinding", claimsTable, false, fenced},
-		{"RaiseFinding", findingsTable, true, upsert},
-		{"UpdateFinding", claimsTable, false, fenced},
-		{"UpdateFinding", findingsTable, true, fenced},
-		{"ClearFinding", claimsTable, false, fenced},
-		{"ClearFinding", findingsTable, true, fenced},
+		{"RaiseFinding", claimsTable, everyRef, fenced},
+		{"RaiseFinding", findingsTable, updateTarget, upsert},
+		{"UpdateFinding", claimsTable, everyRef, fenced},
+		{"UpdateFinding", findingsTable, updateTarget, fenced},
+		{"ClearFinding", claimsTable, everyRef, fenced},
+		{"ClearFinding", findingsTable, updateTarget, fenced},
 		// Membership: upserts of one row per node.
-		{"RegisterNode", nodesTable, true, upsert},
-		{"HeartbeatNode", nodesTable, true, upsert},
+		{"RegisterNode", nodesTable, updateTarget, upsert},
+		{"HeartbeatNode", nodesTable, updateTarget, upsert},
 		// Maintenance: archiving skips rows other sessions hold.
-		{"ArchiveEpisodes", episodesTable, false, skipLocked},
+		{"ArchiveEpisodes", episodesTable, everyRef, skipLocked},
+		// Workflows: the advancing transaction holds the instance row
+		// (FOR UPDATE on Postgres); a start checks the running key under a
+		// key-range lock before inserting, like CreateDeferredEpisode.
+		{"LockWorkflowInstance", instancesTable, everyRef, forUpdate},
+		{"CreateWorkflowInstance", instancesTable, insertGuard, upsert},
 	}
 	for _, r := range rules {
 		t.Run("required/"+r.query+"/"+r.table, func(t *testing.T) {
@@ -313,8 +330,11 @@ func TestStaticLockHints(t *testing.T) {
 			tree := mustParse(t, q.SQL)
 			refs := tableRefs(tree, q.SQL)
 			what := "a reference to"
-			if r.updates {
+			switch r.refs {
+			case updateTarget:
 				refs, what = updateTargets(tree, q.SQL), "an UPDATE of"
+			case insertGuard:
+				refs, what = insertGuards(tree, q.SQL), "an insert-guarding read of"
 			}
 			var n int
 			for _, ref := range refs {
@@ -383,6 +403,117 @@ func TestStaticMaintenanceNests(t *testing.T) {
 			require.Zero(t, counts["TryCatchStatement"], "a CATCH could swallow an error that XACT_ABORT has already rolled back")
 		})
 	}
+}
+
+// TestStaticNestsInCallersTransaction: the batches a workflows.Tx sends
+// (for each Tx method, the statement of the same name) run inside the
+// transaction Store.InTx began and must never end it early: a bare ROLLBACK
+// would end the caller's transaction and leave its later batches in
+// autocommit. A batch that controls transactions therefore first records
+// whether it is nested (a variable DECLAREd from @@TRANCOUNT), and then
+//   - begins, commits or rolls back (bare ROLLBACK) only under an IF on
+//     that variable, and takes or rolls back to a savepoint likewise, only
+//     to a savepoint it took itself;
+//   - starts every CATCH with IF <that variable> ... THROW: under XACT_ABORT
+//     ON a caught error has doomed the caller's transaction, so the only
+//     answer left is the error.
+//
+// The workflow statements themselves control no transaction and catch
+// nothing. Whether the conditions test the right value is for review and
+// the conformance suite; this test catches a batch that does not look.
+func TestStaticNestsInCallersTransaction(t *testing.T) {
+	t.Parallel()
+
+	qs := sqlServerQueries(t)
+	txType := reflect.TypeFor[workflows.Tx]()
+	require.NotZero(t, txType.NumMethod())
+	for i := range txType.NumMethod() {
+		name := txType.Method(i).Name
+		t.Run(name, func(t *testing.T) {
+			q, ok := qs[name]
+			require.True(t, ok, "workflows.Tx.%s has no statement of the same name", name)
+			tree := mustParse(t, q.SQL)
+			nested := nestingVariables(tree)
+			var control []string
+			savepoints, rollbackTo := map[string]bool{}, []string{}
+			var check func(stmt any, guarded bool)
+			check = func(stmt any, guarded bool) {
+				typ := getString(stmt, "$type")
+				switch typ {
+				case "BeginTransactionStatement", "CommitTransactionStatement",
+					"RollbackTransactionStatement", "SaveTransactionStatement":
+					control = append(control, typ)
+					require.True(t, guarded, "%s not under an IF on a variable set from @@TRANCOUNT (%v): "+
+						"inside the caller's transaction it must not run", typ, slices.Sorted(maps.Keys(nested)))
+					savepoint := strings.ToLower(getString(stmt, "Name", "Value"))
+					switch {
+					case typ == "SaveTransactionStatement":
+						savepoints[savepoint] = true
+					case typ == "RollbackTransactionStatement" && savepoint != "":
+						rollbackTo = append(rollbackTo, savepoint)
+					}
+				case "TryCatchStatement":
+					control = append(control, typ)
+					catch := getList(stmt, "CatchStatements", "Statements")
+					require.NotEmpty(t, catch, "empty CATCH")
+					first := catch[0]
+					require.True(t, getString(first, "$type") == "IfStatement" &&
+						readsVariable(get(first, "Predicate"), nested) &&
+						getString(first, "ThenStatement", "$type") == "ThrowStatement",
+						"a CATCH must start with IF <nested> THROW: the caller's transaction is doomed")
+				case "IfStatement":
+					inner := guarded || readsVariable(get(stmt, "Predicate"), nested)
+					for _, k := range []string{"ThenStatement", "ElseStatement"} {
+						if child, ok := get(stmt, k).(node); ok {
+							check(child, inner)
+						}
+					}
+					return
+				}
+				for _, child := range childStatements(stmt) {
+					check(child, guarded)
+				}
+			}
+			for _, stmt := range topStatements(tree) {
+				check(stmt, false)
+			}
+			for _, sp := range rollbackTo {
+				require.True(t, savepoints[sp], "ROLLBACK TRANSACTION %s: no SAVE TRANSACTION %s in the batch", sp, sp)
+			}
+			if strings.HasSuffix(q.File, "workflows.sql") {
+				require.Empty(t, control, "the workflow statements control no transaction and catch nothing")
+			}
+		})
+	}
+}
+
+// nestingVariables returns the variables a batch DECLAREs from
+// @@TRANCOUNT, lower case: its record of running inside a caller's
+// transaction.
+func nestingVariables(tree node) map[string]bool {
+	out := map[string]bool{}
+	walk(tree, func(n node) {
+		if getString(n, "$type") != "DeclareVariableElement" {
+			return
+		}
+		walk(get(n, "Value"), func(v node) {
+			if getString(v, "$type") == "GlobalVariableExpression" && strings.EqualFold(getString(v, "Name"), "@@TRANCOUNT") {
+				out[strings.ToLower(getString(n, "VariableName", "Value"))] = true
+			}
+		})
+	})
+	return out
+}
+
+// readsVariable reports whether expr reads one of vars.
+func readsVariable(expr any, vars map[string]bool) bool {
+	found := false
+	walk(expr, func(n node) {
+		if getString(n, "$type") == "VariableReference" && vars[strings.ToLower(getString(n, "Name"))] {
+			found = true
+		}
+	})
+	return found
 }
 
 // TestStaticAdapterCalls: every call s.query / s.queryRow / s.execRows /
@@ -696,6 +827,7 @@ func columnName(elem any) string {
 
 // tableRef is one reference to a table, as the parser saw it and as written.
 type tableRef struct {
+	start   int      // offset of the reference in the parsed text, in runes
 	table   string   // base table name, e.g. leasehold_work_claims
 	alias   string   // "" when none
 	hints   []string // hint kinds in the tree, upper case: UPDLOCK, ...
@@ -721,6 +853,7 @@ func tableRefs(tree any, sql string) []tableRef {
 		}
 		start, _ := get(n, "StartOffset").(float64)
 		length, _ := get(n, "FragmentLength").(float64)
+		ref.start = int(start)
 		if end := int(start) + int(length); int(start) >= 0 && end <= len(src) {
 			ref.written = writtenHints(string(src[int(start):end]))
 		}
@@ -779,6 +912,27 @@ func updateTargets(tree any, sql string) []tableRef {
 		}
 		out = append(out, target)
 	})
+	return out
+}
+
+// insertGuards returns every table reference except the INSERT targets:
+// in an "INSERT INTO t ... WHERE NOT EXISTS (SELECT ... FROM t WITH (...))"
+// the reads that decide whether the row goes in.
+func insertGuards(tree any, sql string) []tableRef {
+	targets := map[int]bool{}
+	walk(tree, func(n node) {
+		if getString(n, "$type") == "InsertSpecification" {
+			for _, ref := range tableRefs(get(n, "Target"), sql) {
+				targets[ref.start] = true
+			}
+		}
+	})
+	var out []tableRef
+	for _, ref := range tableRefs(tree, sql) {
+		if !targets[ref.start] {
+			out = append(out, ref)
+		}
+	}
 	return out
 }
 

@@ -43,12 +43,13 @@ func Open(dsn string) (*sql.DB, error) {
 
 // Store runs leasehold's T-SQL batches on a go-mssqldb pool, each batch on
 // its own, never inside a caller's transaction: a batch that writes two
-// tables opens and ends its own transaction. The one exception is Maintain,
-// which sends its batches in a transaction of its own (see inTx).
+// tables opens and ends its own transaction. The exceptions are Maintain and
+// InTx (workflows), which send batches in a transaction the Store begins
+// itself (see inTx); the batches sent there nest in it.
 type Store struct {
 	db *sql.DB
 	// tx, when set, is the transaction every batch runs in instead of the
-	// pool: Maintain's, on a copy of the Store made by inTx.
+	// pool: Maintain's or InTx's, on a copy of the Store made by inTx.
 	tx    *sql.Tx
 	stmts map[string]queries.Query
 	// backoff is the wait before in-call retry number n (1, 2, ...).
@@ -161,6 +162,19 @@ var resultColumns = map[string][]string{
 	"MarkJournalsPurged": rowsAffected,
 	"DeleteSpentClaims":  rowsAffected,
 	"DeleteStaleNodes":   rowsAffected,
+
+	"CreateWorkflowInstance":     {"id", "created_at"},
+	"GetRunningWorkflowInstance": instanceColumns,
+	"InsertWorkflowStep":         nil,
+	"LockWorkflowInstance":       instanceColumns,
+	"GetWorkflowInstance":        instanceColumns,
+	"ListWorkflowSteps":          stepColumns,
+	"GetWorkflowStepByEpisode":   stepColumns,
+	"StartWorkflowStep":          rowsAffected,
+	"EndWorkflowStep":            rowsAffected,
+	"SkipPendingWorkflowSteps":   rowsAffected,
+	"FinishWorkflowInstance":     rowsAffected,
+	"ListStalledWorkflowSteps":   {"instance_id", "step_id", "episode_id", "episode_status"},
 }
 
 // rowsAffected is the result of an :execrows batch: one row, the number of
@@ -171,6 +185,15 @@ var rowsAffected = []string{"rows_affected"}
 var claimColumns = []string{
 	"dedupe_key", "state", "owner_node", "lease_until", "claimed_at", "attempt", "fence",
 	"grant_kind", "work_type",
+}
+
+var instanceColumns = []string{
+	"id", "workflow_id", "subject", "env", "source_stack", "status", "payload", "error_detail",
+	"created_at", "finished_at",
+}
+
+var stepColumns = []string{
+	"instance_id", "step_id", "status", "episode_id", "attempts", "max_attempts", "updated_at",
 }
 
 // In-call retries of deadlock victims and lock timeouts.
@@ -288,6 +311,14 @@ func (s *Store) inTx(tx *sql.Tx) *Store {
 	c.tx = tx
 	return &c
 }
+
+// lostRace reports a duplicate-key error that means only "another writer
+// got there first", answered like the batch's empty result: on its own a
+// failed batch wrote nothing. Inside a transaction (inTx) it is an error
+// like any other: XACT_ABORT has rolled back the whole transaction, and a
+// caller that took it for "not created" and went on would send its next
+// batches in autocommit.
+func (s *Store) lostRace(err error) bool { return s.tx == nil && isDuplicate(err) }
 
 // withRetry runs try until it succeeds, fails with an error that is not
 // retried in the call, or maxAttempts tries have failed, and returns the

@@ -13,10 +13,12 @@ import (
 )
 
 // CreateDeferredEpisode runs CreateDeferredEpisode: the unclaimed episode and
-// its trigger request in one transaction. Created is false when a live
-// episode already holds the dedupe key, whether the batch says so with an
-// empty result or the filtered unique index with a duplicate-key error;
-// nothing was written then.
+// its trigger request in one transaction (or in the caller's, under InTx).
+// Created is false when a live episode already holds the dedupe key, whether
+// the batch says so with an empty result or, outside a transaction, the
+// filtered unique index with a duplicate-key error; nothing was written
+// then. Inside InTx a duplicate-key error is returned: it has rolled the
+// transaction back.
 func (s *Store) CreateDeferredEpisode(ctx context.Context, d episodes.Deferred) (episodes.DeferredCreated, error) {
 	n := d.New
 	var (
@@ -37,7 +39,7 @@ func (s *Store) CreateDeferredEpisode(ctx context.Context, d episodes.Deferred) 
 		sql.Named("source_node", d.SourceNode),
 		sql.Named("opts", jsonArg(d.Opts)),
 	).Scan(&id, &createdAt, &requestID)
-	if errors.Is(err, sql.ErrNoRows) || isDuplicate(err) {
+	if errors.Is(err, sql.ErrNoRows) || s.lostRace(err) {
 		return episodes.DeferredCreated{}, nil
 	}
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -37,6 +38,7 @@ import (
 	"github.com/leasehold/leasehold/maintenance"
 	"github.com/leasehold/leasehold/membership"
 	"github.com/leasehold/leasehold/sql/queries"
+	"github.com/leasehold/leasehold/workflows"
 )
 
 func TestUnitHeldJSON(t *testing.T) {
@@ -234,6 +236,18 @@ func TestUnitParamsMatchPostgres(t *testing.T) {
 	_ = s.HeartbeatNode(ctx, membership.Member{ID: "n", Mode: "full", Draining: true})
 	_ = s.DeregisterNode(ctx, "n")
 	_, _ = s.ListNodes(ctx)
+	_, _, _ = s.CreateWorkflowInstance(ctx, workflows.NewInstance{WorkflowID: "w", Subject: "c-42"})
+	_, _ = s.GetRunningWorkflowInstance(ctx, "w", "c-42", "")
+	_ = s.InsertWorkflowStep(ctx, 1, "a", 2)
+	_, _ = s.LockWorkflowInstance(ctx, 1)
+	_, _ = s.GetWorkflowInstance(ctx, 1)
+	_, _ = s.ListWorkflowSteps(ctx, 1)
+	_, _, _ = s.GetWorkflowStepByEpisode(ctx, 9)
+	_, _ = s.StartWorkflowStep(ctx, 1, "a", workflows.StepPending, 0, 9)
+	_, _ = s.EndWorkflowStep(ctx, 1, "a", 9, workflows.StepDone)
+	_, _ = s.SkipPendingWorkflowSteps(ctx, 1)
+	_, _ = s.FinishWorkflowInstance(ctx, 1, workflows.InstanceFailed, json.RawMessage(`{"why":"x"}`))
+	_, _ = s.ListStalledWorkflowSteps(ctx, workflows.StalledQuery{Env: "rc", Limit: 10})
 	res, err := s.Maintain(ctx, maintenance.Plan{
 		Retention: 30 * 24 * time.Hour, ClaimHorizon: 90 * 24 * time.Hour, RequestTTL: time.Hour,
 		NodeStaleAfter: time.Minute, Batch: 500,
@@ -247,6 +261,7 @@ func TestUnitParamsMatchPostgres(t *testing.T) {
 		"episode_id": int64(0), "step_no": int32(0), "max_attempts": int32(0), "max_rows": int32(0),
 		"expired_only": false, "stale_only": false, "all_envs": false, "draining": false,
 		"retention_ms": int64(0), "horizon_ms": int64(0),
+		"instance_id": int64(0), "new_episode_id": int64(0), "from_episode_id": int64(0),
 	}
 	require.ElementsMatch(t, slices.Collect(maps.Keys(resultColumns)), slices.Collect(maps.Keys(f.params)), "every statement ran")
 	for name, args := range f.params {
@@ -284,6 +299,11 @@ func TestUnitParamsMatchPostgres(t *testing.T) {
 	require.Equal(t, int64(60_000), f.params["DeleteStaleNodes"]["stale_after_ms"])
 	require.Equal(t, true, f.params["ExpireTriggerRequests"]["all_envs"], "maintenance expires every env")
 	require.Equal(t, int64(3_600_000), f.params["ExpireTriggerRequests"]["ttl_ms"])
+	require.Nil(t, f.params["CreateWorkflowInstance"]["payload"])
+	require.Equal(t, "", f.params["CreateWorkflowInstance"]["env"], "the unset env is '', never NULL")
+	require.Equal(t, `{"why":"x"}`, f.params["FinishWorkflowInstance"]["error_detail"])
+	require.Equal(t, int64(0), f.params["StartWorkflowStep"]["from_episode_id"], "no episode yet is 0, as coalesce makes it")
+	require.Equal(t, int32(10), f.params["ListStalledWorkflowSteps"]["max_rows"])
 }
 
 // postgresParams reads the sqlc.arg/sqlc.narg names of every Postgres
@@ -376,6 +396,25 @@ func TestUnitEmptyResultMapping(t *testing.T) {
 	_, err = s.ClearFinding(ctx, tk, 1, "f")
 	require.Error(t, err)
 	require.NotErrorIs(t, err, findings.ErrLeaseLost)
+
+	_, created, err := s.CreateWorkflowInstance(ctx, workflows.NewInstance{WorkflowID: "w", Subject: "s"})
+	require.NoError(t, err)
+	require.False(t, created, "no row: an instance is running")
+	_, err = s.GetRunningWorkflowInstance(ctx, "w", "s", "")
+	require.ErrorIs(t, err, ErrNoInstance)
+	_, err = s.GetWorkflowInstance(ctx, 1)
+	require.ErrorIs(t, err, ErrNoInstance)
+	_, err = s.LockWorkflowInstance(ctx, 1)
+	require.ErrorIs(t, err, ErrNoInstance)
+	_, found, err = s.GetWorkflowStepByEpisode(ctx, 1)
+	require.NoError(t, err)
+	require.False(t, found)
+	steps, err := s.ListWorkflowSteps(ctx, 1)
+	require.NoError(t, err)
+	require.Empty(t, steps)
+	// An :execrows batch always answers its count: none breaks the contract.
+	_, err = s.StartWorkflowStep(ctx, 1, "a", workflows.StepPending, 0, 2)
+	require.ErrorContains(t, err, "sqlserver: StartWorkflowStep: no row count returned")
 }
 
 func TestUnitDuplicateKeyMapping(t *testing.T) {
@@ -392,6 +431,9 @@ func TestUnitDuplicateKeyMapping(t *testing.T) {
 	deferred, err := s.CreateDeferredEpisode(ctx, episodes.Deferred{New: episodes.New{ActorID: "x", DedupeKey: "d"}})
 	require.NoError(t, err, "a duplicate deferred episode is not an error")
 	require.False(t, deferred.Created)
+	_, created, err := s.CreateWorkflowInstance(ctx, workflows.NewInstance{WorkflowID: "w", Subject: "s"})
+	require.NoError(t, err, "outside a transaction a duplicate instance is not an error")
+	require.False(t, created)
 	// Elsewhere a duplicate is an error like any other (as in Postgres).
 	err = s.AppendStep(ctx, 1, claims.Token{Key: "k", Owner: "a", Fence: 1}, 1, nil, time.Second)
 	require.Error(t, err)
@@ -674,6 +716,215 @@ func TestUnitRaiseFindingDuplicateSentOnce(t *testing.T) {
 	require.True(t, isDuplicate(err), "a persistent duplicate surfaces: %v", err)
 	require.NotErrorIs(t, err, findings.ErrLeaseLost)
 	require.Equal(t, 2, f.calls("RaiseFinding"))
+}
+
+func TestUnitWorkflows(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC)
+	ctx := context.Background()
+	f := newFake(t)
+	var answer map[string][][]driver.Value
+	f.answer = func(name string, _ map[string]any) fakeResult {
+		return fakeResult{cols: resultColumns[name], rows: answer[name]}
+	}
+	s := f.store
+
+	answer = map[string][][]driver.Value{"CreateWorkflowInstance": {{int64(5), now}}}
+	id, created, err := s.CreateWorkflowInstance(ctx, workflows.NewInstance{WorkflowID: "w", Subject: "s", Payload: json.RawMessage(`{"a":1}`)})
+	require.NoError(t, err)
+	require.True(t, created)
+	require.Equal(t, int64(5), id)
+	require.Equal(t, `{"a":1}`, f.params["CreateWorkflowInstance"]["payload"])
+
+	running := []driver.Value{int64(5), "w", "s", "rc", "st", "running", `{"a":1}`, nil, now, nil}
+	ended := []driver.Value{int64(6), "w", "s", "", "", "failed", nil, `{"why":"x"}`, now, now.Add(time.Second)}
+	answer = map[string][][]driver.Value{"LockWorkflowInstance": {running}, "GetWorkflowInstance": {ended}}
+	inst, err := s.LockWorkflowInstance(ctx, 5)
+	require.NoError(t, err)
+	require.Equal(t, workflows.Instance{
+		ID: 5, WorkflowID: "w", Subject: "s", Env: "rc", SourceStack: "st", Status: workflows.InstanceRunning,
+		Payload: json.RawMessage(`{"a":1}`), CreatedAt: now,
+	}, inst)
+	inst, err = s.GetWorkflowInstance(ctx, 6)
+	require.NoError(t, err)
+	finished := now.Add(time.Second)
+	require.Equal(t, workflows.Instance{
+		ID: 6, WorkflowID: "w", Subject: "s", Status: workflows.InstanceFailed,
+		ErrorDetail: json.RawMessage(`{"why":"x"}`), CreatedAt: now, FinishedAt: &finished,
+	}, inst)
+
+	answer = map[string][][]driver.Value{"ListWorkflowSteps": {
+		{int64(5), "a", "running", int64(9), int64(1), int64(2), now},
+		{int64(5), "b", "pending", int64(0), int64(0), int64(1), now},
+	}}
+	steps, err := s.ListWorkflowSteps(ctx, 5)
+	require.NoError(t, err)
+	require.Equal(t, []workflows.StepState{
+		{InstanceID: 5, StepID: "a", Status: workflows.StepRunning, EpisodeID: 9, Attempts: 1, MaxAttempts: 2, UpdatedAt: now},
+		{InstanceID: 5, StepID: "b", Status: workflows.StepPending, Attempts: 0, MaxAttempts: 1, UpdatedAt: now},
+	}, steps)
+
+	answer = map[string][][]driver.Value{"ListStalledWorkflowSteps": {{int64(5), "a", int64(9), "partially_failed"}}}
+	stalled, err := s.ListStalledWorkflowSteps(ctx, workflows.StalledQuery{Env: "rc", Stack: "st", Limit: 3})
+	require.NoError(t, err)
+	require.Equal(t, []workflows.Stalled{{InstanceID: 5, StepID: "a", EpisodeID: 9, EpisodeStatus: episodes.StatusPartiallyFailed}}, stalled)
+	require.Equal(t, map[string]any{"env": "rc", "source_stack": "st", "max_rows": int32(3)}, f.params["ListStalledWorkflowSteps"])
+
+	for _, n := range []int64{0, 1} {
+		answer = map[string][][]driver.Value{}
+		for _, name := range []string{"StartWorkflowStep", "EndWorkflowStep", "SkipPendingWorkflowSteps", "FinishWorkflowInstance"} {
+			answer[name] = [][]driver.Value{{n}}
+		}
+		ok, err := s.StartWorkflowStep(ctx, 5, "a", workflows.StepRunning, 9, 10)
+		require.NoError(t, err)
+		require.Equal(t, n == 1, ok)
+		ok, err = s.EndWorkflowStep(ctx, 5, "a", 10, workflows.StepDone)
+		require.NoError(t, err)
+		require.Equal(t, n == 1, ok)
+		ok, err = s.FinishWorkflowInstance(ctx, 5, workflows.InstanceDone, nil)
+		require.NoError(t, err)
+		require.Equal(t, n == 1, ok)
+		skipped, err := s.SkipPendingWorkflowSteps(ctx, 5)
+		require.NoError(t, err)
+		require.Equal(t, n, skipped)
+	}
+}
+
+// TestUnitInTx: the Go side of InTx only (the fake decides what the
+// batches answer): one READ COMMITTED transaction, every statement of a
+// workflows.Tx sent in it (the Go method of each name runs the statement of
+// that name), commit or rollback, and no retry inside the transaction.
+func TestUnitInTx(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC)
+	tk := claims.Token{Key: "k", Owner: "a", Fence: 1}
+	instance := []driver.Value{int64(5), "w", "s", "", "", "running", nil, nil, now, nil}
+	step := []driver.Value{int64(5), "a", "running", int64(9), int64(1), int64(1), now}
+	answers := map[string][][]driver.Value{
+		"FinishEpisode":              {{int64(9)}},
+		"CreateDeferredEpisode":      {{int64(10), now, int64(3)}},
+		"CreateWorkflowInstance":     {{int64(5), now}},
+		"GetRunningWorkflowInstance": {instance},
+		"LockWorkflowInstance":       {instance},
+		"ListWorkflowSteps":          {step},
+		"GetWorkflowStepByEpisode":   {step},
+	}
+	answer := func(name string, _ map[string]any) fakeResult {
+		if slices.Equal(resultColumns[name], rowsAffected) {
+			return fakeResult{cols: rowsAffected, rows: [][]driver.Value{{int64(1)}}}
+		}
+		return fakeResult{cols: resultColumns[name], rows: answers[name]}
+	}
+	ctx := context.Background()
+
+	t.Run("every statement in the transaction", func(t *testing.T) {
+		// ctx bounds the wait of a batch wrongly sent to the pool: with one
+		// connection, held by the transaction, it would wait for ever.
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		f := newFake(t)
+		f.answer = answer
+		f.store.db.SetMaxOpenConns(1)
+		err := f.store.InTx(ctx, func(tx workflows.Tx) error {
+			require.NoError(t, tx.FinishEpisode(ctx, 9, tk, episodes.Finish{Status: episodes.StatusDone}))
+			d, err := tx.CreateDeferredEpisode(ctx, episodes.Deferred{New: episodes.New{ActorID: "x", DedupeKey: "workflow:5:b:1"}})
+			require.NoError(t, err)
+			require.True(t, d.Created)
+			_, created, err := tx.CreateWorkflowInstance(ctx, workflows.NewInstance{WorkflowID: "w", Subject: "s"})
+			require.NoError(t, err)
+			require.True(t, created)
+			_, err = tx.GetRunningWorkflowInstance(ctx, "w", "s", "")
+			require.NoError(t, err)
+			require.NoError(t, tx.InsertWorkflowStep(ctx, 5, "a", 1))
+			_, err = tx.LockWorkflowInstance(ctx, 5)
+			require.NoError(t, err)
+			_, err = tx.ListWorkflowSteps(ctx, 5)
+			require.NoError(t, err)
+			_, found, err := tx.GetWorkflowStepByEpisode(ctx, 9)
+			require.NoError(t, err)
+			require.True(t, found)
+			for _, run := range []func() (bool, error){
+				func() (bool, error) { return tx.StartWorkflowStep(ctx, 5, "b", workflows.StepPending, 0, 10) },
+				func() (bool, error) { return tx.EndWorkflowStep(ctx, 5, "a", 9, workflows.StepDone) },
+				func() (bool, error) { n, err := tx.SkipPendingWorkflowSteps(ctx, 5); return n == 1, err },
+				func() (bool, error) { return tx.FinishWorkflowInstance(ctx, 5, workflows.InstanceDone, nil) },
+			} {
+				ok, err := run()
+				require.NoError(t, err)
+				require.True(t, ok)
+			}
+			return nil
+		})
+		require.NoError(t, err)
+		want := []string{"begin Read Committed"}
+		txType := reflect.TypeFor[workflows.Tx]()
+		for i := range txType.NumMethod() {
+			want = append(want, txType.Method(i).Name)
+		}
+		ev := f.events()
+		require.Equal(t, "begin Read Committed", ev[0])
+		require.Equal(t, "commit", ev[len(ev)-1])
+		require.ElementsMatch(t, want, ev[:len(ev)-1], "each Tx method sends the statement of its name, in the transaction")
+	})
+
+	t.Run("fn's error rolls back", func(t *testing.T) {
+		f := newFake(t)
+		f.answer = answer
+		boom := errors.New("boom")
+		err := f.store.InTx(ctx, func(tx workflows.Tx) error {
+			_, _, err := tx.CreateWorkflowInstance(ctx, workflows.NewInstance{WorkflowID: "w", Subject: "s"})
+			require.NoError(t, err)
+			return boom
+		})
+		require.ErrorIs(t, err, boom)
+		require.Equal(t, []string{"begin Read Committed", "CreateWorkflowInstance", "rollback"}, f.events())
+	})
+
+	t.Run("no retry inside the transaction", func(t *testing.T) {
+		f := newFake(t)
+		f.answer = func(name string, p map[string]any) fakeResult {
+			if name == "LockWorkflowInstance" {
+				return fakeResult{err: mssql.Error{Number: 1205}}
+			}
+			return answer(name, p)
+		}
+		err := f.store.InTx(ctx, func(tx workflows.Tx) error {
+			_, err := tx.LockWorkflowInstance(ctx, 5)
+			return err
+		})
+		require.ErrorIs(t, err, claims.ErrRetryable, "the whole transaction was rolled back: the caller may run it again")
+		require.Equal(t, 1, f.calls("LockWorkflowInstance"), "sent again, it would run in autocommit")
+		require.Equal(t, []string{"begin Read Committed", "LockWorkflowInstance", "rollback"}, f.events())
+	})
+
+	t.Run("a duplicate inside the transaction is an error", func(t *testing.T) {
+		f := newFake(t)
+		f.answer = func(string, map[string]any) fakeResult { return fakeResult{err: mssql.Error{Number: 2601}} }
+		err := f.store.InTx(ctx, func(tx workflows.Tx) error {
+			_, created, err := tx.CreateWorkflowInstance(ctx, workflows.NewInstance{WorkflowID: "w", Subject: "s"})
+			require.False(t, created)
+			require.True(t, isDuplicate(err), "XACT_ABORT rolled the transaction back: not 'not created'")
+			d, err := tx.CreateDeferredEpisode(ctx, episodes.Deferred{New: episodes.New{ActorID: "x", DedupeKey: "d"}})
+			require.False(t, d.Created)
+			require.True(t, isDuplicate(err), "XACT_ABORT rolled the transaction back: not 'not created'")
+			return err
+		})
+		require.True(t, isDuplicate(err))
+		require.NotContains(t, f.events(), "commit")
+	})
+
+	t.Run("not nested", func(t *testing.T) {
+		f := newFake(t)
+		f.answer = answer
+		err := f.store.InTx(ctx, func(tx workflows.Tx) error {
+			return tx.(*Store).InTx(ctx, func(workflows.Tx) error { return nil })
+		})
+		require.ErrorContains(t, err, "already inside a transaction")
+	})
+
+	t.Run("no database", func(t *testing.T) {
+		s, err := New(nil)
+		require.NoError(t, err)
+		require.ErrorContains(t, s.InTx(ctx, func(workflows.Tx) error { return nil }), "no database")
+	})
 }
 
 // fake is a database/sql driver that answers every batch with a scripted

@@ -101,7 +101,16 @@ type Cluster struct {
 // registering actors, with jitter off; tune adjusts each node's config.
 func Start(t testing.TB, n int, tune func(i int, cfg *runner.Config), actors ...runner.Actor) Cluster {
 	t.Helper()
-	c := Cluster{Pool: pgtest.Schema(t)}
+	return StartOn(t, pgtest.Schema(t), n, tune, nil, actors...)
+}
+
+// StartOn is Start on an existing schema's pool; before, when set, is
+// called with each node after Register and before Start (to attach a
+// workflow engine, say).
+func StartOn(t testing.TB, schema *pgxpool.Pool, n int, tune func(i int, cfg *runner.Config),
+	before func(i int, node *runner.Node), actors ...runner.Actor) Cluster {
+	t.Helper()
+	c := Cluster{Pool: schema}
 	for i := range n {
 		sig := NewSignals()
 		pool := pgtest.Another(t, c.Pool, pgtest.Options{MaxConns: 8})
@@ -120,6 +129,9 @@ func Start(t testing.TB, n int, tune func(i int, cfg *runner.Config), actors ...
 		require.NoError(t, err)
 		for _, a := range actors {
 			require.NoError(t, node.Register(a))
+		}
+		if before != nil {
+			before(i, node)
 		}
 		require.NoError(t, node.Start(context.Background()))
 		t.Cleanup(func() {

@@ -22,8 +22,11 @@
 -- row. StartEpisode is one UPDATE, whose plan decides in which order it
 -- locks the two rows; should that ever deadlock with one of the others, the
 -- victim's batch (error 1205) is rolled back whole and the adapter retries
--- it. The batches assume autocommit: inside a caller's transaction, an error
--- (even a duplicate that CreateEpisode catches) dooms that transaction.
+-- it. The batches assume autocommit, except FinishEpisode, which the
+-- workflow engine also sends inside its advancing transaction (Store.InTx)
+-- and which therefore nests (see there). Inside a caller's transaction any
+-- error (even a duplicate that CreateEpisode catches) dooms that
+-- transaction: XACT_ABORT is ON.
 -- All times are SYSUTCDATETIME(), the database clock.
 
 -- name: CreateEpisode :one
@@ -245,12 +248,28 @@ SELECT step_no FROM @step;
 -- is held to COMMIT, so no steal can come between the two writes. The
 -- episode status read inside it needs no hint: the episode UPDATE re-checks
 -- the status under its own lock, and the batch rolls back if it changed.
+--
+-- Nesting: on its own the batch is its own transaction. Inside a caller's
+-- transaction (@@TRANCOUNT > 0: the workflow engine finishes a step's
+-- episode and advances its workflow in one transaction, Store.InTx) it
+-- takes a savepoint instead, and a finish that matched nothing rolls back
+-- to that savepoint only: the caller's transaction goes on, without this
+-- batch's writes, and the caller decides. A bare ROLLBACK there would end
+-- the caller's transaction and leave its later batches in autocommit. No
+-- error is caught, so the savepoint is only ever rolled back in a
+-- committable transaction; an error ends the caller's transaction
+-- (XACT_ABORT). Locks taken after the savepoint are kept until the caller's
+-- transaction ends.
 SET NOCOUNT ON;
 SET XACT_ABORT ON;
 DECLARE @claim TABLE (dedupe_key nvarchar(512) NOT NULL);
 DECLARE @finished TABLE (id bigint NOT NULL);
+DECLARE @nested bit = CASE WHEN @@TRANCOUNT > 0 THEN 1 ELSE 0 END;
 
-BEGIN TRANSACTION;
+IF @nested = 1
+    SAVE TRANSACTION FinishEpisode;
+ELSE
+    BEGIN TRANSACTION;
 
 UPDATE leasehold_work_claims WITH (UPDLOCK, ROWLOCK)
 SET state        = @claim_state,
@@ -278,7 +297,12 @@ WHERE id = @id
   AND EXISTS (SELECT 1 FROM @claim);
 
 IF EXISTS (SELECT 1 FROM @finished)
-    COMMIT TRANSACTION;
+BEGIN
+    IF @nested = 0
+        COMMIT TRANSACTION;
+END
+ELSE IF @nested = 1
+    ROLLBACK TRANSACTION FinishEpisode;
 ELSE
     ROLLBACK TRANSACTION;
 

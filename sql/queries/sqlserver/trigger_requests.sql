@@ -19,32 +19,58 @@
 -- One episode per trigger, created unclaimed, and its trigger request, in
 -- one transaction: neither row can exist without the other, so no crash
 -- leaves a deferred episode that no poller will ever see. Deduplicated on
--- dedupe_key exactly like CreateEpisode: the filtered unique index
--- leasehold_episodes_dedupe_key_idx lets one insert through and the others
--- raise 2601.
+-- dedupe_key like CreateEpisode, by the filtered unique index
+-- leasehold_episodes_dedupe_key_idx.
 --
--- Duplicates: the losing episode insert's 2601 is CAUGHT here (after
--- rolling back) and returned as the empty result, like Postgres's ON
--- CONFLICT DO NOTHING; nothing was written. The request insert cannot meet a
--- duplicate: its episode_id is the one just created.
+-- Guarantee: one live episode per dedupe key across N creators, and a lost
+-- race is the empty result, not an error. The episode INSERT is guarded by
+-- NOT EXISTS on the live key read WITH (UPDLOCK, HOLDLOCK): the read seeks
+-- the filtered dedupe index (its filter is repeated literally) and takes an
+-- update-mode key-range lock on the key, present or absent, held to the end
+-- of the transaction, so a second creator waits for the first to commit,
+-- then re-reads and inserts nothing. A NULL @dedupe_key is never a
+-- duplicate and is not checked.
+--
+-- Nesting: on its own the batch is its own transaction. Inside a caller's
+-- transaction (@@TRANCOUNT > 0: the workflow engine creates a step's next
+-- episode in its advancing transaction, Store.InTx) it opens and ends
+-- nothing: its writes are the caller's, committed or rolled back with them,
+-- and a duplicate is the empty result with the caller's transaction intact,
+-- like Postgres's ON CONFLICT DO NOTHING.
+--
+-- Duplicates: the guard keeps the unique index from raising 2601. Should one
+-- surface anyway, on its own the batch CATCHES it (after rolling back) and
+-- answers with the empty result, nothing written. Inside a caller's
+-- transaction nothing can be caught usefully: XACT_ABORT ON has already
+-- doomed that transaction (XACT_STATE() = -1, which neither COMMIT nor a
+-- rollback to a savepoint can undo), so the CATCH re-throws whatever it got,
+-- the caller's transaction is rolled back and the caller sees the error.
+-- The request insert cannot meet a duplicate: its episode_id is the one just
+-- created.
 SET NOCOUNT ON;
 SET XACT_ABORT ON;
 DECLARE @created TABLE (id bigint NOT NULL, created_at datetime2(6) NOT NULL);
 DECLARE @request TABLE (id bigint NOT NULL);
 DECLARE @duplicate bit = 0;
+DECLARE @nested bit = CASE WHEN @@TRANCOUNT > 0 THEN 1 ELSE 0 END;
 
 BEGIN TRY
-    BEGIN TRANSACTION;
+    IF @nested = 0
+        BEGIN TRANSACTION;
 
     INSERT INTO leasehold_episodes (
         actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status,
         max_attempts, budget, source_stack, source_env, payload, queued_at
     )
     OUTPUT inserted.id, inserted.created_at INTO @created
-    VALUES (
-        @actor_id, @expectation_id, @trigger_type, @trigger_ref, @dedupe_key, N'queued',
+    SELECT @actor_id, @expectation_id, @trigger_type, @trigger_ref, @dedupe_key, N'queued',
         @max_attempts, @budget, @source_stack, @source_env, @payload, SYSUTCDATETIME()
-    );
+    WHERE @dedupe_key IS NULL
+       OR NOT EXISTS (
+            SELECT 1 FROM leasehold_episodes WITH (UPDLOCK, HOLDLOCK)
+            WHERE dedupe_key IS NOT NULL
+              AND archived_at IS NULL
+              AND dedupe_key = @dedupe_key);
 
     INSERT INTO leasehold_trigger_requests (
         episode_id, actor_id, expectation_id, source_node, source_stack,
@@ -55,10 +81,15 @@ BEGIN TRY
         @source_env, @opts, N'pending', c.created_at
     FROM @created AS c;
 
-    COMMIT TRANSACTION;
+    IF @nested = 0
+        COMMIT TRANSACTION;
 END TRY
 BEGIN CATCH
-    IF XACT_STATE() <> 0 ROLLBACK TRANSACTION;
+    -- In a caller's transaction, which XACT_ABORT has doomed: re-throw.
+    IF @nested = 1
+        THROW;
+    IF @nested = 0 AND XACT_STATE() <> 0
+        ROLLBACK TRANSACTION;
     -- Another node created the live episode for this trigger: a duplicate.
     IF ERROR_NUMBER() NOT IN (2601, 2627) THROW;
     -- Table variables outlive a rollback: answer with the empty result.

@@ -1,0 +1,143 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+)
+
+// ErrInvalid: a definition or call was rejected before the database.
+var ErrInvalid = errors.New("workflows: invalid")
+
+// OnError says what a step's final failure does to its workflow.
+type OnError string
+
+const (
+	// Abort fails the instance: steps not started are skipped, running
+	// ones finish but start nothing more. The default.
+	Abort OnError = "abort"
+	// Skip marks the step skipped, which satisfies its dependents as done
+	// does, and the workflow goes on.
+	Skip OnError = "skip"
+)
+
+// Definition is a workflow: steps with dependencies. Steps with no After
+// start with the instance (fan-out when several); a step starts once every
+// step it names in After is done or skipped (fan-in).
+type Definition struct {
+	ID    string
+	Steps []Step
+}
+
+// Step is one step: an actor's expectation, run as an episode (trigger type
+// workflow) by whichever full node's poller takes it.
+type Step struct {
+	ID          string
+	Actor       string
+	Expectation string
+	After       []string
+	// MaxAttempts is how many episodes the step may run: a failed,
+	// partially failed or canceled episode is retried until then. Default 1.
+	MaxAttempts int32
+	OnError     OnError
+}
+
+func validID(what, id string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("%w: %s has no ID", ErrInvalid, what)
+	case strings.Contains(id, ":"):
+		return fmt.Errorf("%w: %s ID %q contains ':'", ErrInvalid, what, id)
+	case utf8.RuneCountInString(id) > 255 || !utf8.ValidString(id):
+		return fmt.Errorf("%w: %s ID %q is not valid text of at most 255 characters", ErrInvalid, what, id)
+	}
+	return nil
+}
+
+// validate checks the definition and fills defaults; the steps must form
+// a DAG.
+func (d *Definition) validate() error {
+	if err := validID("workflow", d.ID); err != nil {
+		return err
+	}
+	if len(d.Steps) == 0 {
+		return fmt.Errorf("%w: workflow %q has no steps", ErrInvalid, d.ID)
+	}
+	byID := map[string]*Step{}
+	for i := range d.Steps {
+		s := &d.Steps[i]
+		if err := validID("step", s.ID); err != nil {
+			return fmt.Errorf("workflow %q: %w", d.ID, err)
+		}
+		if _, dup := byID[s.ID]; dup {
+			return fmt.Errorf("%w: workflow %q: step %q defined twice", ErrInvalid, d.ID, s.ID)
+		}
+		if err := validID("actor", s.Actor); err != nil {
+			return fmt.Errorf("workflow %q step %q: %w", d.ID, s.ID, err)
+		}
+		if err := validID("expectation", s.Expectation); err != nil {
+			return fmt.Errorf("workflow %q step %q: %w", d.ID, s.ID, err)
+		}
+		if s.MaxAttempts == 0 {
+			s.MaxAttempts = 1
+		}
+		if s.MaxAttempts < 0 {
+			return fmt.Errorf("%w: workflow %q step %q: negative max attempts", ErrInvalid, d.ID, s.ID)
+		}
+		switch s.OnError {
+		case "":
+			s.OnError = Abort
+		case Abort, Skip:
+		default:
+			return fmt.Errorf("%w: workflow %q step %q: on error %q (want abort or skip)", ErrInvalid, d.ID, s.ID, s.OnError)
+		}
+		byID[s.ID] = s
+	}
+	for _, s := range d.Steps {
+		for _, dep := range s.After {
+			if _, ok := byID[dep]; !ok {
+				return fmt.Errorf("%w: workflow %q step %q: unknown dependency %q", ErrInvalid, d.ID, s.ID, dep)
+			}
+		}
+	}
+	// Kahn's algorithm: every step must become startable.
+	indeg := map[string]int{}
+	for _, s := range d.Steps {
+		indeg[s.ID] = len(s.After)
+	}
+	var ready []string
+	for _, s := range d.Steps {
+		if indeg[s.ID] == 0 {
+			ready = append(ready, s.ID)
+		}
+	}
+	seen := 0
+	for len(ready) > 0 {
+		id := ready[0]
+		ready = ready[1:]
+		seen++
+		for _, s := range d.Steps {
+			for _, dep := range s.After {
+				if dep == id {
+					if indeg[s.ID]--; indeg[s.ID] == 0 {
+						ready = append(ready, s.ID)
+					}
+				}
+			}
+		}
+	}
+	if seen != len(d.Steps) {
+		return fmt.Errorf("%w: workflow %q: steps depend on each other in a cycle", ErrInvalid, d.ID)
+	}
+	return nil
+}
+
+func (d *Definition) step(id string) (*Step, bool) {
+	for i := range d.Steps {
+		if d.Steps[i].ID == id {
+			return &d.Steps[i], true
+		}
+	}
+	return nil, false
+}

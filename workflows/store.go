@@ -1,0 +1,110 @@
+package workflows
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/leasehold/leasehold/claims"
+	"github.com/leasehold/leasehold/episodes"
+)
+
+// Instance statuses.
+const (
+	InstanceRunning = "running"
+	InstanceDone    = "done"
+	InstanceFailed  = "failed"
+)
+
+// Step statuses.
+const (
+	StepPending = "pending"
+	StepRunning = "running"
+	StepDone    = "done"
+	StepFailed  = "failed"
+	StepSkipped = "skipped"
+)
+
+// Instance is a workflow instance row.
+type Instance struct {
+	ID          int64
+	WorkflowID  string
+	Subject     string
+	Env         string
+	SourceStack string
+	Status      string
+	Payload     json.RawMessage
+	ErrorDetail json.RawMessage
+	CreatedAt   time.Time
+	FinishedAt  *time.Time
+}
+
+// StepState is a step row.
+type StepState struct {
+	InstanceID  int64
+	StepID      string
+	Status      string
+	EpisodeID   int64 // the current (or last) attempt's episode; 0 before the first
+	Attempts    int32
+	MaxAttempts int32
+	UpdatedAt   time.Time
+}
+
+// NewInstance describes an instance to start.
+type NewInstance struct {
+	WorkflowID  string
+	Subject     string
+	Env         string
+	SourceStack string
+	Payload     json.RawMessage
+}
+
+// StalledQuery selects running steps whose episode already ended, for
+// reconciliation: one env (strict), Stack "" every stack, else Stack and
+// unstamped rows.
+type StalledQuery struct {
+	Env   string
+	Stack string
+	Limit int
+}
+
+// Stalled is a running step whose episode already ended.
+type Stalled struct {
+	InstanceID    int64
+	StepID        string
+	EpisodeID     int64
+	EpisodeStatus episodes.Status
+}
+
+// Store is what workflows need from a dialect adapter
+// (sql/queries/<dialect>/workflows.sql).
+type Store interface {
+	// InTx runs fn in one transaction: committed if fn returns nil, rolled
+	// back otherwise.
+	InTx(ctx context.Context, fn func(Tx) error) error
+	// FinishEpisode is the fenced terminal write of an episode that belongs
+	// to no workflow.
+	FinishEpisode(ctx context.Context, id int64, t claims.Token, f episodes.Finish) error
+	GetWorkflowInstance(ctx context.Context, id int64) (Instance, error)
+	ListWorkflowSteps(ctx context.Context, instanceID int64) ([]StepState, error)
+	ListStalledWorkflowSteps(ctx context.Context, q StalledQuery) ([]Stalled, error)
+}
+
+// Tx is the statements one advancing transaction runs.
+type Tx interface {
+	FinishEpisode(ctx context.Context, id int64, t claims.Token, f episodes.Finish) error
+	CreateDeferredEpisode(ctx context.Context, d episodes.Deferred) (episodes.DeferredCreated, error)
+	// CreateWorkflowInstance reports created false when an instance with
+	// the same workflow, subject and env is running.
+	CreateWorkflowInstance(ctx context.Context, n NewInstance) (id int64, created bool, err error)
+	GetRunningWorkflowInstance(ctx context.Context, workflowID, subject, env string) (Instance, error)
+	InsertWorkflowStep(ctx context.Context, instanceID int64, stepID string, maxAttempts int32) error
+	LockWorkflowInstance(ctx context.Context, id int64) (Instance, error)
+	ListWorkflowSteps(ctx context.Context, instanceID int64) ([]StepState, error)
+	// GetWorkflowStepByEpisode reports found false for an episode of no step.
+	GetWorkflowStepByEpisode(ctx context.Context, episodeID int64) (s StepState, found bool, err error)
+	StartWorkflowStep(ctx context.Context, instanceID int64, stepID, fromStatus string, fromEpisode, newEpisode int64) (bool, error)
+	EndWorkflowStep(ctx context.Context, instanceID int64, stepID string, episodeID int64, status string) (bool, error)
+	SkipPendingWorkflowSteps(ctx context.Context, instanceID int64) (int64, error)
+	FinishWorkflowInstance(ctx context.Context, id int64, status string, detail json.RawMessage) (bool, error)
+}
