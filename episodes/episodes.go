@@ -8,7 +8,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/leasehold/leasehold/claims"
 )
@@ -208,4 +210,19 @@ func GrantedClaim(key, owner string, fence int64, attempt int32, leaseUntil, cla
 		Attempt: attempt, LeaseUntil: leaseUntil, ClaimedAt: claimedAt,
 		Grant: claims.GrantKind(grant), WorkType: "episode",
 	}
+}
+
+// CheckID says why id cannot name an actor, expectation, workflow or step
+// (what), or returns nil. IDs are parts of dedupe keys, which ':'
+// separates, and fill varchar(255) columns.
+func CheckID(what, id string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("%s has no ID", what)
+	case strings.Contains(id, ":"):
+		return fmt.Errorf("%s ID %q contains ':', the dedupe key separator", what, id)
+	case utf8.RuneCountInString(id) > 255 || !utf8.ValidString(id):
+		return fmt.Errorf("%s ID %q is not valid text of at most 255 characters", what, id)
+	}
+	return nil
 }

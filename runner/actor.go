@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/robfig/cron/v3"
 
@@ -136,16 +134,10 @@ type StepResult struct {
 	Result any
 }
 
-// validID checks an actor or expectation id: it is part of dedupe keys,
-// which separate their parts with ':', and of a varchar(255) column.
+// validID checks an actor or expectation id (episodes.CheckID).
 func validID(what, id string) error {
-	switch {
-	case id == "":
-		return fmt.Errorf("%w: %s has no ID", ErrInvalid, what)
-	case strings.Contains(id, ":"):
-		return fmt.Errorf("%w: %s ID %q contains ':', the dedupe key separator", ErrInvalid, what, id)
-	case utf8.RuneCountInString(id) > 255 || !utf8.ValidString(id):
-		return fmt.Errorf("%w: %s ID %q is not valid text of at most 255 characters", ErrInvalid, what, id)
+	if err := episodes.CheckID(what, id); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	return nil
 }

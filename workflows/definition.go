@@ -3,8 +3,8 @@ package workflows
 import (
 	"errors"
 	"fmt"
-	"strings"
-	"unicode/utf8"
+
+	"github.com/leasehold/leasehold/episodes"
 )
 
 // ErrInvalid: a definition or call was rejected before the database.
@@ -44,13 +44,8 @@ type Step struct {
 }
 
 func validID(what, id string) error {
-	switch {
-	case id == "":
-		return fmt.Errorf("%w: %s has no ID", ErrInvalid, what)
-	case strings.Contains(id, ":"):
-		return fmt.Errorf("%w: %s ID %q contains ':'", ErrInvalid, what, id)
-	case utf8.RuneCountInString(id) > 255 || !utf8.ValidString(id):
-		return fmt.Errorf("%w: %s ID %q is not valid text of at most 255 characters", ErrInvalid, what, id)
+	if err := episodes.CheckID(what, id); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	return nil
 }
