@@ -9,7 +9,7 @@ GOOSE     := $(BIN)/goose
 STATICCHECK := $(BIN)/staticcheck
 BENCHTIME ?= 3s
 
-.PHONY: all test bench demo generate verify lint tools clean
+.PHONY: all test bench bench-compare demo generate verify lint tools clean
 
 all: verify lint test
 
@@ -33,6 +33,13 @@ bench:
 	scripts/with-postgres.sh $(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count 1 ./adapters/postgres/
 	scripts/with-postgres.sh $(GO) test -run '^$$' -bench Handover -benchtime 3x -count 1 ./internal/handover/
 
+## bench-compare: leasehold against River (from the Go module proxy) on the
+## same Postgres, alternating rounds, plus claim acquire against pgbench; in
+## its own module (bench/compare) so the library never depends on River.
+## About 2 minutes.
+bench-compare:
+	scripts/with-postgres.sh $(GO) -C bench/compare run . $(COMPARE_FLAGS)
+
 ## demo: crash-recovery demo: three node processes share a throwaway schema,
 ## one is SIGKILLed mid-episode, the summary shows nothing lost or duplicated.
 demo:
@@ -53,6 +60,7 @@ lint: $(STATICCHECK)
 	@out=$$(gofmt -l . | grep -v '^tools/' || true); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
+	$(GO) -C bench/compare vet ./...
 
 tools: $(SQLC) $(GOOSE) $(STATICCHECK)
 

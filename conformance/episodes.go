@@ -190,6 +190,29 @@ func RunEpisodes(t *testing.T, newBackend func(t *testing.T) EpisodesBackend) {
 		require.ErrorIs(t, err, claims.ErrNotOwner, "the finish ended the claim too")
 	})
 
+	t.Run("FinishJournalsTheLastStepUnderTheFence", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		ep, a := running(t, b, "k", "node-a")
+		require.NoError(t, b.Store.AppendStep(ctx(t), ep.ID, a.Token, 1, json.RawMessage(`"a1"`), time.Minute))
+		b.ExpireClaim(t, "k")
+		bb := acquire(t, b, "k", "node-b")
+		_, err := b.Store.StartEpisode(ctx(t), ep.ID, bb.Token)
+		require.NoError(t, err)
+
+		zombie := episodes.Finish{Status: episodes.StatusDone, StepNo: 2, StepData: json.RawMessage(`"a2"`)}
+		require.ErrorIs(t, b.Store.FinishEpisode(ctx(t), ep.ID, a.Token, zombie), claims.ErrLeaseLost)
+		require.NoError(t, b.Store.FinishEpisode(ctx(t), ep.ID, bb.Token, episodes.Finish{
+			Status: episodes.StatusDone, StepNo: 2, StepData: json.RawMessage(`"b2"`)}))
+		steps, err := b.Store.ListSteps(ctx(t), ep.ID)
+		require.NoError(t, err)
+		require.Len(t, steps, 2, "the zombie's last step was not journaled")
+		require.Equal(t, [2]any{int64(2), `"b2"`}, [2]any{steps[1].Fence, string(steps[1].Data)})
+		got := get(t, b, ep.ID)
+		require.Equal(t, episodes.StatusDone, got.Status)
+		require.NotNil(t, got.LastStepAt)
+	})
+
 	t.Run("StepNumbersAreUnique", func(t *testing.T) {
 		t.Parallel()
 		b := newBackend(t)

@@ -199,17 +199,23 @@ func (q *Queries) CreateEpisode(ctx context.Context, db DBTX, arg CreateEpisodeP
 const finishEpisode = `-- name: FinishEpisode :one
 WITH claim AS (
     UPDATE leasehold_work_claims AS c
-    SET state        = $6,
+    SET state        = $7,
         finished_at  = now(),
         lease_until  = now(),
         error_detail = $4
-    WHERE c.dedupe_key = $7
-      AND c.owner_node = $8
-      AND c.fence = $9
+    WHERE c.dedupe_key = $8
+      AND c.owner_node = $9
+      AND c.fence = $10
       AND c.state = 'claimed'
       AND EXISTS (SELECT 1 FROM leasehold_episodes AS r
-                  WHERE r.id = $5 AND r.status IN ('queued', 'running'))
+                  WHERE r.id = $6 AND r.status IN ('queued', 'running'))
     RETURNING c.dedupe_key
+), step AS (
+    INSERT INTO leasehold_episode_steps (episode_id, step_no, fence, data)
+    SELECT $6, $5::integer, $10, $11::jsonb
+    FROM claim
+    WHERE $5::integer > 0
+    RETURNING 1
 )
 UPDATE leasehold_episodes AS e
 SET status       = $1,
@@ -217,8 +223,9 @@ SET status       = $1,
     result       = $2,
     error_class  = $3,
     error_detail = $4,
-    finished_at  = now()
-WHERE e.id = $5
+    finished_at  = now(),
+    last_step_at = CASE WHEN $5::integer > 0 THEN now() ELSE e.last_step_at END
+WHERE e.id = $6
   AND e.status IN ('queued', 'running')
   AND EXISTS (SELECT 1 FROM claim)
 RETURNING e.id
@@ -229,11 +236,13 @@ type FinishEpisodeParams struct {
 	Result      []byte
 	ErrorClass  *string
 	ErrorDetail []byte
+	StepNo      int32
 	ID          int64
 	ClaimState  string
 	ClaimKey    string
 	OwnerNode   string
 	Fence       int64
+	StepData    []byte
 }
 
 // Ends a run: the episode's terminal status and the claim's final state are
@@ -243,17 +252,23 @@ type FinishEpisodeParams struct {
 // Guarantee: fenced; the claim UPDATE matches only the caller's live grant,
 // and the episode UPDATE runs only if it did. A duplicate finish, or one from
 // a grant that was stolen, changes nothing.
+//
+// step_no > 0 also journals the run's last step (step_data) in the same
+// statement, under the same fence, saving the commit of a separate
+// AppendStep for the step that finished the run.
 func (q *Queries) FinishEpisode(ctx context.Context, db DBTX, arg FinishEpisodeParams) (int64, error) {
 	row := db.QueryRow(ctx, finishEpisode,
 		arg.Status,
 		arg.Result,
 		arg.ErrorClass,
 		arg.ErrorDetail,
+		arg.StepNo,
 		arg.ID,
 		arg.ClaimState,
 		arg.ClaimKey,
 		arg.OwnerNode,
 		arg.Fence,
+		arg.StepData,
 	)
 	var id int64
 	err := row.Scan(&id)

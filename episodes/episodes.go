@@ -142,6 +142,10 @@ type Finish struct {
 	Result      json.RawMessage
 	ErrorClass  string
 	ErrorDetail json.RawMessage
+	// StepNo > 0 journals the run's last step (StepData) with the finish,
+	// in the same fenced statement: one commit instead of two.
+	StepNo   int32
+	StepData json.RawMessage
 }
 
 // ClaimState is the work-claim state written with the finish: done for a done

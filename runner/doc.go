@@ -5,7 +5,8 @@
 // # Episode lifecycle and the statement that decides each transition
 //
 //	trigger on N nodes
-//	   │  (random jitter, default 0–200 ms, spreads the winners)
+//	   │  (schedule ticks: random jitter, default 0–200 ms, spreads the winners;
+//	   │   Fire: none unless Config.EventJitter)
 //	   ▼
 //	CreateEpisode ── no row ──► duplicate: silent skip (episode.duplicate)
 //	   │ one node's insert wins (filtered unique index on dedupe_key), and the

@@ -76,8 +76,8 @@ type TriggerWaker interface {
 	WaitTriggerRequests(ctx context.Context, wake func()) error
 }
 
-// DefaultJitter is the upper bound of the random wait before an episode
-// insert, which spreads trigger wins across nodes.
+// DefaultJitter is the upper bound of the random wait before a schedule
+// tick's episode insert, which spreads the windows' wins across nodes.
 const DefaultJitter = 200 * time.Millisecond
 
 // Config configures a Node.
@@ -95,11 +95,18 @@ type Config struct {
 	Lease time.Duration
 	// Heartbeat tunes lease renewal; see claims.HeartbeatConfig.
 	Heartbeat claims.HeartbeatConfig
-	// Jitter bounds the random wait before each episode insert, default
-	// DefaultJitter. Without it the node with the lowest latency wins every
-	// trigger. NoJitter disables it (tests).
+	// Jitter bounds the random wait before each schedule tick's episode
+	// insert, default DefaultJitter: every node ticks at the same instant,
+	// and without it the node with the lowest latency wins every window.
+	// The scheduler waits, nobody else. NoJitter disables it (tests).
 	Jitter   time.Duration
 	NoJitter bool
+	// EventJitter bounds the random wait inside Fire before the insert,
+	// default 0: Fire returns as soon as the database decided. Set it to
+	// spread the wins of events that every node fires at the same instant,
+	// at the cost of that much latency in each Fire call (8 producers
+	// firing back to back reach about 8/EventJitter*2 triggers a second).
+	EventJitter time.Duration
 	// StackSlug is this cluster's identity: stamped as source_stack on the
 	// episodes and trigger requests this node creates, and the default scope
 	// of its recovery sweep and poller. "" is the single-stack default.
@@ -197,8 +204,8 @@ func NewNode(cfg Config) (*Node, error) {
 	if cfg.NoJitter {
 		cfg.Jitter = 0
 	}
-	if cfg.Jitter < 0 {
-		return nil, fmt.Errorf("%w: jitter %v is negative", ErrInvalid, cfg.Jitter)
+	if cfg.Jitter < 0 || cfg.EventJitter < 0 {
+		return nil, fmt.Errorf("%w: jitter %v / event jitter %v is negative", ErrInvalid, cfg.Jitter, cfg.EventJitter)
 	}
 	if cfg.WriteTimeout == 0 {
 		cfg.WriteTimeout = 30 * time.Second
@@ -467,7 +474,7 @@ func (n *Node) Fire(ctx context.Context, actorID, event string, payload any, opt
 			return out, fmt.Errorf("fire %s/%s: %w", actorID, e.ID, err)
 		}
 		ref, _ := json.Marshal(map[string]string{"event": event, "event_id": opts.EventID})
-		o, err := n.trigger(ctx, as, as.exps[e.ID], env, key, ref, raw)
+		o, err := n.trigger(ctx, as, as.exps[e.ID], env, key, ref, raw, n.cfg.EventJitter)
 		if err != nil {
 			return out, err
 		}
@@ -505,7 +512,7 @@ func (n *Node) Tick(ctx context.Context, actorID, expectationID string, at time.
 		return Outcome{}, fmt.Errorf("tick %s/%s: %w", actorID, expectationID, err)
 	}
 	ref, _ := json.Marshal(map[string]time.Time{"window": window})
-	return n.trigger(ctx, as, e, n.cfg.Env, key, ref, nil)
+	return n.trigger(ctx, as, e, n.cfg.Env, key, ref, nil, n.cfg.Jitter)
 }
 
 // RunManual creates and runs a new episode of actorID's expectation, whatever
@@ -522,7 +529,7 @@ func (n *Node) RunManual(ctx context.Context, actorID, expectationID string, pay
 		return Outcome{}, fmt.Errorf("run %s/%s: %w", actorID, expectationID, err)
 	}
 	ref, _ := json.Marshal(map[string]string{"manual": n.id})
-	return n.trigger(ctx, as, e, n.cfg.Env, "", ref, raw)
+	return n.trigger(ctx, as, e, n.cfg.Env, "", ref, raw, 0)
 }
 
 // Cancel stops a running episode of this node; it ends with status canceled.
@@ -581,12 +588,12 @@ func (n *Node) lookup(actorID, expectationID string) (*actorState, *Expectation,
 // insert won, claims it and queues it on the actor's executor; in
 // trigger_only it writes the episode with its trigger request instead.
 // Callers hold intake.
-func (n *Node) trigger(ctx context.Context, as *actorState, e *Expectation, env, key string, ref, payload json.RawMessage) (Outcome, error) {
+func (n *Node) trigger(ctx context.Context, as *actorState, e *Expectation, env, key string, ref, payload json.RawMessage, jitter time.Duration) (Outcome, error) {
 	mode := n.ActorMode(as.actor.ID)
 	if mode == ModeDisabled {
 		return Outcome{}, fmt.Errorf("%w: actor %q on node %s", ErrDisabled, as.actor.ID, n.id)
 	}
-	if err := n.jitter(ctx); err != nil {
+	if err := wait(ctx, jitter); err != nil {
 		return Outcome{}, err
 	}
 	budget, _ := json.Marshal(map[string]any{"max_wall_ms": e.Budget.MaxWall.Milliseconds(), "max_steps": e.Budget.MaxSteps})
@@ -624,11 +631,12 @@ func (n *Node) trigger(ctx context.Context, as *actorState, e *Expectation, env,
 	return Outcome{ExpectationID: e.ID, EpisodeID: ep.ID}, nil
 }
 
-func (n *Node) jitter(ctx context.Context) error {
-	if n.cfg.Jitter <= 0 {
+// wait sleeps a random duration in [0, max], or until ctx is done.
+func wait(ctx context.Context, max time.Duration) error {
+	if max <= 0 {
 		return nil
 	}
-	t := time.NewTimer(time.Duration(rand.Int64N(int64(n.cfg.Jitter) + 1)))
+	t := time.NewTimer(time.Duration(rand.Int64N(int64(max) + 1)))
 	defer t.Stop()
 	select {
 	case <-ctx.Done():

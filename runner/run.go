@@ -147,6 +147,13 @@ func (n *Node) execute(j *job) {
 			n.end(ctx, j, err)
 			return
 		}
+		if res.Done {
+			// The last step is journaled by the finish itself: one fenced
+			// statement, one commit.
+			n.finish(ctx, j, episodes.Finish{Status: episodes.StatusDone, Result: mustJSON(res.Result),
+				StepNo: run.StepNo, StepData: mustJSON(res.Data)})
+			return
+		}
 		// A finished step is journaled even if ctx was cancelled meanwhile:
 		// the fence decides whether this run may still write.
 		if err := n.appendStep(j, run, res.Data); err != nil {
@@ -154,9 +161,6 @@ func (n *Node) execute(j *job) {
 			return
 		}
 		switch {
-		case res.Done:
-			n.finish(ctx, j, episodes.Finish{Status: episodes.StatusDone, Result: mustJSON(res.Result)})
-			return
 		case j.exp.Budget.MaxSteps > 0 && steps >= j.exp.Budget.MaxSteps:
 			n.finish(ctx, j, failure(episodes.ClassBudgetExceeded, fmt.Sprintf("max steps %d reached without done", j.exp.Budget.MaxSteps)))
 			return

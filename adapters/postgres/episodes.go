@@ -78,6 +78,8 @@ func (s *Store) FinishEpisode(ctx context.Context, id int64, t claims.Token, f e
 		ClaimKey:    t.Key,
 		OwnerNode:   t.Owner,
 		Fence:       t.Fence,
+		StepNo:      f.StepNo,
+		StepData:    f.StepData,
 	})
 	return episodeFenced("FinishEpisode", err)
 }

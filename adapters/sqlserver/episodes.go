@@ -103,6 +103,8 @@ func (s *Store) FinishEpisode(ctx context.Context, id int64, t claims.Token, f e
 		sql.Named("claim_key", t.Key),
 		sql.Named("owner_node", t.Owner),
 		sql.Named("fence", t.Fence),
+		sql.Named("step_no", f.StepNo),
+		sql.Named("step_data", jsonArg(f.StepData)),
 	).Scan(&got))
 }
 

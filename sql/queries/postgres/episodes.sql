@@ -139,6 +139,10 @@ RETURNING step_no;
 -- Guarantee: fenced; the claim UPDATE matches only the caller's live grant,
 -- and the episode UPDATE runs only if it did. A duplicate finish, or one from
 -- a grant that was stolen, changes nothing.
+--
+-- step_no > 0 also journals the run's last step (step_data) in the same
+-- statement, under the same fence, saving the commit of a separate
+-- AppendStep for the step that finished the run.
 WITH claim AS (
     UPDATE leasehold_work_claims AS c
     SET state        = sqlc.arg(claim_state),
@@ -152,6 +156,12 @@ WITH claim AS (
       AND EXISTS (SELECT 1 FROM leasehold_episodes AS r
                   WHERE r.id = sqlc.arg(id) AND r.status IN ('queued', 'running'))
     RETURNING c.dedupe_key
+), step AS (
+    INSERT INTO leasehold_episode_steps (episode_id, step_no, fence, data)
+    SELECT sqlc.arg(id), sqlc.arg(step_no)::integer, sqlc.arg(fence), sqlc.narg(step_data)::jsonb
+    FROM claim
+    WHERE sqlc.arg(step_no)::integer > 0
+    RETURNING 1
 )
 UPDATE leasehold_episodes AS e
 SET status       = sqlc.arg(status),
@@ -159,7 +169,8 @@ SET status       = sqlc.arg(status),
     result       = sqlc.narg(result),
     error_class  = sqlc.narg(error_class),
     error_detail = sqlc.narg(error_detail),
-    finished_at  = now()
+    finished_at  = now(),
+    last_step_at = CASE WHEN sqlc.arg(step_no)::integer > 0 THEN now() ELSE e.last_step_at END
 WHERE e.id = sqlc.arg(id)
   AND e.status IN ('queued', 'running')
   AND EXISTS (SELECT 1 FROM claim)

@@ -244,6 +244,9 @@ SELECT step_no FROM @step;
 -- and the episode UPDATE runs only if it did. A duplicate finish, or one from
 -- a grant that was stolen, changes nothing.
 --
+-- @step_no > 0 also journals the run's last step (@step_data) in the same
+-- transaction, under the same fence, saving a separate AppendStep.
+--
 -- Hints: UPDLOCK, ROWLOCK on the claim UPDATE, as in CompleteClaim; its lock
 -- is held to COMMIT, so no steal can come between the two writes. The
 -- episode status read inside it needs no hint: the episode UPDATE re-checks
@@ -284,13 +287,19 @@ WHERE dedupe_key = @claim_key
   AND EXISTS (SELECT 1 FROM leasehold_episodes AS r
               WHERE r.id = @id AND r.status IN (N'queued', N'running'));
 
+INSERT INTO leasehold_episode_steps (episode_id, step_no, fence, data)
+SELECT @id, @step_no, @fence, @step_data
+FROM @claim
+WHERE @step_no > 0;
+
 UPDATE leasehold_episodes
 SET status       = @status,
     phase        = NULL,
     result       = @result,
     error_class  = @error_class,
     error_detail = @error_detail,
-    finished_at  = SYSUTCDATETIME()
+    finished_at  = SYSUTCDATETIME(),
+    last_step_at = CASE WHEN @step_no > 0 THEN SYSUTCDATETIME() ELSE last_step_at END
 OUTPUT inserted.id INTO @finished
 WHERE id = @id
   AND status IN (N'queued', N'running')
