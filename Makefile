@@ -9,7 +9,7 @@ GOOSE     := $(BIN)/goose
 STATICCHECK := $(BIN)/staticcheck
 BENCHTIME ?= 3s
 
-.PHONY: all test bench bench-compare demo generate verify lint tools clean
+.PHONY: all test bench bench-compare chaos demo generate verify lint tools clean
 
 all: verify lint test
 
@@ -39,6 +39,15 @@ bench:
 ## About 2 minutes.
 bench-compare:
 	scripts/with-postgres.sh $(GO) -C bench/compare run . $(COMPARE_FLAGS)
+
+## chaos: the chaos suite's long version, three runs in a row: 4 worker
+## processes under SIGKILL, SIGTERM (drain), a Postgres restart and a network
+## cut for $(CHAOS_DURATION) each, on a throwaway server of its own (needs the
+## local PostgreSQL binaries). A 20 s version runs in make test. It runs in
+## the package directory so that a passing run's report is printed.
+CHAOS_DURATION ?= 2m
+chaos:
+	cd internal/chaos && CHAOS=1 $(GO) test -race -count=3 -failfast -timeout 45m -run '^TestChaos$$' -chaos.duration=$(CHAOS_DURATION)
 
 ## demo: crash-recovery demo: three node processes share a throwaway schema,
 ## one is SIGKILLed mid-episode, the summary shows nothing lost or duplicated.

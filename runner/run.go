@@ -157,7 +157,17 @@ func (n *Node) execute(j *job) {
 		// A finished step is journaled even if ctx was cancelled meanwhile:
 		// the fence decides whether this run may still write.
 		if err := n.appendStep(j, run, res.Data); err != nil {
-			n.end(ctx, j, err)
+			if errors.Is(err, claims.ErrLeaseLost) {
+				n.end(ctx, j, err)
+				return
+			}
+			// The database failed the journal write, not the strategy:
+			// never write failed for it. Hand the episode to recovery
+			// (released, so at once), which reruns or fails it by policy.
+			n.log.ErrorContext(ctx, "leasehold: journal write failed; releasing the episode for recovery",
+				slog.Int64("episode", j.ep.ID), slog.Any("error", err))
+			n.release(j)
+			n.emit(ctx, telemetry.Event{Name: EventReleased, Key: j.claim.Key, Owner: n.id, Fence: j.claim.Fence, Err: err})
 			return
 		}
 		switch {

@@ -163,12 +163,19 @@ func fenced(query string, err error) error {
 func dbError(query string, err error) error {
 	var pgErr *pgconn.PgError
 	retry := pgconn.SafeToRetry(err) ||
-		(errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01"))
+		(errors.As(err, &pgErr) && retryableCode[pgErr.Code])
 	if retry {
 		return fmt.Errorf("postgres: %s: %w: %w", query, claims.ErrRetryable, err)
 	}
 	return fmt.Errorf("postgres: %s: %w", query, err)
 }
+
+// retryableCode lists the SQLSTATEs after which the server certainly did
+// not apply the statement: serialization failure and deadlock (the
+// transaction was rolled back), and the server terminating or refusing the
+// session (admin_shutdown, crash_shutdown, cannot_connect_now: a restart),
+// which it reports for a statement it then did not run.
+var retryableCode = map[string]bool{"40001": true, "40P01": true, "57P01": true, "57P02": true, "57P03": true}
 
 // ListClaims runs ListClaims, an operator read.
 func (s *Store) ListClaims(ctx context.Context, q claims.ListQuery) ([]claims.Claim, error) {

@@ -1,0 +1,161 @@
+-- Test-only statements of the chaos suite. None of them coordinates
+-- anything in leasehold: the ledger tables stand for an application's own
+-- table written on behalf of a run, and the reads return what the database
+-- recorded so that each invariant the suite reports can be checked against
+-- the statement behind it. Loaded by name (chaos_test.go, query).
+
+-- name: CreateLedger :exec
+-- The strategy's side effect, one row per episode when all is well. No
+-- unique constraint on purpose: a second row must be visible, not refused.
+CREATE TABLE ledger (
+    episode_id bigint      NOT NULL,
+    owner      text        NOT NULL,
+    fence      bigint      NOT NULL,
+    trigger    text        NOT NULL,
+    written_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- name: CreateLedgerWrites :exec
+-- Every ledger write that landed, in admission order: seq is drawn while the
+-- write holds its claim row FOR SHARE, and a new grant of that claim must
+-- wait for the lock, so a later grant's writes always get a higher seq.
+CREATE TABLE ledger_writes (
+    seq        bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    episode_id bigint      NOT NULL,
+    owner      text        NOT NULL,
+    fence      bigint      NOT NULL,
+    written_at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+
+-- name: WriteLedger :execrows
+-- The last step of the chaos strategy: records the episode's effect for the
+-- run's grant ($2 key, $3 owner, $4 fence), or does nothing (0 rows: the
+-- strategy returns claims.ErrLeaseLost) when that grant no longer holds a
+-- live lease on the database clock.
+--
+-- Fenced like the runner's own writes: the claim row is checked and locked
+-- FOR SHARE in the same statement, so a steal or a recovery grant (an UPDATE
+-- of that row) is ordered entirely before or after this write, never around
+-- it. Idempotent, because restart recovery re-runs the strategy: if a grant
+-- wrote the row and died before FinishEpisode, the next grant re-stamps that
+-- row with its own (owner, fence) rather than adding a second one. A retry
+-- of an ambiguous write (connection lost after sending) re-stamps it too.
+WITH lease AS (
+    SELECT 1 FROM leasehold_work_claims AS c
+    WHERE c.dedupe_key = $2
+      AND c.owner_node = $3
+      AND c.fence = $4
+      AND c.state = 'claimed'
+      AND c.lease_until > now()
+    FOR SHARE
+), restamped AS (
+    UPDATE ledger
+    SET owner = $3, fence = $4, written_at = now()
+    WHERE episode_id = $1
+      AND EXISTS (SELECT 1 FROM lease)
+    RETURNING episode_id
+), inserted AS (
+    INSERT INTO ledger (episode_id, owner, fence, trigger)
+    SELECT $1, $3, $4, $5::text
+    WHERE EXISTS (SELECT 1 FROM lease)
+      AND NOT EXISTS (SELECT 1 FROM restamped)
+    RETURNING episode_id
+)
+INSERT INTO ledger_writes (episode_id, owner, fence)
+SELECT w.episode_id, $3, $4
+FROM (SELECT episode_id FROM restamped UNION ALL SELECT episode_id FROM inserted) AS w;
+
+-- name: DatabaseNow :one
+-- The moment a fault was applied, on the clock claimed_at uses.
+SELECT now();
+
+-- name: HeldBy :one
+-- Unfinished episodes whose claim node $1 was granted by $2 and still has,
+-- live, expired or released: work that node has not yet handed over. A
+-- takeover (recovery's grant) changes the claim's owner, so this reaches 0
+-- once every such episode belongs to someone else or has finished. Grants
+-- after $2 (a cut-off node back at work) are not counted.
+SELECT count(*)
+FROM leasehold_episodes AS e
+JOIN leasehold_work_claims AS c ON c.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id)
+WHERE c.owner_node = $1
+  AND c.claimed_at <= $2
+  AND c.state IN ('claimed', 'released')
+  AND e.status IN ('queued', 'running');
+
+-- name: Unsettled :one
+-- Episodes not yet in a terminal state; the suite waits for 0.
+SELECT count(*) FROM leasehold_episodes WHERE status IN ('queued', 'running', 'blocked');
+
+-- name: EpisodeAudit :many
+-- One row per episode with everything the invariants compare: its trigger
+-- and status, its claim row (the last grant), its journal (steps, fence of
+-- the last step, steps whose fence is lower than an earlier step's), its
+-- ledger rows (each one's grant too, for the report) and its ledger writes (count, grants that wrote, writes whose
+-- fence is lower than an earlier-admitted write's).
+SELECT e.id,
+    coalesce(e.payload ->> 'trigger', '')    AS trigger,
+    e.status,
+    coalesce(e.error_class, '')              AS error_class,
+    coalesce(e.error_detail::text, '')       AS error_detail,
+    e.attempts,
+    coalesce(e.owner_node, '')               AS owner_node,
+    coalesce(c.state, '')                    AS claim_state,
+    coalesce(c.owner_node, '')               AS claim_owner,
+    coalesce(c.fence, 0)                     AS claim_fence,
+    coalesce(j.steps, 0)                     AS steps,
+    coalesce(j.last_fence, 0)                AS last_step_fence,
+    coalesce(j.regressions, 0)               AS step_regressions,
+    coalesce(l.rows, 0)                      AS ledger_rows,
+    coalesce(l.owner, '')                    AS ledger_owner,
+    coalesce(l.fence, 0)                     AS ledger_fence,
+    coalesce(l.trigger, '')                  AS ledger_trigger,
+    coalesce(l.all_rows, '')                 AS ledger_all_rows,
+    coalesce(w.writes, 0)                    AS ledger_writes,
+    coalesce(w.grants, 0)                    AS ledger_grants,
+    coalesce(w.stale, 0)                     AS stale_writes
+FROM leasehold_episodes AS e
+LEFT JOIN leasehold_work_claims AS c
+    ON c.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id)
+LEFT JOIN (
+    SELECT episode_id, count(*) AS steps,
+        (array_agg(fence ORDER BY step_no DESC))[1] AS last_fence,
+        count(*) FILTER (WHERE fence < prev_max) AS regressions
+    FROM (SELECT episode_id, step_no, fence,
+                 max(fence) OVER (PARTITION BY episode_id ORDER BY step_no
+                                  ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_max
+          FROM leasehold_episode_steps) AS s
+    GROUP BY episode_id
+) AS j ON j.episode_id = e.id
+LEFT JOIN (
+    SELECT episode_id, count(*) AS rows, min(owner) AS owner, min(fence) AS fence,
+        min(trigger) AS trigger,
+        string_agg(owner || ' fence ' || fence, '; ' ORDER BY written_at) AS all_rows
+    FROM ledger
+    GROUP BY episode_id
+) AS l ON l.episode_id = e.id
+LEFT JOIN (
+    SELECT episode_id, count(*) AS writes, count(DISTINCT fence) AS grants,
+        count(*) FILTER (WHERE fence < prev_max) AS stale
+    FROM (SELECT episode_id, fence,
+                 max(fence) OVER (PARTITION BY episode_id ORDER BY seq
+                                  ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_max
+          FROM ledger_writes) AS x
+    GROUP BY episode_id
+) AS w ON w.episode_id = e.id
+ORDER BY e.id;
+
+-- name: StrayLedgerRows :one
+-- Ledger rows and ledger writes for an episode that does not exist.
+SELECT (SELECT count(*) FROM ledger AS l
+        WHERE NOT EXISTS (SELECT 1 FROM leasehold_episodes AS e WHERE e.id = l.episode_id))
+     + (SELECT count(*) FROM ledger_writes AS w
+        WHERE NOT EXISTS (SELECT 1 FROM leasehold_episodes AS e WHERE e.id = w.episode_id));
+
+-- name: OpenClaims :many
+-- Claims still claimed or released (none should be, once every episode is
+-- terminal), with whether the lease is live on the database clock.
+SELECT dedupe_key, state, owner_node, lease_until > now() AS live
+FROM leasehold_work_claims
+WHERE state IN ('claimed', 'released')
+ORDER BY dedupe_key;

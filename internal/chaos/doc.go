@@ -1,0 +1,74 @@
+// Package chaos is leasehold's multi-process chaos suite. It has no
+// non-test code: the suite is TestChaos, run by `go test ./...` in a short
+// version (about 20 s of faults) and by `make chaos` (CHAOS=1) in a long one.
+//
+// # Setup
+//
+//	 test process                                    throwaway Postgres
+//	┌────────────────────────────────────────┐      (initdb + pg_ctl on a free
+//	│ driver ── "fire <trigger>" on stdin ──┐│       port, in a temp dir; never
+//	│ fault schedule (seeded)               ││       the shared server on 5432)
+//	│ takeover watchers, invariant checks ──┼┼──────────────► :port
+//	│ proxy 0 … proxy K-1 (one per worker) ◄┼┼──┐             ▲
+//	└───────────────────────────────────────┼┘  │             │ forwarded
+//	                                        ▼   │             │
+//	 worker-<slot>-<generation> × K: this test binary re-executed, each a
+//	 runner.Node (lease 2 s, default heartbeat) with one actor, a
+//	 recovery.Sweeper (every 500 ms), and its pool pointed at its own proxy
+//
+// The worker's actor is an event-triggered expectation with recovery policy
+// restart. Its strategy sleeps 20–60 ms in each of three steps (so a fault
+// finds a few episodes in flight on every worker) and writes its side effect
+// in a fourth: one row in the test-only ledger table, by a statement
+// conditioned on the run's claim (chaos.sql, WriteLedger). A later grant of the same episode re-stamps the row with its
+// own (owner, fence) instead of adding one, so the effect is idempotent, as
+// restart recovery requires; every write that lands is also appended to
+// ledger_writes, the audit of who wrote when.
+//
+// # Faults
+//
+// For a bounded time the driver fires triggers continuously (each on two
+// live workers; unanswered ones are sent again until some worker's Fire
+// returns) and, on a seeded schedule, injects:
+//
+//   - SIGKILL of a random worker, restarted at once under a new identity;
+//   - SIGTERM of a random worker (it drains: node.Drain with a 1 s timeout),
+//     restarted once it has exited;
+//   - one restart of the Postgres server (pg_ctl restart -m fast);
+//   - one cut of a worker's database link for twice its lease: its proxy
+//     holds every byte in both directions and delivers them when the cut
+//     heals, so the cut-off worker's writes reach Postgres late, after its
+//     leases were taken over.
+//
+// # Invariants
+//
+// After the faults stop, every worker is live again, nothing new is fired,
+// and the test polls the database until no episode is queued or running.
+// Then, from what the database recorded:
+//
+//   - every trigger acknowledged by a Fire has exactly one episode, and
+//     every episode belongs to a fired trigger;
+//   - every episode is done;
+//   - each episode has exactly one ledger row, for its trigger, whose
+//     (owner, fence) is the grant that finished the episode: the claim row
+//     (state done), the episode's owner and the fence of its last journal
+//     step;
+//   - no ledger write and no journal step of a fenced-out grant landed after
+//     a later grant's (fences never go back in admission order);
+//   - nothing is queued or running, and no claim is claimed or released;
+//   - no claim is held by a dead worker after lease + sweep: every killed,
+//     drained or cut-off worker's unfinished work was a live worker's (or
+//     done) within lease + 10 s, the slowest time being reported;
+//   - no worker process reported a data race.
+//
+// The suite prints the faults injected, what they did to the runner's own
+// writes (a test-only Store wrapper in the workers reports each journal or
+// terminal write that failed and was not retried) and to the workers' logs,
+// and the invariants checked with their counts (t.Log; also stdout with
+// CHAOS=1). Knobs: CHAOS=1 (long version, 2 min of faults), -chaos.duration,
+// -chaos.workers, -chaos.seed (the fault schedule; timing still varies).
+//
+// TestServerRestartDuringStep makes deterministic one case the suite hits
+// only by chance: a step's journal write meeting a connection the server
+// restart terminated; see its comment.
+package chaos

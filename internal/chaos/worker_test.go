@@ -1,0 +1,317 @@
+//go:build unix
+
+package chaos_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/leasehold/leasehold/adapters/postgres"
+	"github.com/leasehold/leasehold/claims"
+	"github.com/leasehold/leasehold/episodes"
+	"github.com/leasehold/leasehold/recovery"
+	"github.com/leasehold/leasehold/runner"
+	"github.com/leasehold/leasehold/telemetry"
+)
+
+// Worker-process settings, passed through the environment.
+const (
+	envWorker = "LEASEHOLD_CHAOS_WORKER" // the node identity; set: this process is a worker
+	envURL    = "LEASEHOLD_CHAOS_URL"    // Postgres through this worker's proxy, search_path set
+	envLease  = "LEASEHOLD_CHAOS_LEASE_MS"
+	envSweep  = "LEASEHOLD_CHAOS_SWEEP_MS"
+)
+
+// The one actor every worker registers.
+const (
+	actorID       = "chaos"
+	expectationID = "apply"
+	eventName     = "chaos.fired"
+	// workSteps sleep 20–60 ms each (so that every worker has a few
+	// episodes in flight when a fault hits); the next step writes the ledger.
+	workSteps     = 3
+	maxConcurrent = 8
+	fireTimeout   = 5 * time.Second
+	drainTimeout  = time.Second
+)
+
+// The worker's control channel. The test writes "fire <trigger>" lines on
+// stdin; the worker answers on stdout, one line each:
+//
+//	ready                              node started, sweeper running
+//	fired <trigger> created <episode>  Fire returned: this node's insert won
+//	fired <trigger> duplicate          Fire returned: the episode exists
+//	fireerr <trigger> <error>          Fire failed; the test sends it again
+//	event lease_lost|handed_over       a run of this node stopped (telemetry)
+//	event recovered <n>                a sweep of this node restarted n orphans
+//	event write_failed <stmt> <why>    a runner write failed, not retried
+//	drained <summary>                  SIGTERM: Drain returned
+//
+// stdin closing (the test went away) ends the worker at once.
+
+// payload is what each trigger carries; it makes the dedupe key unique.
+type payload struct {
+	Trigger string `json:"trigger"`
+}
+
+// worker is the main of a worker process; it returns the exit code.
+func worker() int {
+	id := os.Getenv(envWorker)
+	leaseMS, err1 := strconv.Atoi(os.Getenv(envLease))
+	sweepMS, err2 := strconv.Atoi(os.Getenv(envSweep))
+	if err := errors.Join(err1, err2); err != nil {
+		fmt.Fprintln(os.Stderr, "chaos worker: bad settings:", err)
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With(slog.String("worker", id))
+	out := &lines{}
+	ctx := context.Background()
+
+	cfg, err := pgxpool.ParseConfig(os.Getenv(envURL))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chaos worker:", err)
+		return 2
+	}
+	cfg.MaxConns = 16
+	cfg.ConnConfig.ConnectTimeout = 2 * time.Second
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chaos worker:", err)
+		return 1
+	}
+	// Never closed: the process exits instead, and Close would wait for a
+	// connection frozen by a cut.
+	store := postgres.New(pool)
+	node, err := runner.NewNode(runner.Config{
+		Store: spyStore{store, out}, Identity: id, Lease: time.Duration(leaseMS) * time.Millisecond,
+		EventJitter: 20 * time.Millisecond, Logger: log, Observer: out, // spreads the wins
+		Poll: runner.PollConfig{Disabled: true}, // no trigger_only nodes here
+	})
+	if err == nil {
+		err = node.Register(chaosActor(pool))
+	}
+	if err == nil {
+		err = node.Start(ctx)
+	}
+	var sweeper *recovery.Sweeper
+	if err == nil {
+		var rec *recovery.Recoverer
+		if rec, err = recovery.New(store, node, log, out); err == nil {
+			sweep := time.Duration(sweepMS) * time.Millisecond
+			sweeper, err = recovery.NewSweeper(rec, recovery.SweeperConfig{InitialDelay: sweep, Interval: sweep})
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chaos worker:", err)
+		return 1
+	}
+	sweepCtx, stopSweep := context.WithCancel(ctx)
+	defer stopSweep()
+	swept := make(chan struct{})
+	go func() { _ = sweeper.Run(sweepCtx); close(swept) }()
+
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, syscall.SIGTERM)
+	gone := make(chan struct{})
+	go func() { commands(node, out); close(gone) }()
+	out.printf("ready")
+
+	select {
+	case <-gone:
+		return 0
+	case <-term:
+	}
+	stopSweep()
+	<-swept
+	dctx, cancel := context.WithTimeout(ctx, drainTimeout)
+	defer cancel()
+	sum, err := node.Drain(dctx)
+	out.printf("drained tracked=%d graceful=%d forced=%d released=%d unreleased=%d err=%v",
+		sum.Tracked, sum.Graceful, sum.Forced, sum.Released, sum.Unreleased, err)
+	return 0
+}
+
+// commands runs the fire requests read from stdin until it closes.
+func commands(node *runner.Node, out *lines) {
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) != 2 || f[0] != "fire" {
+			continue
+		}
+		go fire(node, out, f[1])
+	}
+}
+
+func fire(node *runner.Node, out *lines, trigger string) {
+	ctx, cancel := context.WithTimeout(context.Background(), fireTimeout)
+	defer cancel()
+	res, err := node.Fire(ctx, actorID, eventName, payload{Trigger: trigger}, runner.FireOptions{})
+	switch {
+	case err != nil:
+		out.printf("fireerr %s %s", trigger, strings.Join(strings.Fields(err.Error()), " "))
+	case res[0].Duplicate:
+		out.printf("fired %s duplicate", trigger)
+	default:
+		out.printf("fired %s created %d", trigger, res[0].EpisodeID)
+	}
+}
+
+// chaosActor is the actor every worker registers: restart recovery, so
+// every orphan is re-run, and attempts high enough never to run out.
+func chaosActor(pool *pgxpool.Pool) runner.Actor {
+	return runner.Actor{ID: actorID, MaxConcurrent: maxConcurrent, Expectations: []runner.Expectation{{
+		ID: expectationID, Trigger: runner.Event{Name: eventName}, Strategy: apply{pool},
+		Recovery: runner.RecoveryRestart, MaxAttempts: 1000,
+	}}}
+}
+
+// apply works for a few steps, then writes its effect to the ledger under
+// its claim (WriteLedger) and reports done.
+type apply struct{ pool *pgxpool.Pool }
+
+func (apply) Init(_ context.Context, r *runner.Run) error {
+	r.State = new(int) // steps done by this run; a restarted run starts over
+	return nil
+}
+
+func (a apply) Step(ctx context.Context, r *runner.Run) (runner.StepResult, error) {
+	done := r.State.(*int)
+	*done++
+	if *done <= workSteps {
+		if err := pause(ctx, time.Duration(20+rand.IntN(41))*time.Millisecond); err != nil {
+			return runner.StepResult{}, err
+		}
+		return runner.StepResult{Data: map[string]int{"work": *done}}, nil
+	}
+	if err := a.writeLedger(ctx, r); err != nil {
+		return runner.StepResult{}, err
+	}
+	t := r.Token()
+	return runner.StepResult{Done: true, Data: map[string]string{"ledger": "written"},
+		Result: map[string]any{"owner": t.Owner, "fence": t.Fence}}, nil
+}
+
+// writeLedger runs WriteLedger for this run's grant. Zero rows: the grant no
+// longer holds a live lease, claims.ErrLeaseLost. The statement is
+// idempotent, so a connection error (a server restart, a cut) is retried
+// until it lands, the lease is found gone, or the run is stopped.
+func (a apply) writeLedger(ctx context.Context, r *runner.Run) error {
+	var p payload
+	if err := r.Payload(&p); err != nil {
+		return err
+	}
+	t := r.Token()
+	backoff := 20 * time.Millisecond
+	for {
+		tag, err := a.pool.Exec(ctx, query("WriteLedger"), r.EpisodeID(), t.Key, t.Owner, t.Fence, p.Trigger)
+		switch {
+		case err == nil && tag.RowsAffected() == 0:
+			return fmt.Errorf("ledger of episode %d: %w", r.EpisodeID(), claims.ErrLeaseLost)
+		case err == nil:
+			return nil
+		case ctx.Err() != nil || !transient(err):
+			return fmt.Errorf("ledger of episode %d: %w", r.EpisodeID(), err)
+		}
+		if err := pause(ctx, backoff); err != nil {
+			return err
+		}
+		backoff = min(2*backoff, 500*time.Millisecond)
+	}
+}
+
+// transient: the connection failed or the server is shutting down or
+// starting; anything else (a SQL error) is a bug and fails the episode.
+func transient(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return true // network, connect, closed connection
+	}
+	switch pgErr.Code[:2] {
+	case "08", "57": // connection exception, operator intervention (shutdown)
+		return true
+	}
+	return pgErr.Code == "40001" || pgErr.Code == "40P01"
+}
+
+// pause simulates work; it returns early with the cause when ctx is done.
+func pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C:
+		return nil
+	}
+}
+
+// spyStore is the node's Store: the adapter, reporting on stdout each
+// journal or terminal write that failed with a database error the runner
+// does not retry (a lost lease is not one), so that the report can say what
+// the faults did to the runner's own writes.
+type spyStore struct {
+	*postgres.Store
+	out *lines
+}
+
+func (s spyStore) AppendStep(ctx context.Context, id int64, t claims.Token, stepNo int32, data json.RawMessage, lease time.Duration) error {
+	err := s.Store.AppendStep(ctx, id, t, stepNo, data, lease)
+	s.failed("AppendStep", err)
+	return err
+}
+
+func (s spyStore) FinishEpisode(ctx context.Context, id int64, t claims.Token, f episodes.Finish) error {
+	err := s.Store.FinishEpisode(ctx, id, t, f)
+	s.failed("FinishEpisode("+string(f.Status)+")", err)
+	return err
+}
+
+func (s spyStore) failed(statement string, err error) {
+	if err == nil || errors.Is(err, claims.ErrLeaseLost) || errors.Is(err, claims.ErrNotOwner) || errors.Is(err, claims.ErrRetryable) {
+		return
+	}
+	what := "connection"
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) {
+		what = "SQLSTATE-" + pgErr.Code
+	}
+	s.out.printf("event write_failed %s %s", statement, what)
+}
+
+// lines writes the worker's answers and telemetry to stdout, one per line.
+type lines struct{ mu sync.Mutex }
+
+func (l *lines) printf(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	fmt.Fprintf(os.Stdout, format+"\n", args...)
+}
+
+// Observe implements telemetry.Observer: the few events the test counts.
+func (l *lines) Observe(_ context.Context, e telemetry.Event) {
+	switch e.Name {
+	case runner.EventLeaseLost:
+		l.printf("event lease_lost")
+	case runner.EventReleased:
+		l.printf("event handed_over")
+	case recovery.EventSweep:
+		if n := e.Counts["restarted"]; n > 0 {
+			l.printf("event recovered %d", n)
+		}
+	}
+}
