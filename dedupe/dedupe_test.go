@@ -627,6 +627,42 @@ func FuzzEventKey(f *testing.F) {
 	})
 }
 
+// FuzzInEnv: scoping is the identity for the unset env, never truncates,
+// and is injective: two different (env, key) pairs never share a scoped key,
+// so envs can never deduplicate each other.
+func FuzzInEnv(f *testing.F) {
+	f.Add("", "event:a:e:1", "rc", "event:a:e:1")
+	f.Add("rc", "event:a:e:1", "r", "c:event:a:e:1")
+	f.Add("a:b", "k", "a", "b:k")
+	f.Add("rc", "env:x:event:a:e:1", "rc", "")
+	f.Add("", "", "rc", "")
+	f.Fuzz(func(t *testing.T, env1, key1, env2, key2 string) {
+		s1, err1 := dedupe.InEnv(env1, key1)
+		s2, err2 := dedupe.InEnv(env2, key2)
+		if env1 == "" || key1 == "" {
+			if err1 != nil || s1 != key1 {
+				t.Fatalf("InEnv(%q, %q) = %q, %v: want the key unchanged", env1, key1, s1, err1)
+			}
+		}
+		if err1 != nil && !errors.Is(err1, dedupe.ErrInvalid) {
+			t.Fatalf("error does not wrap ErrInvalid: %v", err1)
+		}
+		if err1 == nil && utf8.RuneCountInString(s1) > dedupe.MaxKeyLen && s1 != key1 {
+			t.Fatalf("scoped key of %d runes", utf8.RuneCountInString(s1))
+		}
+		// Keys built by this package never start with "env:", so an
+		// unscoped key never equals a scoped one; among scoped keys the env
+		// (which has no ':') ends at the first ':' after the prefix.
+		if err1 != nil || err2 != nil || key1 == "" || key2 == "" ||
+			strings.HasPrefix(key1, "env:") || strings.HasPrefix(key2, "env:") {
+			return // no key means no deduplication at all
+		}
+		if s1 == s2 && (env1 != env2 || key1 != key2) {
+			t.Fatalf("(%q, %q) and (%q, %q) both scope to %q", env1, key1, env2, key2, s1)
+		}
+	})
+}
+
 // ------------------------------------------------------------------ helpers
 
 func ptr[T any](v T) *T { return &v }

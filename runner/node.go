@@ -240,11 +240,11 @@ func NewNode(cfg Config) (*Node, error) {
 	}
 	gate, err := claims.NewGate(cfg.Store, claims.GateConfig{Owner: id, Lease: cfg.Lease, Observer: cfg.Observer})
 	if err != nil {
-		return nil, fmt.Errorf("runner: %w", err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	hb, err := claims.NewHeartbeat(gate, cfg.Heartbeat)
 	if err != nil {
-		return nil, fmt.Errorf("runner: %w", err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	n := &Node{
 		cfg: cfg, id: id, store: cfg.Store, gate: gate, hb: hb,

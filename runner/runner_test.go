@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -427,6 +428,23 @@ func TestRegisterRejectsBadActors(t *testing.T) {
 	require.ErrorIs(t, err, runner.ErrInvalid)
 	_, err = runner.NewNode(runner.Config{Store: postgres.New(nil), IdentityFunc: func() (string, error) { return "", errors.New("no hostname") }})
 	require.ErrorIs(t, err, runner.ErrInvalid)
+	rc, bad := "rc", "a:b"
+	for name, cfg := range map[string]runner.Config{
+		"event jitter":     {EventJitter: -time.Second},
+		"mode":             {Mode: "sometimes"},
+		"env with colon":   {Env: "a:b"},
+		"long stack":       {StackSlug: strings.Repeat("s", 256)},
+		"write timeout":    {WriteTimeout: -time.Second},
+		"poll interval":    {Poll: runner.PollConfig{Interval: -time.Second}},
+		"poll claim lease": {Poll: runner.PollConfig{ClaimLease: time.Millisecond}},
+		"poll env":         {Poll: runner.PollConfig{SourceEnv: &bad, SourceStack: &rc}},
+		"lease":            {Lease: -time.Second},
+	} {
+		cfg.Store = postgres.New(nil)
+		_, err := runner.NewNode(cfg)
+		require.ErrorIs(t, err, runner.ErrInvalid, name)
+		require.NotEmpty(t, err.Error(), name)
+	}
 }
 
 func TestNodeIdentity(t *testing.T) {
