@@ -87,6 +87,17 @@ type New struct {
 	Lease time.Duration
 }
 
+// Queued is the episode n creates, as the creating statement left it: id and
+// created_at from the database, status queued.
+func (n New) Queued(id int64, createdAt time.Time) Episode {
+	return Episode{
+		ID: id, ActorID: n.ActorID, ExpectationID: n.ExpectationID, TriggerType: n.TriggerType,
+		TriggerRef: n.TriggerRef, DedupeKey: n.DedupeKey, Status: StatusQueued,
+		MaxAttempts: n.MaxAttempts, SourceStack: n.SourceStack, SourceEnv: n.SourceEnv,
+		Payload: n.Payload, CreatedAt: createdAt,
+	}
+}
+
 // Created is what CreateEpisode did.
 type Created struct {
 	// Created is false when a live episode already holds the dedupe key

@@ -39,12 +39,7 @@ func (s *Store) CreateEpisode(ctx context.Context, n episodes.New) (episodes.Cre
 	}
 	return episodes.Created{
 		Created: true,
-		Episode: episodes.Episode{
-			ID: row.ID, ActorID: n.ActorID, ExpectationID: n.ExpectationID, TriggerType: n.TriggerType,
-			TriggerRef: n.TriggerRef, DedupeKey: n.DedupeKey, Status: episodes.StatusQueued,
-			MaxAttempts: n.MaxAttempts, SourceStack: n.SourceStack, SourceEnv: n.SourceEnv,
-			Payload: n.Payload, CreatedAt: row.CreatedAt,
-		},
+		Episode: n.Queued(row.ID, row.CreatedAt),
 		Claim: episodes.GrantedClaim(row.ClaimKey, n.Owner, row.Fence, row.Attempt, row.LeaseUntil, row.ClaimedAt, row.GrantKind),
 	}, nil
 }

@@ -38,12 +38,7 @@ func (s *Store) CreateDeferredEpisode(ctx context.Context, d episodes.Deferred) 
 	}
 	return episodes.DeferredCreated{
 		Created: true,
-		Episode: episodes.Episode{
-			ID: row.ID, ActorID: n.ActorID, ExpectationID: n.ExpectationID, TriggerType: n.TriggerType,
-			TriggerRef: n.TriggerRef, DedupeKey: n.DedupeKey, Status: episodes.StatusQueued,
-			MaxAttempts: n.MaxAttempts, SourceStack: n.SourceStack, SourceEnv: n.SourceEnv,
-			Payload: n.Payload, CreatedAt: row.CreatedAt,
-		},
+		Episode: n.Queued(row.ID, row.CreatedAt),
 		RequestID: row.RequestID,
 	}, nil
 }

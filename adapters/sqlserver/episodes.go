@@ -48,12 +48,7 @@ func (s *Store) CreateEpisode(ctx context.Context, n episodes.New) (episodes.Cre
 	}
 	return episodes.Created{
 		Created: true,
-		Episode: episodes.Episode{
-			ID: id, ActorID: n.ActorID, ExpectationID: n.ExpectationID, TriggerType: n.TriggerType,
-			TriggerRef: n.TriggerRef, DedupeKey: n.DedupeKey, Status: episodes.StatusQueued,
-			MaxAttempts: n.MaxAttempts, SourceStack: n.SourceStack, SourceEnv: n.SourceEnv,
-			Payload: n.Payload, CreatedAt: createdAt,
-		},
+		Episode: n.Queued(id, createdAt),
 		Claim: episodes.GrantedClaim(claimKey, n.Owner, fence, attempt, leaseUntil, claimedAt, grantKind),
 	}, nil
 }

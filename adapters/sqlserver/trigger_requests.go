@@ -47,12 +47,7 @@ func (s *Store) CreateDeferredEpisode(ctx context.Context, d episodes.Deferred) 
 	}
 	return episodes.DeferredCreated{
 		Created: true,
-		Episode: episodes.Episode{
-			ID: id, ActorID: n.ActorID, ExpectationID: n.ExpectationID, TriggerType: n.TriggerType,
-			TriggerRef: n.TriggerRef, DedupeKey: n.DedupeKey, Status: episodes.StatusQueued,
-			MaxAttempts: n.MaxAttempts, SourceStack: n.SourceStack, SourceEnv: n.SourceEnv,
-			Payload: n.Payload, CreatedAt: createdAt,
-		},
+		Episode: n.Queued(id, createdAt),
 		RequestID: requestID,
 	}, nil
 }
