@@ -40,7 +40,7 @@ func (s *Store) CreateEpisode(ctx context.Context, n episodes.New) (episodes.Cre
 	return episodes.Created{
 		Created: true,
 		Episode: n.Queued(row.ID, row.CreatedAt),
-		Claim: episodes.GrantedClaim(row.ClaimKey, n.Owner, row.Fence, row.Attempt, row.LeaseUntil, row.ClaimedAt, row.GrantKind),
+		Claim:   episodes.GrantedClaim(row.ClaimKey, n.Owner, row.Fence, row.Attempt, row.LeaseUntil, row.ClaimedAt, row.GrantKind),
 	}, nil
 }
 

@@ -37,8 +37,8 @@ func (s *Store) CreateDeferredEpisode(ctx context.Context, d episodes.Deferred) 
 		return episodes.DeferredCreated{}, dbError("CreateDeferredEpisode", err)
 	}
 	return episodes.DeferredCreated{
-		Created: true,
-		Episode: n.Queued(row.ID, row.CreatedAt),
+		Created:   true,
+		Episode:   n.Queued(row.ID, row.CreatedAt),
 		RequestID: row.RequestID,
 	}, nil
 }

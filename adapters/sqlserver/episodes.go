@@ -49,7 +49,7 @@ func (s *Store) CreateEpisode(ctx context.Context, n episodes.New) (episodes.Cre
 	return episodes.Created{
 		Created: true,
 		Episode: n.Queued(id, createdAt),
-		Claim: episodes.GrantedClaim(claimKey, n.Owner, fence, attempt, leaseUntil, claimedAt, grantKind),
+		Claim:   episodes.GrantedClaim(claimKey, n.Owner, fence, attempt, leaseUntil, claimedAt, grantKind),
 	}, nil
 }
 

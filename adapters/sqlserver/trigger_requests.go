@@ -46,8 +46,8 @@ func (s *Store) CreateDeferredEpisode(ctx context.Context, d episodes.Deferred) 
 		return episodes.DeferredCreated{}, err
 	}
 	return episodes.DeferredCreated{
-		Created: true,
-		Episode: n.Queued(id, createdAt),
+		Created:   true,
+		Episode:   n.Queued(id, createdAt),
 		RequestID: requestID,
 	}, nil
 }
