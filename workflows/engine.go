@@ -225,7 +225,7 @@ func (e *Engine) FinishEpisode(ctx context.Context, ep episodes.Episode, t claim
 		if step, found, err = tx.GetWorkflowStepByEpisode(ctx, ep.ID); err != nil || !found {
 			return err
 		}
-		evs, err = e.advance(ctx, tx, step.InstanceID, ep.ID, f.Status)
+		evs, _, err = e.advance(ctx, tx, step.InstanceID, ep.ID, f.Status)
 		return err
 	})
 	if err != nil {
@@ -256,26 +256,33 @@ func episodeEvent(id int64, status episodes.Status, step *StepState) Event {
 // steps whose dependencies are all done or skipped start, and an instance
 // with every step ended is done. A step that no longer runs episodeID was
 // advanced already: nothing happens, so a duplicate end never advances
-// twice.
-func (e *Engine) advance(ctx context.Context, tx Tx, instanceID, episodeID int64, status episodes.Status) ([]Event, error) {
+// twice. advanced reports whether the step moved.
+func (e *Engine) advance(ctx context.Context, tx Tx, instanceID, episodeID int64, status episodes.Status) (evs []Event, advanced bool, err error) {
 	inst, err := tx.LockWorkflowInstance(ctx, instanceID)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	d, ok := e.def(inst.WorkflowID)
 	if !ok {
 		e.log.WarnContext(ctx, "leasehold: workflow not registered on this node; Reconcile on a node that has it advances it",
 			slog.String("workflow", inst.WorkflowID), slog.Int64("instance", inst.ID))
-		return nil, nil
+		return nil, false, nil
 	}
 	step, found, err := tx.GetWorkflowStepByEpisode(ctx, episodeID)
 	if err != nil || !found || step.Status != StepRunning || step.EpisodeID != episodeID {
-		return nil, err
+		return nil, false, err
 	}
 	sd, ok := d.step(step.StepID)
 	if !ok {
-		return nil, fmt.Errorf("%w: workflow %q has no step %q any more", errConflict, d.ID, step.StepID)
+		return nil, false, fmt.Errorf("%w: workflow %q has no step %q any more", errConflict, d.ID, step.StepID)
 	}
+	evs, err = e.move(ctx, tx, &inst, d, sd, step, episodeID, status)
+	return evs, err == nil, err
+}
+
+// move applies the end of the step's current episode, under the lock.
+func (e *Engine) move(ctx context.Context, tx Tx, inst *Instance, d *Definition, sd *Step, step StepState,
+	episodeID int64, status episodes.Status) ([]Event, error) {
 	var evs []Event
 	switch {
 	case status == episodes.StatusDone:
@@ -283,7 +290,7 @@ func (e *Engine) advance(ctx context.Context, tx Tx, instanceID, episodeID int64
 			return nil, err
 		}
 	case inst.Status == InstanceRunning && step.Attempts < step.MaxAttempts:
-		if err := e.startStep(ctx, tx, &inst, sd, step); err != nil {
+		if err := e.startStep(ctx, tx, inst, sd, step); err != nil {
 			return nil, err
 		}
 		return nil, nil
@@ -312,7 +319,7 @@ func (e *Engine) advance(ctx context.Context, tx Tx, instanceID, episodeID int64
 	if inst.Status != InstanceRunning {
 		return evs, nil
 	}
-	return e.startReady(ctx, tx, &inst, d)
+	return e.startReady(ctx, tx, inst, d)
 }
 
 func (e *Engine) end(ctx context.Context, tx Tx, step StepState, status string) error {
@@ -437,19 +444,18 @@ func (e *Engine) Reconcile(ctx context.Context, opts ReconcileOptions) (Reconcil
 	}
 	rep := ReconcileReport{Found: len(stalled)}
 	for _, s := range stalled {
-		var evs []Event
+		var (
+			evs      []Event
+			advanced bool
+		)
 		err := e.store.InTx(ctx, func(tx Tx) (err error) {
-			evs, err = e.advance(ctx, tx, s.InstanceID, s.EpisodeID, s.EpisodeStatus)
+			evs, advanced, err = e.advance(ctx, tx, s.InstanceID, s.EpisodeID, s.EpisodeStatus)
 			return err
 		})
 		if err != nil {
 			return rep, fmt.Errorf("reconcile instance %d step %q: %w", s.InstanceID, s.StepID, err)
 		}
-		step, err := e.stepOf(ctx, s.InstanceID, s.StepID)
-		if err != nil {
-			return rep, err
-		}
-		if step.EpisodeID == s.EpisodeID && step.Status == StepRunning {
+		if !advanced {
 			rep.Skipped++
 			continue
 		}
@@ -460,19 +466,6 @@ func (e *Engine) Reconcile(ctx context.Context, opts ReconcileOptions) (Reconcil
 		e.node.PollNow()
 	}
 	return rep, nil
-}
-
-func (e *Engine) stepOf(ctx context.Context, instanceID int64, stepID string) (StepState, error) {
-	steps, err := e.store.ListWorkflowSteps(ctx, instanceID)
-	if err != nil {
-		return StepState{}, err
-	}
-	for _, s := range steps {
-		if s.StepID == stepID {
-			return s, nil
-		}
-	}
-	return StepState{}, fmt.Errorf("instance %d has no step %q", instanceID, stepID)
 }
 
 // Instance returns an instance and its steps.

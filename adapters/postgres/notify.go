@@ -31,10 +31,9 @@ func NewNotifier(pool *pgxpool.Pool) *Notifier { return &Notifier{pool: pool, Ba
 // listening, until ctx is done. Connection errors are retried.
 func (n *Notifier) WaitTriggerRequests(ctx context.Context, wake func()) error {
 	for {
-		err := n.listen(ctx, wake)
-		if ctx.Err() != nil {
-			return nil
-		}
+		// listen returns only when the connection failed (or ctx is done):
+		// reconnect after the backoff; the poll interval covers the gap.
+		_ = n.listen(ctx, wake)
 		t := time.NewTimer(n.Backoff)
 		select {
 		case <-ctx.Done():
@@ -42,7 +41,6 @@ func (n *Notifier) WaitTriggerRequests(ctx context.Context, wake func()) error {
 			return nil
 		case <-t.C:
 		}
-		_ = err // reconnect; the poll interval covers the gap
 	}
 }
 

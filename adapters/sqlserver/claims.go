@@ -168,15 +168,7 @@ func (s *Store) ListExpired(ctx context.Context, limit int) ([]claims.Claim, err
 	if err != nil {
 		return nil, err
 	}
-	out := make([]claims.Claim, 0, len(rows.rows))
-	for rows.Next() {
-		c, err := scanClaim(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, c)
-	}
-	return out, nil
+	return scanClaims(rows)
 }
 
 // scanClaim reads a claim row; AcquireClaim and ListExpiredClaims return
@@ -192,6 +184,19 @@ func scanClaim(sc scanner) (claims.Claim, error) {
 	}
 	c.State, c.Grant = claims.State(state), claims.GrantKind(grant)
 	return c, nil
+}
+
+// scanClaims reads every claim row of rows (ListExpiredClaims, ListClaims).
+func scanClaims(rows *resultSet) ([]claims.Claim, error) {
+	out := make([]claims.Claim, 0, len(rows.rows))
+	for rows.Next() {
+		c, err := scanClaim(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, nil
 }
 
 // fenced maps "no row matched the fenced WHERE" to ErrNotOwner.
@@ -236,13 +241,5 @@ func (s *Store) ListClaims(ctx context.Context, q claims.ListQuery) ([]claims.Cl
 	if err != nil {
 		return nil, err
 	}
-	out := make([]claims.Claim, 0, len(rows.rows))
-	for rows.Next() {
-		c, err := scanClaim(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, c)
-	}
-	return out, nil
+	return scanClaims(rows)
 }

@@ -41,19 +41,8 @@ const skipBanner = "=== SQL SERVER CONFORMANCE SUITE SKIPPED: MSSQL_URL is not s
 // would need a user per backend; a database per backend isolates completely
 // with one DSN change (database=).
 func TestConformanceClaims(t *testing.T) {
-	dsn := os.Getenv("MSSQL_URL")
-	if dsn == "" {
-		fmt.Println(skipBanner)
-		t.Skip(skipBanner)
-	}
+	admin, dsn := mssqlAdmin(t)
 	t.Parallel()
-	admin, err := sqlserver.Open(dsn)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = admin.Close() })
-	pingCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	require.NoErrorf(t, admin.PingContext(pingCtx), "cannot reach the SQL Server MSSQL_URL names")
-
 	for _, rcsi := range []bool{false, true} {
 		t.Run(fmt.Sprintf("RCSI=%v", rcsi), func(t *testing.T) {
 			t.Parallel()
@@ -192,15 +181,8 @@ FROM leasehold_work_claims WHERE dedupe_key = @key;`, sql.Named("key", key)).
 // TestConformanceEpisodes runs the shared episode, journal and recovery
 // suite on the SQL Server MSSQL_URL names, like TestConformanceClaims.
 func TestConformanceEpisodes(t *testing.T) {
-	dsn := os.Getenv("MSSQL_URL")
-	if dsn == "" {
-		fmt.Println(skipBanner)
-		t.Skip(skipBanner)
-	}
+	admin, dsn := mssqlAdmin(t)
 	t.Parallel()
-	admin, err := sqlserver.Open(dsn)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = admin.Close() })
 	conformance.RunEpisodes(t, func(t *testing.T) conformance.EpisodesBackend {
 		db := freshDatabase(t, admin, dsn, false)
 		store, err := sqlserver.New(db)
@@ -216,13 +198,37 @@ func TestConformanceEpisodes(t *testing.T) {
 			Archive: func(t testing.TB, id int64) {
 				exec(t, `UPDATE leasehold_episodes SET archived_at = SYSUTCDATETIME() WHERE id = @id`, sql.Named("id", id))
 			},
-			Age: func(t testing.TB, id int64, d time.Duration) {
-				exec(t, `UPDATE leasehold_episodes
-					SET created_at = DATEADD(second, -@s, created_at),
-					    started_at = DATEADD(second, -@s, started_at),
-					    last_step_at = DATEADD(second, -@s, last_step_at)
-					WHERE id = @id`, sql.Named("s", int(d.Seconds())), sql.Named("id", id))
-			},
+			Age: func(t testing.TB, id int64, d time.Duration) { ageEpisode(t, db, id, d) },
 		}
 	})
+}
+
+// mssqlAdmin returns a pool on the server MSSQL_URL names, or skips loudly:
+// every SQL Server conformance test starts with it.
+func mssqlAdmin(t *testing.T) (*sql.DB, string) {
+	t.Helper()
+	dsn := os.Getenv("MSSQL_URL")
+	if dsn == "" {
+		fmt.Println(skipBanner)
+		t.Skip(skipBanner)
+	}
+	admin, err := sqlserver.Open(dsn)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = admin.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoErrorf(t, admin.PingContext(ctx), "cannot reach the SQL Server MSSQL_URL names")
+	return admin, dsn
+}
+
+// ageEpisode moves an episode's created_at, started_at and last_step_at
+// back by d (whole seconds) on the database clock.
+func ageEpisode(t testing.TB, db *sql.DB, id int64, d time.Duration) {
+	t.Helper()
+	_, err := db.ExecContext(context.Background(), `UPDATE leasehold_episodes
+		SET created_at = DATEADD(second, -@s, created_at),
+		    started_at = DATEADD(second, -@s, started_at),
+		    last_step_at = DATEADD(second, -@s, last_step_at)
+		WHERE id = @id`, sql.Named("s", int(d.Seconds())), sql.Named("id", id))
+	require.NoError(t, err)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -13,23 +12,6 @@ import (
 	"github.com/leasehold/leasehold/adapters/sqlserver"
 	"github.com/leasehold/leasehold/conformance"
 )
-
-// mssqlAdmin returns a pool on the server MSSQL_URL names, or skips loudly.
-func mssqlAdmin(t *testing.T) (*sql.DB, string) {
-	t.Helper()
-	dsn := os.Getenv("MSSQL_URL")
-	if dsn == "" {
-		fmt.Println(skipBanner)
-		t.Skip(skipBanner)
-	}
-	admin, err := sqlserver.Open(dsn)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = admin.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	require.NoErrorf(t, admin.PingContext(ctx), "cannot reach the SQL Server MSSQL_URL names")
-	return admin, dsn
-}
 
 func utcWall(t time.Time) time.Time {
 	return time.Date(t.Year(), t.Month(), t.Day(), t.Hour(), t.Minute(), t.Second(), t.Nanosecond(), time.UTC)
@@ -63,13 +45,7 @@ func TestConformanceDeferred(t *testing.T) {
 						exec(t, `UPDATE leasehold_trigger_requests SET created_at = DATEADD(second, -@s, created_at) WHERE id = @id`,
 							sql.Named("s", int(d.Seconds())), sql.Named("id", id))
 					},
-					Age: func(t testing.TB, id int64, d time.Duration) {
-						exec(t, `UPDATE leasehold_episodes
-							SET created_at = DATEADD(second, -@s, created_at),
-							    started_at = DATEADD(second, -@s, started_at),
-							    last_step_at = DATEADD(second, -@s, last_step_at)
-							WHERE id = @id`, sql.Named("s", int(d.Seconds())), sql.Named("id", id))
-					},
+					Age: func(t testing.TB, id int64, d time.Duration) { ageEpisode(t, db, id, d) },
 				}
 			})
 		})
