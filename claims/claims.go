@@ -89,10 +89,15 @@ type Claim struct {
 }
 
 // SetLocalStart records the local monotonic time just before the statement
-// that granted c was sent. A Heartbeat derives c's first local deadline from
-// it; grants made outside Gate.Acquire (with an episode's creation, by
-// recovery) should set it, or Hold uses the time of the Hold call.
+// that granted c was sent; the lease cannot have started on the database
+// before it. Every adapter method that grants a claim (Acquire, an episode's
+// creation, recovery, dispatch) stamps the claim it returns, because only
+// the adapter knows when it sent the statement. A Heartbeat derives c's
+// first local deadline from it and refuses to hold a claim without one.
 func (c *Claim) SetLocalStart(t time.Time) { c.acquiredAt = t }
+
+// LocalStart is the local time SetLocalStart recorded; zero if none.
+func (c Claim) LocalStart() time.Time { return c.acquiredAt }
 
 // ListQuery selects claims for an operator listing (leasehold claims ls);
 // it has no coordination role. Owner "" means every owner; ExpiredOnly keeps

@@ -49,10 +49,51 @@
 // with RenewClaims, one statement whatever their number. A lease missing from
 // the result is lost: its work's context is cancelled with cause
 // ErrLeaseLost. A database error is retried; the node keeps a local deadline
-// per lease on its monotonic clock (start of the last successful renewal +
-// lease - margin) and stops the work itself when the deadline passes without
-// a renewal, because after that another node may steal the lease. The local
-// deadline only ever stops work early; it never grants anything.
+// per lease on its monotonic clock and stops the work itself when the
+// deadline passes without a renewal, because after that another node may
+// steal the lease. The local deadline only ever stops work early; it never
+// grants anything.
+//
+// # Where the local lease clock starts
+//
+// The database starts a lease when it executes the granting statement, at
+// an instant the node cannot observe; it can only know that this was after
+// it sent the statement. So every grant's local clock starts at the instant
+// just before the statement was sent, and a slow answer (a loaded server, a
+// congested link, a proxy holding bytes) shortens the local lease instead of
+// lengthening it:
+//
+//	grant                                     stamped by
+//	----------------------------------------  ------------------------------------
+//	AcquireClaim (fresh, steal, re-claim)      the adapter's Acquire (and Gate.Acquire)
+//	CreateEpisode (an episode born owned)      the adapter, via episodes.GrantedClaim
+//	ClaimForRecovery (recovery)                the adapter, via episodes.GrantedClaim
+//	DispatchTriggerRequest (deferred work)     the adapter, via episodes.GrantedClaim
+//	RenewClaims (each renewal)                 the Heartbeat, before RenewMany
+//
+// The stamp lives in the adapter because only the adapter knows when it
+// sends the statement; episodes.GrantedClaim, which every adapter uses to
+// build a granted episode claim, takes the instant as a required argument,
+// so an adapter cannot build one without it. Heartbeat.Hold refuses a claim
+// that carries no local start (Claim.LocalStart is zero): its context is
+// returned already cancelled with ErrLeaseLost, so a forgotten stamp stops
+// the work instead of letting it outlive its lease. The first local deadline
+// is local start + lease - margin; after each successful renewal it is the
+// start of that renewal's statement + lease - margin.
+//
+// # Server-side bounds
+//
+// A holder frozen inside a transaction (SIGSTOP, a GC pause, a hung VM)
+// keeps its row locks while the server sees a healthy idle connection.
+// TxBound(lease) = max(lease/10, 1s) bounds it on the server: every
+// transaction an adapter opens starts with BoundTransaction (Postgres:
+// idle_in_transaction_session_timeout and lock_timeout, LOCAL), and each
+// takeover statement (AcquireClaim, ClaimForRecovery, DispatchTriggerRequest)
+// is sent with BoundLockWait (lock_timeout) in the same implicit
+// transaction. Callers put the bound on the context (WithTxBound); a frozen
+// holder then delays a takeover by at most TxBound, and a takeover that met
+// a lock longer than that fails retryable and is tried again. SQL Server has
+// no idle-in-transaction timeout; see docs/sqlserver.md for its fallback.
 //
 // # Without a store
 //

@@ -27,6 +27,10 @@ type HeartbeatConfig struct {
 	Margin time.Duration
 	// Logger receives renewal failures. Default: slog.Default().
 	Logger *slog.Logger
+	// OnRenewal, when set, is called after every renewal statement with its
+	// error (nil when it succeeded). Nothing is sent, and it is not called,
+	// while no lease is held. The runner uses it for readiness.
+	OnRenewal func(err error)
 }
 
 // Heartbeat keeps every lease a node holds alive with one RenewMany statement
@@ -43,6 +47,7 @@ type Heartbeat struct {
 	retry    time.Duration
 	margin   time.Duration
 	logger   *slog.Logger
+	onRenew  func(error)
 	now      func() time.Time // local monotonic clock; replaced in tests
 
 	mu      sync.Mutex
@@ -74,6 +79,9 @@ func NewHeartbeat(g *Gate, cfg HeartbeatConfig) (*Heartbeat, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.OnRenewal == nil {
+		cfg.OnRenewal = func(error) {}
+	}
 	switch {
 	case cfg.Interval <= 0 || cfg.Interval >= lease:
 		return nil, fmt.Errorf("claims.NewHeartbeat: %w: interval %v must be positive and shorter than the lease %v", ErrInvalid, cfg.Interval, lease)
@@ -88,6 +96,7 @@ func NewHeartbeat(g *Gate, cfg HeartbeatConfig) (*Heartbeat, error) {
 		retry:    cfg.RetryInterval,
 		margin:   cfg.Margin,
 		logger:   cfg.Logger,
+		onRenew:  cfg.OnRenewal,
 		now:      time.Now,
 		held:     make(map[Held]*heldLease),
 		wake:     make(chan struct{}, 1),
@@ -99,18 +108,27 @@ func NewHeartbeat(g *Gate, cfg HeartbeatConfig) (*Heartbeat, error) {
 // lost. The caller runs the lease's work under that context and calls stop
 // once it has completed, failed or released the claim. Passthrough claims are
 // not tracked.
+//
+// The first local deadline is c's local start (the instant before its
+// granting statement was sent; see Claim.SetLocalStart) + lease - margin. A
+// claim without a local start cannot be held safely: its grant may be older
+// than anything this node can know, so its context is returned already
+// cancelled (ErrLeaseLost) and the work never starts.
 func (h *Heartbeat) Hold(ctx context.Context, c Claim) (context.Context, func()) {
 	if c.Passthrough || !h.gate.Enabled() {
 		return ctx, func() {}
 	}
-	start := c.acquiredAt
-	if start.IsZero() {
-		start = h.now()
-	}
 	ctx, cancel := context.WithCancelCause(ctx)
+	if c.acquiredAt.IsZero() {
+		err := fmt.Errorf("%w: %s has no local start: the adapter that granted it did not record when it sent the statement", ErrLeaseLost, c.Token)
+		cancel(err)
+		h.gate.emit(ctx, telemetry.Event{Name: EventLeaseLost, Key: c.Key, Owner: c.Owner, Fence: c.Fence, Err: err})
+		h.logger.ErrorContext(ctx, "leasehold: refusing to hold a claim without a local start", slog.String("claim", c.Token.String()))
+		return ctx, func() { cancel(context.Canceled) }
+	}
 	id := Held{Key: c.Key, Fence: c.Fence}
 	h.mu.Lock()
-	h.held[id] = &heldLease{deadline: start.Add(h.gate.lease - h.margin), cancel: cancel}
+	h.held[id] = &heldLease{deadline: c.acquiredAt.Add(h.gate.lease - h.margin), cancel: cancel}
 	h.mu.Unlock()
 	h.poke()
 	return ctx, func() {
@@ -121,8 +139,25 @@ func (h *Heartbeat) Hold(ctx context.Context, c Claim) (context.Context, func())
 	}
 }
 
+// Remaining returns how long c's work may still run on this node before its
+// local deadline, and false when c is not held (never held, stopped, lost, or
+// past its deadline). Writes made on behalf of c are retried only within it.
+func (h *Heartbeat) Remaining(c Claim) (time.Duration, bool) {
+	h.mu.Lock()
+	l, ok := h.held[Held{Key: c.Key, Fence: c.Fence}]
+	h.mu.Unlock()
+	if !ok {
+		return 0, false
+	}
+	d := l.deadline.Sub(h.now())
+	return d, d > 0
+}
+
 // Interval is the renewal period.
 func (h *Heartbeat) Interval() time.Duration { return h.interval }
+
+// RetryInterval is the wait before retrying a failed renewal.
+func (h *Heartbeat) RetryInterval() time.Duration { return h.retry }
 
 // Failing reports whether the last renewal attempt failed (the database
 // erred or was unreachable); a success clears it.
@@ -187,6 +222,7 @@ func (h *Heartbeat) RenewOnce(ctx context.Context) error {
 	callCtx, cancel := context.WithTimeout(ctx, min(h.interval, max(h.untilEarliestDeadline(), time.Millisecond)))
 	renewed, err := h.gate.store.RenewMany(callCtx, h.gate.owner, batch, h.gate.lease)
 	cancel()
+	h.onRenew(err)
 	g := h.gate
 	if err != nil {
 		g.emit(ctx, telemetry.Event{Name: EventRenewFailed, Owner: g.owner, Count: len(batch), Err: err, Duration: h.now().Sub(start)})

@@ -220,6 +220,31 @@ func RunDeferred(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		require.Equal(t, episodes.RequestCompleted, listRequests(t, b, "", "")[0].Status)
 	})
 
+	t.Run("DeferredEpisodeOnAFinishedKeyIsNotAnOrphan", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		// The key's claim was finished by an earlier grant; the deferred
+		// episode waits for a poller, not for recovery.
+		c, err := b.Store.Acquire(ctx(t), claims.AcquireParams{Key: "reused", Owner: "earlier", Lease: time.Minute})
+		require.NoError(t, err)
+		require.NoError(t, b.Store.Complete(ctx(t), c.Token))
+		d := deferEpisode(t, b, "reused", "", "")
+		list, err := b.Store.ListOrphans(ctx(t), episodes.OrphanQuery{StaleAfter: time.Minute, Limit: 10})
+		require.NoError(t, err)
+		require.Empty(t, list)
+		_, _, err = b.Store.ClaimForRecovery(ctx(t), d.Episode.ID, "sweeper", time.Minute, time.Minute)
+		require.ErrorIs(t, err, claims.ErrBusy)
+
+		reqs := claimRequests(t, b, "poller", "", "", 10)
+		require.Len(t, reqs, 1)
+		before := time.Now()
+		got, err := b.Store.DispatchTriggerRequest(ctx(t), reqs[0], time.Minute)
+		require.NoError(t, err)
+		require.Equal(t, claims.Token{Key: "reused", Owner: "poller", Fence: 2}, got.Claim.Token)
+		require.False(t, got.Claim.LocalStart().Before(before), "Dispatch stamps its grant's local start")
+		require.False(t, got.Claim.LocalStart().After(time.Now()))
+	})
+
 	t.Run("ExpiryCancelsUnclaimedEpisodesInScope", func(t *testing.T) {
 		t.Parallel()
 		b := newBackend(t)

@@ -307,6 +307,93 @@ func RunEpisodes(t *testing.T, newBackend func(t *testing.T) EpisodesBackend) {
 		require.ErrorIs(t, err, claims.ErrBusy)
 	})
 
+	t.Run("StartRefusesAnExpiredGrant", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		n := newEpisode("slow-answer")
+		n.Owner, n.Lease = "node-a", time.Minute
+		res, err := b.Store.CreateEpisode(ctx(t), n)
+		require.NoError(t, err)
+		require.True(t, res.Created)
+		// The grant's answer came back after its lease ran out: another node
+		// may steal it now, so no run may start on it.
+		b.ExpireClaim(t, "slow-answer")
+		_, err = b.Store.StartEpisode(ctx(t), res.Episode.ID, res.Claim.Token)
+		require.ErrorIs(t, err, claims.ErrLeaseLost)
+		require.Equal(t, episodes.StatusQueued, get(t, b, res.Episode.ID).Status)
+	})
+
+	t.Run("GrantsCarryTheInstantBeforeTheirStatement", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		within := func(what string, c claims.Claim, before, after time.Time) {
+			t.Helper()
+			require.False(t, c.LocalStart().IsZero(), "%s: the adapter did not stamp its grant's local start", what)
+			require.False(t, c.LocalStart().Before(before), "%s: local start before the call", what)
+			require.False(t, c.LocalStart().After(after), "%s: local start after the answer", what)
+		}
+		before := time.Now()
+		c, err := b.Store.Acquire(ctx(t), claims.AcquireParams{Key: "stamp-acquire", Owner: "node-a", Lease: time.Minute})
+		require.NoError(t, err)
+		within("Acquire", c, before, time.Now())
+
+		n := newEpisode("stamp-create")
+		n.Owner, n.Lease = "node-a", time.Minute
+		before = time.Now()
+		res, err := b.Store.CreateEpisode(ctx(t), n)
+		require.NoError(t, err)
+		within("CreateEpisode", res.Claim, before, time.Now())
+
+		_, err = b.Store.StartEpisode(ctx(t), res.Episode.ID, res.Claim.Token)
+		require.NoError(t, err)
+		b.ExpireClaim(t, "stamp-create")
+		before = time.Now()
+		_, rc, err := b.Store.ClaimForRecovery(ctx(t), res.Episode.ID, "sweeper", time.Minute, time.Minute)
+		require.NoError(t, err)
+		within("ClaimForRecovery", rc, before, time.Now())
+	})
+
+	t.Run("EpisodeWhoseClaimAnotherGrantFinishedIsOrphaned", func(t *testing.T) {
+		t.Parallel()
+		for _, finish := range []string{"complete", "fail"} {
+			t.Run(finish, func(t *testing.T) {
+				b := newBackend(t)
+				key := "shared-" + finish
+				// A direct claims user holds the key when the episode is
+				// created: the episode gets no claim and waits for it.
+				direct := acquire(t, b, key, "direct")
+				n := newEpisode(key)
+				n.Owner, n.Lease = "node-a", time.Minute
+				res, err := b.Store.CreateEpisode(ctx(t), n)
+				require.NoError(t, err)
+				require.True(t, res.Created)
+				require.Zero(t, res.Claim.Fence, "busy: the key's claim is held live elsewhere")
+				orphans(t, b, 0) // waiting behind a live lease is not orphaned
+
+				// The holder finishes its claim instead of releasing it:
+				// nobody will ever finish this episode unless recovery does.
+				if finish == "complete" {
+					require.NoError(t, b.Store.Complete(ctx(t), direct.Token))
+				} else {
+					require.NoError(t, b.Store.Fail(ctx(t), direct.Token, nil))
+				}
+				require.Equal(t, []int64{res.Episode.ID}, orphans(t, b, 1))
+				ep, rc, err := b.Store.ClaimForRecovery(ctx(t), res.Episode.ID, "sweeper", time.Minute, time.Minute)
+				require.NoError(t, err)
+				require.Equal(t, claims.Token{Key: key, Owner: "sweeper", Fence: direct.Fence + 1}, rc.Token)
+				require.Equal(t, claims.GrantReclaim, rc.Grant)
+				require.EqualValues(t, 1, ep.Attempts)
+				orphans(t, b, 0)
+				_, _, err = b.Store.ClaimForRecovery(ctx(t), res.Episode.ID, "late", time.Minute, time.Minute)
+				require.ErrorIs(t, err, claims.ErrBusy, "recovered once")
+				_, err = b.Store.StartEpisode(ctx(t), res.Episode.ID, rc.Token)
+				require.NoError(t, err)
+				require.NoError(t, b.Store.FinishEpisode(ctx(t), res.Episode.ID, rc.Token, episodes.Finish{Status: episodes.StatusDone}))
+				orphans(t, b, 0)
+			})
+		}
+	})
+
 	t.Run("ClaimlessEpisodesAreOrphanedAfterStaleAfter", func(t *testing.T) {
 		t.Parallel()
 		b := newBackend(t)

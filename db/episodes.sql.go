@@ -482,6 +482,7 @@ WITH lease AS (
       AND c.owner_node = $1::text
       AND c.fence = $4
       AND c.state = 'claimed'
+      AND c.lease_until > now()
     FOR SHARE
 )
 UPDATE leasehold_episodes AS e
@@ -516,7 +517,10 @@ type StartEpisodeRow struct {
 // next free step number so a re-run appends after the old journal.
 //
 // Guarantee: fenced on the work claim; a terminal or archived episode is
-// never started again.
+// never started again. The grant must also still be live on the database
+// clock (lease_until > now()): a grant whose answer came back late, or that
+// waited in the slot queue without being renewed, may already be stealable,
+// and a run must never start on a lease another node may take meanwhile.
 func (q *Queries) StartEpisode(ctx context.Context, db DBTX, arg StartEpisodeParams) (StartEpisodeRow, error) {
 	row := db.QueryRow(ctx, startEpisode,
 		arg.OwnerNode,

@@ -11,19 +11,28 @@ import (
 )
 
 const claimForRecovery = `-- name: ClaimForRecovery :one
-WITH orphan AS (
+WITH claim_row AS (
+    SELECT x.dedupe_key, x.state
+    FROM leasehold_work_claims AS x
+    WHERE x.dedupe_key = (SELECT coalesce(e0.dedupe_key, 'episode:' || e0.id)
+                          FROM leasehold_episodes AS e0 WHERE e0.id = $1)
+    FOR UPDATE
+), orphan AS (
     SELECT e.id, coalesce(e.dedupe_key, 'episode:' || e.id) AS claim_key
     FROM leasehold_episodes AS e
     WHERE e.id = $1
       AND e.archived_at IS NULL
+      AND e.status IN ('running', 'queued')
       AND (
-        EXISTS (SELECT 1 FROM leasehold_work_claims AS x
-                WHERE x.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id))
+        EXISTS (SELECT 1 FROM claim_row)
         OR (e.status = 'running'
             AND coalesce(e.last_step_at, e.started_at, e.created_at)
                 < now() - ($2::bigint * interval '1 millisecond'))
       )
-      AND e.status IN ('running', 'queued')
+      AND NOT (EXISTS (SELECT 1 FROM claim_row WHERE claim_row.state IN ('done', 'failed'))
+               AND EXISTS (SELECT 1 FROM leasehold_trigger_requests AS r
+                           WHERE r.episode_id = e.id AND r.status IN ('pending', 'claimed')))
+    FOR UPDATE
 ), grant_row AS (
     INSERT INTO leasehold_work_claims AS c (
         dedupe_key, state, owner_node, lease_until, claimed_at, last_heartbeat_at,
@@ -45,11 +54,10 @@ WITH orphan AS (
         fence             = c.fence + 1,
         grant_kind        = CASE WHEN c.state = 'claimed' THEN 'steal' ELSE 'reclaim' END,
         work_type         = excluded.work_type
-    -- Only an expired or released grant is taken over, never a done or
-    -- failed one: if the owner finished the episode while this statement
-    -- waited for the claim row, the re-check sees its final state and
-    -- matches nothing (the race River's rescuer once lost).
-    WHERE (c.state = 'claimed' AND c.lease_until <= now()) OR c.state = 'released'
+    -- Safe for done and failed too: the episode row is locked and was seen
+    -- non-terminal on its latest version, so this is not the owner's own
+    -- finish (which ends the episode in the same statement).
+    WHERE (c.state = 'claimed' AND c.lease_until <= now()) OR c.state IN ('released', 'done', 'failed')
     RETURNING c.dedupe_key, c.owner_node, c.fence, c.attempt, c.lease_until, c.claimed_at, c.grant_kind
 )
 UPDATE leasehold_episodes AS e
@@ -98,13 +106,27 @@ type ClaimForRecoveryRow struct {
 // Takes one orphan over for owner_node: grants its work claim (fence + 1,
 // attempt + 1) and marks the episode queued for recovery, attempts + 1.
 //
-// Guarantee: exactly one caller wins per orphan. The claim upsert re-checks,
-// under the claim row's lock, that no live lease exists, so a second sweeper
-// (or the original owner, whose journal writes extend its lease) makes it
-// match nothing; an episode already being recovered holds a live lease and
-// is excluded the same way. The staleness of a claim-less episode is
-// re-checked here too. The new grant belongs to the sweeper, so a restarted
-// run holds the claim itself and never finds it busy.
+// Guarantee: exactly one caller wins per orphan, and work that finished
+// during the sweep is never reopened. Everything that decides is re-checked
+// on the latest committed rows, under their locks, in lock order claim row
+// then episode row (the order of StartEpisode, AppendStep and
+// FinishEpisode, so recovery and a writer never deadlock):
+//   - claim_row locks the episode's claim row (FOR UPDATE waits for a writer
+//     in progress, then reads its committed version);
+//   - orphan locks the episode row and re-checks it is still running or
+//     queued and not archived: a zombie that finished the episode while this
+//     statement waited made it terminal, and nothing is granted;
+//   - the claim upsert takes over only a grant nobody can still use: an
+//     expired or released one, or a done or failed one of a non-terminal
+//     episode (finished by another grant of the key; see above) that has no
+//     open trigger request. A second sweeper, or the original owner whose
+//     journal writes extend its lease, makes it match nothing; an episode
+//     already being recovered holds a live lease and is excluded the same
+//     way. A claim-less episode must still be stale here.
+//
+// The new grant belongs to the sweeper, so a restarted run holds the claim
+// itself and never finds it busy. Sent after BoundLockWait, so a frozen
+// holder of either row makes it fail fast (55P03) instead of hanging.
 func (q *Queries) ClaimForRecovery(ctx context.Context, db DBTX, arg ClaimForRecoveryParams) (ClaimForRecoveryRow, error) {
 	row := db.QueryRow(ctx, claimForRecovery,
 		arg.ID,
@@ -178,6 +200,9 @@ WHERE e.status = 'running'
         WHEN c.dedupe_key IS NULL THEN coalesce(e.last_step_at, e.started_at, e.created_at)
             < now() - ($4::bigint * interval '1 millisecond')
         ELSE (c.state = 'claimed' AND c.lease_until <= now()) OR c.state = 'released'
+            OR (c.state IN ('done', 'failed')
+                AND NOT EXISTS (SELECT 1 FROM leasehold_trigger_requests AS r
+                                WHERE r.episode_id = e.id AND r.status IN ('pending', 'claimed')))
       END
 UNION ALL
 SELECT e.id, e.actor_id, e.expectation_id, e.status, e.dedupe_key, e.attempts,
@@ -198,7 +223,10 @@ WHERE e.status = 'queued'
   AND e.archived_at IS NULL
   AND ($2::text = '' OR e.source_stack IN ($2::text, ''))
   AND e.source_env = $3::text
-  AND ((c.state = 'claimed' AND c.lease_until <= now()) OR c.state = 'released')
+  AND ((c.state = 'claimed' AND c.lease_until <= now()) OR c.state = 'released'
+       OR (c.state IN ('done', 'failed')
+           AND NOT EXISTS (SELECT 1 FROM leasehold_trigger_requests AS r
+                           WHERE r.episode_id = e.id AND r.status IN ('pending', 'claimed'))))
 LIMIT $1::integer
 `
 
@@ -234,7 +262,15 @@ type ListOrphanedEpisodesRow struct {
 //     than stale_after;
 //   - queued, and its claim expired or was released: the node that held it
 //     in its slot queue is gone. A queued episode whose claim is live is
-//     waiting for a slot and is never touched.
+//     waiting for a slot and is never touched;
+//   - running or queued, and its claim is done or failed. FinishEpisode
+//     writes the episode's terminal status and the claim's final state in
+//     one statement, so such a claim was finished by another grant of the
+//     same key (a direct claims user that held the key when the episode was
+//     created, or stole it later) and nobody will ever finish the episode:
+//     without this rule it would stay queued for ever and block its trigger.
+//     Excluded: an episode with an open trigger request, which is a deferred
+//     episode reusing an archived episode's key and belongs to the pollers.
 //
 // All cut-offs are computed from now(), the database clock.
 //

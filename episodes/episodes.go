@@ -214,17 +214,23 @@ const (
 	ClassRecoveryExhausted = "recovery_exhausted"
 )
 
-// GrantedClaim builds the claim CreateEpisode returns from its result
-// columns; fence 0 (no grant) gives the zero Claim.
-func GrantedClaim(key, owner string, fence int64, attempt int32, leaseUntil, claimedAt time.Time, grant string) claims.Claim {
+// GrantedClaim builds the claim a granting statement (CreateEpisode,
+// ClaimForRecovery, DispatchTriggerRequest) returns from its result columns;
+// fence 0 (no grant) gives the zero Claim. sent is the local time taken
+// just before the statement was sent: the claim's local lease clock starts
+// there (claims.Claim.SetLocalStart), so a slow answer shortens the run's
+// local deadline instead of letting the run outlive its lease.
+func GrantedClaim(sent time.Time, key, owner string, fence int64, attempt int32, leaseUntil, claimedAt time.Time, grant string) claims.Claim {
 	if fence == 0 {
 		return claims.Claim{}
 	}
-	return claims.Claim{
+	c := claims.Claim{
 		Token: claims.Token{Key: key, Owner: owner, Fence: fence}, State: claims.StateClaimed,
 		Attempt: attempt, LeaseUntil: leaseUntil, ClaimedAt: claimedAt,
 		Grant: claims.GrantKind(grant), WorkType: "episode",
 	}
+	c.SetLocalStart(sent)
+	return c
 }
 
 // CheckID says why id cannot name an actor, expectation, workflow or step

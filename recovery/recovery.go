@@ -135,6 +135,9 @@ func (r *Recoverer) Sweep(ctx context.Context, opts Options) (Report, error) {
 	if opts.StaleAfter < 0 || opts.Limit < 0 {
 		return Report{}, fmt.Errorf("recovery: stale after %v and limit %d must not be negative", opts.StaleAfter, opts.Limit)
 	}
+	// The recovery claim is a takeover: the server bounds how long it waits
+	// for a holder frozen inside a transaction (claims.TxBound).
+	ctx = claims.WithTxBound(ctx, claims.TxBound(r.node.Lease()))
 	q := episodes.OrphanQuery{Stack: r.node.Stack(), Env: r.node.Env(), StaleAfter: opts.StaleAfter, Limit: opts.Limit}
 	if opts.Stack != nil {
 		q.Stack = *opts.Stack

@@ -27,9 +27,10 @@
 //	   ├─ budget ───────────► FinishEpisode status failed,   class budget_exceeded
 //	   ├─ Node.Cancel ──────► FinishEpisode status canceled, class canceled
 //	   ├─ lease lost ───────► nothing more is written: another grant owns the episode
-//	   └─ Node.Drain/Stop ──► ReleaseClaims (all of the node's claims in one statement):
-//	                          the episode stays running (or queued) for recovery, and
-//	                          any node takes it at once
+//	   └─ Node.Drain/Stop ──► ReleaseClaims at the episode's next step boundary (queued
+//	                          ones at once, in one statement): the episode stays
+//	                          running (or queued) for recovery, and any node takes
+//	                          it at once
 //
 // FinishEpisode writes the episode's terminal status and the claim's final
 // state in one statement, so neither lands without the other.
@@ -52,6 +53,62 @@
 // in UTC, so skewed nodes still agree on the key), measures the wall-time
 // budget of a run it executes, and keeps the heartbeat's local deadline; it
 // never grants or extends a lease.
+//
+// # Where a run's local lease clock starts
+//
+// A run's lease starts, locally, at the instant just before the statement
+// that granted it was sent — CreateEpisode for a trigger this node won,
+// DispatchTriggerRequest for deferred work, ClaimForRecovery for a recovered
+// orphan — never when the answer arrives or the run is queued (see package
+// claims, "Where the local lease clock starts"). The adapter stamps the
+// claim; the heartbeat refuses a claim without a stamp. StartEpisode also
+// refuses, in the statement, a grant whose lease already expired on the
+// database clock, so a late answer cannot start a run that another node may
+// already be stealing. The run's context is cancelled at local start +
+// lease - margin unless a renewal succeeded, so the strategy always stops
+// before the database could hand the episode to another node.
+//
+// # What bounds each write
+//
+// Every write the runner makes (StartEpisode, AppendStep, FinishEpisode,
+// releases, membership, the poller's statements) goes through one retry
+// loop. A write is sent again only after an error the adapter marked
+// claims.ErrRetryable (nothing reached the server — a failed connect, a
+// connection found bad before sending — or the server rolled it back: a
+// restart, a deadlock, a lock timeout), with jittered backoff, and stops at
+// the first of:
+//
+//	bound                                    applies to
+//	---------------------------------------  ----------------------------------
+//	Config.WriteTimeout (default 30 s)        every write
+//	the lease's remaining local time          writes on behalf of a run's lease;
+//	  (one attempt of claims.TxBound if         a short outage is ridden out, a
+//	   the lease is no longer held)             long one ends the run in time
+//	the drain's hard stop                     every write of the node
+//	the poller's intake context               the poller's writes
+//
+// A write's context never inherits the run's (a run cancelled for its budget
+// still records why); the fence alone decides whether it lands. It carries
+// claims.TxBound(lease), the server-side bound on the transactions and
+// takeover statements the adapter runs for it.
+//
+// # Drain and readiness under faults
+//
+// Drain returns by its context's deadline plus Config.DrainGrace (default
+// 1 s): writes may go on for half the grace after the deadline, then every
+// write of the node is cancelled, and runs that have not returned by the
+// end of the grace are reported Abandoned. Each episode is released as soon
+// as it reaches a step boundary, not behind the slowest run; DrainSummary
+// counts each handed-over episode once as Released, Lost (the grant was
+// already gone; the only case that emits lease_lost) or Unreleased (the
+// release failed; the lease expires instead).
+//
+// Readiness is degraded while the last statement that reached for the
+// database failed: a lease renewal, or the membership refresh, which runs
+// every min(heartbeat interval, 5 s) with that timeout (every retry
+// interval while failing) and so probes the database even when the node
+// holds nothing. A node cut off is degraded within two such periods, and
+// ready again after the first statement that succeeds.
 //
 // # Dedupe keys
 //

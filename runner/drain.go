@@ -2,10 +2,12 @@ package runner
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/leasehold/leasehold/claims"
 	"github.com/leasehold/leasehold/membership"
 	"github.com/leasehold/leasehold/telemetry"
 )
@@ -13,27 +15,52 @@ import (
 // Drain telemetry.
 const (
 	EventDrainStarted   = "drain.started"   // Count: episodes tracked
-	EventDrainCompleted = "drain.completed" // Counts: tracked, graceful, forced, released, unreleased_count
+	EventDrainCompleted = "drain.completed" // Counts: tracked, graceful, forced, abandoned, released, lost, unreleased_count
+	// EventReleaseFailed: a drain could not release an episode's claim (the
+	// statement failed or ran out of time); the lease expires instead.
+	EventReleaseFailed = "episode.release_failed"
 )
 
-// DrainSummary is what a drain did.
+// DefaultDrainGrace is Config.DrainGrace when it is zero.
+const DefaultDrainGrace = time.Second
+
+// DrainSummary is what a drain did. Every episode the node held when the
+// drain began is counted once in Graceful, Forced or Abandoned; every one
+// it handed over (stopped at a step boundary, interrupted, or still queued)
+// is counted once in Released, Lost or Unreleased.
 type DrainSummary struct {
 	// Tracked is every episode the node held when the drain began: running
-	// and queued for a slot. Tracked = Graceful + Forced.
+	// and queued for a slot. Tracked = Graceful + Forced + Abandoned.
 	Tracked int
 	// Graceful ended without being interrupted: finished on this node,
 	// stopped at a step boundary, or never started (queued).
 	Graceful int
-	// Forced had a step in progress at the drain's deadline and was
-	// cancelled.
+	// Forced had a step in progress at the drain's deadline, was cancelled,
+	// and returned within DrainGrace.
 	Forced int
-	// Released claims were fenced and released by one statement; another
-	// node can take each at once, no lease to wait out.
+	// Abandoned were still running when Drain returned: cancelled, but the
+	// strategy (or a write) did not return within DrainGrace. Their
+	// contexts are cancelled and every write they attempt is fenced; their
+	// claims expire with their lease.
+	Abandoned int
+	// Released claims were fenced and released, each as soon as its episode
+	// was handed over; another node can take each at once, no lease to wait
+	// out.
 	Released int
-	// Unreleased claims were not released (lost meanwhile, or the
-	// statement failed); they are recoverable once their lease expires.
+	// Lost claims were found already gone when released: taken over or
+	// finished by another grant (claims.lease_lost is emitted for these
+	// only).
+	Lost int
+	// Unreleased claims could not be released: the statement failed or ran
+	// past the drain's hard stop. They are recoverable once their lease
+	// expires.
 	Unreleased int
 	Duration   time.Duration
+}
+
+// drainCounts are the hand-over outcomes, counted as they happen.
+type drainCounts struct {
+	forced, released, lost, unreleased atomic.Int32
 }
 
 // Drain takes the node out of service:
@@ -42,12 +69,21 @@ type DrainSummary struct {
 //  2. intake stops: triggers, schedulers and the trigger-request poller;
 //  3. every held lease is renewed once, so the drain can use its whole
 //     timeout;
-//  4. queued episodes are handed over unstarted; running ones get until
-//     ctx is done to finish their current step (a step boundary hands the
-//     episode over, a Done step finishes it here); the rest are cancelled;
-//  5. every claim still held is fenced and released in one statement
-//     (ReleaseClaims), so another node's recovery takes it at once;
+//  4. queued episodes are handed over unstarted, their claims released in
+//     one statement;
+//  5. running ones get until ctx is done to finish their current step: a
+//     Done step finishes here, any other step boundary hands the episode
+//     over and releases its claim at once (ReleaseClaims), so another
+//     node's recovery takes it without waiting for the slowest run; at
+//     ctx's deadline the rest are cancelled, and handed over as they return;
 //  6. the node's membership row is removed.
+//
+// Drain returns by ctx's deadline plus Config.DrainGrace (default 1 s),
+// whatever the database does: every write it makes or waits for (renewal,
+// releases, the runs' own journal and finish writes, deregistration) is
+// cancelled at that hard stop, and runs that have not returned by then are
+// reported Abandoned. Without a deadline on ctx, each write is bounded by
+// WriteTimeout instead.
 //
 // Drain is idempotent: later calls return the first drain's summary. The
 // error is only a failure to release claims (they then expire with their
@@ -63,6 +99,7 @@ func (n *Node) Drain(ctx context.Context) (DrainSummary, error) {
 	case stateNew:
 		n.state.Store(int32(stateDrained))
 		n.intake.Unlock()
+		n.cancelWrites()
 		sum := DrainSummary{}
 		n.lastDrain.Store(&sum)
 		return sum, nil
@@ -70,6 +107,30 @@ func (n *Node) Drain(ctx context.Context) (DrainSummary, error) {
 	n.state.Store(int32(stateDraining))
 	n.intake.Unlock()
 	start := time.Now()
+
+	// After ctx is done, writes may go on for half of DrainGrace (then
+	// every write of this node is cancelled: n.writes), and Drain waits for
+	// cancelled runs until hard, the whole DrainGrace.
+	hard, stopHard := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopHard()
+	go func() {
+		defer n.cancelWrites()
+		select {
+		case <-ctx.Done():
+		case <-hard.Done():
+			return
+		}
+		for _, d := range []time.Duration{n.cfg.DrainGrace / 2, n.cfg.DrainGrace - n.cfg.DrainGrace/2} {
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-hard.Done():
+			}
+			t.Stop()
+			n.cancelWrites()
+		}
+		stopHard()
+	}()
 
 	n.mu.Lock()
 	running := len(n.running)
@@ -83,39 +144,39 @@ func (n *Node) Drain(ctx context.Context) (DrainSummary, error) {
 	n.log.InfoContext(ctx, "leasehold: draining", slog.Int("running", running), slog.Int("queued", len(queued)))
 
 	n.cancelIntake()
-	n.intakeBg.Wait()
-	n.heartbeatMember(ctx, true)
-	if err := n.hb.RenewOnce(ctx); err != nil {
+	waitFor(hard, &n.intakeBg)
+	n.heartbeatMember(n.writes, true)
+	if err := n.hb.RenewOnce(n.writes); err != nil {
 		n.log.WarnContext(ctx, "leasehold: drain: renewing leases failed; continuing", slog.Any("error", err))
 	}
-	for _, j := range queued {
-		n.handOver(j)
-	}
+	n.handOverAll(queued)
 
-	done := make(chan struct{})
-	go func() { n.runs.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
+	if !waitFor(ctx, &n.runs) {
 		n.mu.Lock()
 		for _, cancel := range n.running {
 			cancel(errStopping)
 		}
 		n.mu.Unlock()
-		<-done
+		waitFor(hard, &n.runs)
 	}
-	forced := int(n.forced.Load())
-
-	n.handoffMu.Lock()
-	handoff := n.handoff
-	n.handoff = nil
-	n.handoffMu.Unlock()
-	sum := DrainSummary{Tracked: tracked, Graceful: tracked - forced, Forced: forced}
-	err := n.releaseAll(handoff, &sum)
+	n.mu.Lock()
+	abandoned := len(n.running)
+	n.mu.Unlock()
+	forced := int(n.drainCounts.forced.Load())
+	sum := DrainSummary{
+		Tracked: tracked, Graceful: tracked - forced - abandoned, Forced: forced, Abandoned: abandoned,
+		Released: int(n.drainCounts.released.Load()), Lost: int(n.drainCounts.lost.Load()),
+		Unreleased: int(n.drainCounts.unreleased.Load()),
+	}
+	var err error
+	if sum.Unreleased > 0 {
+		err = fmt.Errorf("runner: drain: %d claims not released; they expire with their lease", sum.Unreleased)
+	}
 
 	n.cancelLife()
-	n.lifeBg.Wait()
-	n.deregister()
+	waitFor(hard, &n.lifeBg)
+	n.deregister(hard)
+	stopHard() // and n.writes: every write still in progress (abandoned runs') ends
 	n.cancelBase()
 	sum.Duration = time.Since(start)
 	n.intake.Lock()
@@ -123,47 +184,25 @@ func (n *Node) Drain(ctx context.Context) (DrainSummary, error) {
 	n.lastDrain.Store(&sum)
 	n.intake.Unlock()
 	n.emit(ctx, telemetry.Event{Name: EventDrainCompleted, Owner: n.id, Duration: sum.Duration, Err: err, Counts: map[string]int{
-		"tracked": sum.Tracked, "graceful": sum.Graceful, "forced": sum.Forced,
-		"released": sum.Released, "unreleased_count": sum.Unreleased,
+		"tracked": sum.Tracked, "graceful": sum.Graceful, "forced": sum.Forced, "abandoned": sum.Abandoned,
+		"released": sum.Released, "lost": sum.Lost, "unreleased_count": sum.Unreleased,
 	}})
 	n.log.InfoContext(ctx, "leasehold: drained", slog.Int("tracked", sum.Tracked), slog.Int("graceful", sum.Graceful),
-		slog.Int("forced", sum.Forced), slog.Int("released", sum.Released), slog.Int("unreleased", sum.Unreleased))
+		slog.Int("forced", sum.Forced), slog.Int("abandoned", sum.Abandoned), slog.Int("released", sum.Released),
+		slog.Int("lost", sum.Lost), slog.Int("unreleased", sum.Unreleased))
 	return sum, err
 }
 
-// releaseAll fences and releases the hand-off's claims in one statement,
-// retried while the error is retryable, then reports each episode released.
-func (n *Node) releaseAll(handoff []*job, sum *DrainSummary) error {
-	if len(handoff) == 0 {
-		return nil
+// waitFor waits for wg until ctx is done and reports whether wg finished.
+func waitFor(ctx context.Context, wg *sync.WaitGroup) bool {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		return false
 	}
-	cs := make([]claims.Claim, len(handoff))
-	for i, j := range handoff {
-		cs[i] = j.claim
-	}
-	var released []claims.Claim
-	err := n.retrying(func(ctx context.Context) (err error) {
-		released, err = n.gate.ReleaseMany(ctx, cs)
-		return err
-	})
-	if err != nil {
-		n.log.Warn("leasehold: drain: releasing claims failed; they will expire with their lease",
-			slog.Int("claims", len(cs)), slog.Any("error", err))
-	}
-	ok := make(map[claims.Token]bool, len(released))
-	for _, c := range released {
-		ok[c.Token] = true
-	}
-	for _, j := range handoff {
-		if ok[j.claim.Token] {
-			sum.Released++
-			n.emit(context.Background(), telemetry.Event{Name: EventReleased, Key: j.claim.Key, Owner: n.id, Fence: j.claim.Fence})
-		} else {
-			sum.Unreleased++
-			n.emit(context.Background(), telemetry.Event{Name: EventLeaseLost, Key: j.claim.Key, Owner: n.id, Fence: j.claim.Fence})
-		}
-	}
-	return err
 }
 
 // ReadinessState is where a node is in its life.
@@ -197,7 +236,7 @@ func (n *Node) Readiness() Readiness {
 		r.State = StateStarting
 	case stateRunning:
 		r.State = StateReady
-		if n.hb.Failing() {
+		if n.hb.Failing() || n.dbFailing.Load() {
 			r.State = StateDegraded
 		}
 	case stateDraining:
@@ -218,7 +257,7 @@ func (n *Node) Readiness() Readiness {
 func (n *Node) ReadinessDetail() any { return n.Readiness() }
 
 // Ready reports whether the node takes work: started, not draining, and
-// renewing its leases. Readiness probes (package health) report it.
+// reaching its database. Readiness probes (package health) report it.
 func (n *Node) Ready() bool { return n.Readiness().State == StateReady }
 
 // Drained reports whether the node has drained.
@@ -234,36 +273,58 @@ func (n *Node) member(draining bool) membership.Member {
 func (n *Node) register(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.cfg.WriteTimeout)
 	defer cancel()
-	if err := n.store.RegisterNode(ctx, n.member(false)); err != nil {
+	err := n.store.RegisterNode(ctx, n.member(false))
+	n.dbFailing.Store(err != nil)
+	if err != nil {
 		n.log.WarnContext(ctx, "leasehold: membership: register failed; will retry", slog.Any("error", err))
 	}
 }
 
-// refreshMembership refreshes the node's row at the heartbeat interval
-// until ctx is done.
+// memberPeriod is how often the membership row is refreshed, and the
+// timeout of each refresh: the heartbeat interval, at most 5 s. The refresh
+// is also the node's probe of its database while it holds no lease, so a
+// node that cannot reach the database reports degraded within two periods
+// of losing it, whatever it holds.
+func (n *Node) memberPeriod() time.Duration { return min(n.hb.Interval(), 5*time.Second) }
+
+// refreshMembership refreshes the node's row every memberPeriod until ctx
+// is done, and every RetryInterval while the database is unreachable, so
+// readiness returns promptly once it is back.
 func (n *Node) refreshMembership(ctx context.Context) {
-	t := time.NewTicker(n.hb.Interval())
+	t := time.NewTimer(n.memberPeriod())
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			n.heartbeatMember(ctx, n.stopping())
 		}
+		n.heartbeatMember(ctx, n.stopping())
+		wait := n.memberPeriod()
+		if n.dbFailing.Load() {
+			wait = min(wait, n.hb.RetryInterval())
+		}
+		t.Reset(wait)
 	}
 }
 
-func (n *Node) heartbeatMember(ctx context.Context, draining bool) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.hb.Interval())
+// heartbeatMember refreshes the membership row; its outcome, like every
+// lease renewal's (Config.Heartbeat.OnRenewal), tells readiness whether the
+// database is reachable.
+func (n *Node) heartbeatMember(parent context.Context, draining bool) {
+	ctx, cancel := context.WithTimeout(parent, n.memberPeriod())
 	defer cancel()
-	if err := n.store.HeartbeatNode(ctx, n.member(draining)); err != nil {
+	err := n.store.HeartbeatNode(ctx, n.member(draining))
+	if parent.Err() == nil { // not cut short by the node stopping
+		n.dbFailing.Store(err != nil)
+	}
+	if err != nil {
 		n.log.DebugContext(ctx, "leasehold: membership heartbeat failed", slog.Any("error", err))
 	}
 }
 
-func (n *Node) deregister() {
-	err := n.retrying(func(ctx context.Context) error { return n.store.DeregisterNode(ctx, n.id) })
+func (n *Node) deregister(ctx context.Context) {
+	err := n.retryingUntil(ctx, func(ctx context.Context) error { return n.store.DeregisterNode(ctx, n.id) })
 	if err != nil {
 		n.log.Warn("leasehold: membership: deregister failed; maintenance removes the row later", slog.Any("error", err))
 	}

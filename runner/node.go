@@ -124,8 +124,16 @@ type Config struct {
 	// written; the poll interval stays the fallback. On Postgres use
 	// postgres.NewNotifier(pool).
 	TriggerWaker TriggerWaker
-	// WriteTimeout bounds each fenced write. Default 30s.
+	// WriteTimeout bounds each write, retries included. Default 30s. A write
+	// on behalf of a lease is also bounded by the lease's remaining local
+	// time (claims.Heartbeat.Remaining), and every write by a drain's hard
+	// stop.
 	WriteTimeout time.Duration
+	// DrainGrace is how long Drain goes on after its context is done,
+	// waiting for cancelled runs to return and for the writes that hand
+	// their work over; Drain returns by its context's deadline plus this.
+	// Default DefaultDrainGrace (1 s).
+	DrainGrace time.Duration
 	// Logger defaults to slog.Default(); Observer to discarding.
 	Logger   *slog.Logger
 	Observer telemetry.Observer
@@ -167,13 +175,18 @@ type Node struct {
 	lifeBg       sync.WaitGroup
 	runs         sync.WaitGroup // episode goroutines
 
-	// drainMu serializes Drain; handoff collects the jobs whose claims the
-	// drain releases in one statement.
-	drainMu   sync.Mutex
-	handoffMu sync.Mutex
-	handoff   []*job
-	lastDrain atomic.Pointer[DrainSummary]
-	forced    atomic.Int32 // runs the drain's deadline interrupted mid-step
+	// drainMu serializes Drain; drainCounts counts its hand-overs.
+	drainMu     sync.Mutex
+	drainCounts drainCounts
+	lastDrain   atomic.Pointer[DrainSummary]
+
+	// writes is the parent of every write's context; cancelled at the
+	// drain's hard stop, so no write outlives Drain.
+	writes       context.Context
+	cancelWrites context.CancelFunc
+	// dbFailing: the last statement that probes the database (a lease
+	// renewal or the membership refresh) failed; readiness is degraded.
+	dbFailing atomic.Bool
 
 	// running holds the cancel of every run in progress. Keyed by run, not
 	// episode: a zombie run of an episode this node has re-acquired since is
@@ -213,6 +226,12 @@ func NewNode(cfg Config) (*Node, error) {
 	if cfg.WriteTimeout < 0 {
 		return nil, fmt.Errorf("%w: write timeout %v is negative", ErrInvalid, cfg.WriteTimeout)
 	}
+	if cfg.DrainGrace == 0 {
+		cfg.DrainGrace = DefaultDrainGrace
+	}
+	if cfg.DrainGrace < 0 {
+		return nil, fmt.Errorf("%w: drain grace %v is negative", ErrInvalid, cfg.DrainGrace)
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -242,16 +261,23 @@ func NewNode(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	hb, err := claims.NewHeartbeat(gate, cfg.Heartbeat)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
-	}
 	n := &Node{
-		cfg: cfg, id: id, store: cfg.Store, gate: gate, hb: hb,
+		cfg: cfg, id: id, store: cfg.Store, gate: gate,
 		log: cfg.Logger.With(slog.String("node", id)), obs: cfg.Observer,
 		actors: map[string]*actorState{}, running: map[*job]context.CancelCauseFunc{},
 		pollCh: make(chan struct{}, 1),
 	}
+	hbCfg, userHook := cfg.Heartbeat, cfg.Heartbeat.OnRenewal
+	hbCfg.OnRenewal = func(err error) {
+		n.dbFailing.Store(err != nil)
+		if userHook != nil {
+			userHook(err)
+		}
+	}
+	if n.hb, err = claims.NewHeartbeat(gate, hbCfg); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	n.writes, n.cancelWrites = context.WithCancel(context.Background())
 	n.modes.Store(&modes{node: cfg.Mode})
 	n.finisher = storeFinisher{cfg.Store}
 	return n, nil
@@ -606,8 +632,7 @@ func (n *Node) trigger(ctx context.Context, as *actorState, e *Expectation, env,
 		return n.deferTrigger(ctx, ne)
 	}
 	ne.Owner, ne.Lease = n.id, n.gate.Lease()
-	start := time.Now()
-	res, err := n.store.CreateEpisode(ctx, ne)
+	res, err := n.store.CreateEpisode(claims.WithTxBound(ctx, claims.TxBound(n.gate.Lease())), ne)
 	if err != nil {
 		return Outcome{}, fmt.Errorf("create episode %s/%s: %w", as.actor.ID, e.ID, err)
 	}
@@ -625,7 +650,6 @@ func (n *Node) trigger(ctx context.Context, as *actorState, e *Expectation, env,
 		n.emit(ctx, telemetry.Event{Name: EventBusy, Key: ep.ClaimKey(), Owner: n.id})
 		return Outcome{ExpectationID: e.ID, EpisodeID: ep.ID}, nil
 	}
-	claim.SetLocalStart(start)
 	runCtx, unhold := n.hb.Hold(n.base, claim)
 	as.exec.submit(&job{ep: ep, exp: e, claim: claim, ctx: runCtx, unhold: unhold})
 	return Outcome{ExpectationID: e.ID, EpisodeID: ep.ID}, nil

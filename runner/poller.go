@@ -145,7 +145,7 @@ func (n *Node) PollOnce(ctx context.Context) (int, error) {
 	dispatched := 0
 	for ctx.Err() == nil && !n.stopping() {
 		var reqs []episodes.TriggerRequest
-		err := n.retrying(func(wctx context.Context) (err error) {
+		err := n.retryingUntil(ctx, func(wctx context.Context) (err error) {
 			reqs, err = n.store.ClaimTriggerRequests(wctx, episodes.RequestQuery{
 				Owner: n.id, Lease: n.cfg.Poll.ClaimLease, Env: env, Stack: stack,
 				ActorIDs: actorIDs, Limit: n.cfg.Poll.Batch,
@@ -183,9 +183,10 @@ func (n *Node) dispatch(ctx context.Context, r episodes.TriggerRequest) bool {
 	if n.stopping() {
 		return false
 	}
-	start := time.Now()
 	var d episodes.Dispatched
-	err := n.retrying(func(wctx context.Context) (err error) {
+	// A grant in flight is not abandoned when intake stops: the drain's
+	// hard stop bounds it.
+	err := n.retrying(nil, func(wctx context.Context) (err error) {
 		d, err = n.store.DispatchTriggerRequest(wctx, r, n.gate.Lease())
 		return err
 	})
@@ -201,10 +202,9 @@ func (n *Node) dispatch(ctx context.Context, r episodes.TriggerRequest) bool {
 		n.emit(ctx, telemetry.Event{Name: EventRequestSkipped, Key: requestKey(r), Owner: n.id, Fence: r.Fence})
 		return false
 	}
-	claim := d.Claim
-	claim.SetLocalStart(start)
+	claim := d.Claim // its local lease clock started before the statement was sent
 	var ep episodes.Episode
-	err = n.retrying(func(wctx context.Context) (err error) {
+	err = n.retrying(nil, func(wctx context.Context) (err error) {
 		ep, err = n.store.GetEpisode(wctx, d.EpisodeID)
 		return err
 	})
@@ -218,7 +218,7 @@ func (n *Node) dispatch(ctx context.Context, r episodes.TriggerRequest) bool {
 		// another node) takes it at once rather than after the lease.
 		n.log.WarnContext(ctx, "leasehold: cannot run a dispatched episode here; releasing it",
 			slog.Int64("episode", d.EpisodeID), slog.Any("error", err))
-		n.release(&job{claim: claim})
+		_ = n.release(&job{claim: claim}) // logged
 		return false
 	}
 	runCtx, unhold := n.hb.Hold(n.base, claim)
@@ -232,7 +232,7 @@ func (n *Node) dispatch(ctx context.Context, r episodes.TriggerRequest) bool {
 func (n *Node) expireRequests(ctx context.Context) {
 	stack, env := n.pollScope()
 	var expired []episodes.Expired
-	err := n.retrying(func(wctx context.Context) (err error) {
+	err := n.retryingUntil(ctx, func(wctx context.Context) (err error) {
 		expired, err = n.store.ExpireTriggerRequests(wctx, episodes.ExpireQuery{Env: env, Stack: stack, TTL: n.cfg.Poll.TTL})
 		return err
 	})

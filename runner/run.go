@@ -112,7 +112,7 @@ func (n *Node) execute(j *job) {
 		return
 	}
 	var next int32
-	err := n.retrying(func(ctx context.Context) (err error) {
+	err := n.retrying(j, func(ctx context.Context) (err error) {
 		next, err = n.store.StartEpisode(ctx, j.ep.ID, j.claim.Token)
 		return err
 	})
@@ -120,7 +120,7 @@ func (n *Node) execute(j *job) {
 		// The episode was finished, archived or taken over meanwhile, or the
 		// database failed: either way another grant decides what happens now.
 		n.log.WarnContext(ctx, "leasehold: episode not started", slog.Int64("episode", j.ep.ID), slog.Any("error", err))
-		n.release(j)
+		_ = n.release(j) // logged
 		return
 	}
 	n.emit(ctx, telemetry.Event{Name: EventStarted, Key: j.claim.Key, Owner: n.id, Fence: j.claim.Fence, Attempt: j.claim.Attempt})
@@ -164,10 +164,17 @@ func (n *Node) execute(j *job) {
 			// The database failed the journal write, not the strategy:
 			// never write failed for it. Hand the episode to recovery
 			// (released, so at once), which reruns or fails it by policy.
+			if n.stopping() {
+				n.handOver(j) // the drain cut the write short; it counts the hand-over
+				return
+			}
 			n.log.ErrorContext(ctx, "leasehold: journal write failed; releasing the episode for recovery",
 				slog.Int64("episode", j.ep.ID), slog.Any("error", err))
-			n.release(j)
-			n.emit(ctx, telemetry.Event{Name: EventReleased, Key: j.claim.Key, Owner: n.id, Fence: j.claim.Fence, Err: err})
+			e := telemetry.Event{Name: EventReleased, Key: j.claim.Key, Owner: n.id, Fence: j.claim.Fence, Err: err}
+			if rerr := n.release(j); rerr != nil {
+				e.Name, e.Err = EventReleaseFailed, rerr
+			}
+			n.emit(ctx, e)
 			return
 		}
 		switch {
@@ -183,7 +190,7 @@ func (n *Node) execute(j *job) {
 
 func (n *Node) appendStep(j *job, run *Run, data any) error {
 	raw := mustJSON(data)
-	if err := n.retrying(func(ctx context.Context) error {
+	if err := n.retrying(j, func(ctx context.Context) error {
 		return n.store.AppendStep(ctx, j.ep.ID, j.claim.Token, run.StepNo, raw, n.gate.Lease())
 	}); err != nil {
 		return err
@@ -204,7 +211,7 @@ func (n *Node) end(ctx context.Context, j *job, err error) {
 		n.emit(ctx, telemetry.Event{Name: EventLeaseLost, Key: j.claim.Key, Owner: n.id, Fence: j.claim.Fence, Err: err})
 		n.log.WarnContext(ctx, "leasehold: lease lost; run stopped without further writes", slog.Int64("episode", j.ep.ID), slog.Any("error", err))
 	case errors.Is(cause, errStopping):
-		n.forced.Add(1) // interrupted mid-step by the drain's deadline
+		n.drainCounts.forced.Add(1) // interrupted mid-step by the drain's deadline
 		n.handOver(j)
 	case errors.Is(cause, errWallSpent):
 		n.finish(ctx, j, failure(episodes.ClassBudgetExceeded, fmt.Sprintf("max wall time %v exceeded", j.exp.Budget.MaxWall)))
@@ -223,7 +230,7 @@ func (n *Node) end(ctx context.Context, j *job, err error) {
 // finish writes the episode's terminal status and the claim's final state
 // in one fenced statement.
 func (n *Node) finish(ctx context.Context, j *job, f episodes.Finish) {
-	err := n.retrying(func(ctx context.Context) error { return n.finisher.FinishEpisode(ctx, j.ep, j.claim.Token, f) })
+	err := n.retrying(j, func(ctx context.Context) error { return n.finisher.FinishEpisode(ctx, j.ep, j.claim.Token, f) })
 	switch {
 	case errors.Is(err, claims.ErrLeaseLost):
 		n.emit(ctx, telemetry.Event{Name: EventLeaseLost, Key: j.claim.Key, Owner: n.id, Fence: j.claim.Fence, Err: err})
@@ -245,36 +252,113 @@ func (n *Node) finish(ctx context.Context, j *job, f episodes.Finish) {
 
 // handOver gives j's episode up so that any node can take it at once; the
 // episode keeps its status (running or queued) for recovery. It only
-// happens while the node drains: the job joins the hand-off, whose claims
-// Drain releases in one statement once every run has ended. Its lease,
-// renewed when the drain began, stays valid until then.
-func (n *Node) handOver(j *job) {
-	n.handoffMu.Lock()
-	n.handoff = append(n.handoff, j)
-	n.handoffMu.Unlock()
-	j.unhold()
-}
+// happens while the node drains, as soon as the run reaches a step boundary
+// (or, queued, at once): the claim is fenced and released right away, not
+// behind the slowest run, so another node's recovery need not wait out the
+// lease.
+func (n *Node) handOver(j *job) { n.handOverAll([]*job{j}) }
 
-func (n *Node) release(j *job) {
-	err := n.retrying(func(ctx context.Context) error { return n.gate.Release(ctx, j.claim) })
-	if err != nil && !errors.Is(err, claims.ErrNotOwner) {
-		n.log.Warn("leasehold: release failed; the lease will expire instead",
-			slog.String("key", j.claim.Key), slog.Any("error", err))
+// handOverAll releases the claims of jobs in one statement (ReleaseClaims)
+// and counts each in the drain's summary: released, lost (the grant was gone
+// already: taken over or finished elsewhere), or unreleased (the statement
+// failed or ran out of time; the lease expires instead). The write ends by
+// the drain's hard stop.
+func (n *Node) handOverAll(jobs []*job) {
+	if len(jobs) == 0 {
+		return
+	}
+	cs := make([]claims.Claim, len(jobs))
+	for i, j := range jobs {
+		cs[i] = j.claim
+	}
+	var released []claims.Claim
+	err := n.retrying(nil, func(ctx context.Context) (err error) {
+		released, err = n.gate.ReleaseMany(ctx, cs)
+		return err
+	})
+	ok := make(map[claims.Token]bool, len(released))
+	for _, c := range released {
+		ok[c.Token] = true
+	}
+	if err != nil {
+		n.log.Warn("leasehold: drain: releasing claims failed; they will expire with their lease",
+			slog.Int("claims", len(cs)), slog.Any("error", err))
+	}
+	for _, j := range jobs {
+		e := telemetry.Event{Key: j.claim.Key, Owner: n.id, Fence: j.claim.Fence}
+		switch {
+		case ok[j.claim.Token] || j.claim.Passthrough:
+			n.drainCounts.released.Add(1)
+			e.Name = EventReleased
+		case err == nil:
+			n.drainCounts.lost.Add(1)
+			e.Name, e.Err = EventLeaseLost, claims.ErrNotOwner
+		default:
+			n.drainCounts.unreleased.Add(1)
+			e.Name, e.Err = EventReleaseFailed, err
+		}
+		n.emit(context.Background(), e)
+		j.unhold()
 	}
 }
 
+// release ends j's lease so that recovery can take its episode at once; a
+// grant already gone (ErrNotOwner) needs no release.
+func (n *Node) release(j *job) error {
+	err := n.retrying(j, func(ctx context.Context) error { return n.gate.Release(ctx, j.claim) })
+	if err != nil && !errors.Is(err, claims.ErrNotOwner) {
+		n.log.Warn("leasehold: release failed; the lease will expire instead",
+			slog.String("key", j.claim.Key), slog.Any("error", err))
+		return err
+	}
+	return nil
+}
+
 // retrying runs one write, sending it again (with jittered backoff) after
-// errors the adapter marked claims.ErrRetryable, until WriteTimeout. The
-// write's context does not inherit the run's: a run cancelled for its budget
-// or by an operator still records why, and the fence alone decides whether
-// the write may land.
-func (n *Node) retrying(write func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.WriteTimeout)
+// errors the adapter marked claims.ErrRetryable (nothing reached the
+// server, or it rolled the statement back: a failed connect, a restart, a
+// deadlock, a lock timeout).
+//
+// What bounds it, whichever ends first:
+//   - WriteTimeout;
+//   - for a write on behalf of j's lease, the lease's remaining local time
+//     (Heartbeat.Remaining): past it the run must stop anyway, and the
+//     fence decides whether a write that was already sent lands; a lease no
+//     longer held locally gets one attempt of claims.TxBound(lease);
+//   - the drain's hard stop (half of DrainGrace after its context's
+//     deadline), which cancels every write of the node;
+//   - for retryingUntil, its ctx (the poller's intake context).
+//
+// The write's context does not inherit the run's: a run cancelled for its
+// budget or by an operator still records why. It carries claims.TxBound of
+// the lease, the server-side bound on the transactions and takeover
+// statements the adapter runs for it.
+func (n *Node) retrying(j *job, write func(context.Context) error) error {
+	return n.retry(context.Background(), j, write)
+}
+
+// retryingUntil is retrying for a node-level write (no lease) that is also
+// abandoned when ctx is done.
+func (n *Node) retryingUntil(ctx context.Context, write func(context.Context) error) error {
+	return n.retry(ctx, nil, write)
+}
+
+func (n *Node) retry(parent context.Context, j *job, write func(context.Context) error) error {
+	limit, once := n.cfg.WriteTimeout, false
+	if j != nil && !j.claim.Passthrough {
+		if left, held := n.hb.Remaining(j.claim); held {
+			limit = min(limit, left)
+		} else {
+			limit, once = min(limit, claims.TxBound(n.gate.Lease())), true
+		}
+	}
+	ctx, cancel := context.WithTimeout(claims.WithTxBound(n.writes, claims.TxBound(n.gate.Lease())), limit)
 	defer cancel()
+	defer context.AfterFunc(parent, cancel)()
 	backoff := 10 * time.Millisecond
 	for {
 		err := write(ctx)
-		if err == nil || !errors.Is(err, claims.ErrRetryable) {
+		if err == nil || once || !errors.Is(err, claims.ErrRetryable) {
 			return err
 		}
 		t := time.NewTimer(backoff/2 + rand.N(backoff/2+1))

@@ -17,6 +17,7 @@ import (
 // CreateEpisode runs CreateEpisode: the episode and, when n.Owner is set,
 // its work claim, in one statement.
 func (s *Store) CreateEpisode(ctx context.Context, n episodes.New) (episodes.Created, error) {
+	sent := time.Now()
 	row, err := s.q.CreateEpisode(ctx, s.conn, db.CreateEpisodeParams{
 		ActorID:       n.ActorID,
 		ExpectationID: n.ExpectationID,
@@ -40,7 +41,7 @@ func (s *Store) CreateEpisode(ctx context.Context, n episodes.New) (episodes.Cre
 	return episodes.Created{
 		Created: true,
 		Episode: n.Queued(row.ID, row.CreatedAt),
-		Claim:   episodes.GrantedClaim(row.ClaimKey, n.Owner, row.Fence, row.Attempt, row.LeaseUntil, row.ClaimedAt, row.GrantKind),
+		Claim:   episodes.GrantedClaim(sent, row.ClaimKey, n.Owner, row.Fence, row.Attempt, row.LeaseUntil, row.ClaimedAt, row.GrantKind),
 	}, nil
 }
 
@@ -165,7 +166,8 @@ func (s *Store) ListOrphans(ctx context.Context, q episodes.OrphanQuery) ([]epis
 // ClaimForRecovery runs ClaimForRecovery; claims.ErrBusy when the episode is
 // not (or no longer) an orphan, or another sweeper won it.
 func (s *Store) ClaimForRecovery(ctx context.Context, id int64, owner string, lease, staleAfter time.Duration) (episodes.Episode, claims.Claim, error) {
-	r, err := s.q.ClaimForRecovery(ctx, s.conn, db.ClaimForRecoveryParams{
+	sent := time.Now()
+	r, err := s.q.ClaimForRecovery(ctx, s.takeover(ctx), db.ClaimForRecoveryParams{
 		ID: id, StaleAfterMs: staleAfter.Milliseconds(), OwnerNode: owner, LeaseMs: lease.Milliseconds(),
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -180,7 +182,7 @@ func (s *Store) ClaimForRecovery(ctx context.Context, id int64, owner string, le
 		MaxAttempts: r.MaxAttempts, SourceStack: r.SourceStack, SourceEnv: r.SourceEnv, OwnerNode: owner,
 		Payload: r.Payload, CreatedAt: r.CreatedAt,
 	}
-	return ep, episodes.GrantedClaim(r.ClaimKey, owner, r.Fence, r.ClaimAttempt, r.LeaseUntil, r.ClaimedAt, r.GrantKind), nil
+	return ep, episodes.GrantedClaim(sent, r.ClaimKey, owner, r.Fence, r.ClaimAttempt, r.LeaseUntil, r.ClaimedAt, r.GrantKind), nil
 }
 
 // AgentRecoveryPolicy runs GetAgentRecoveryPolicy; found is false when the

@@ -45,6 +45,11 @@ func (s *Store) Maintain(ctx context.Context, p maintenance.Plan) (maintenance.R
 		_ = tx.Rollback(rctx)
 	}()
 
+	if _, nested := s.conn.(pgx.Tx); !nested {
+		if err := s.boundTransaction(ctx, tx); err != nil {
+			return maintenance.Result{}, err
+		}
+	}
 	acquired, err := s.q.TryMaintenanceLock(ctx, tx)
 	if err != nil {
 		return maintenance.Result{}, dbError("TryMaintenanceLock", err)

@@ -34,7 +34,8 @@ var _ claims.Store = (*Store)(nil)
 
 // Acquire runs AcquireClaim; no row back means a live lease holds the key.
 func (s *Store) Acquire(ctx context.Context, p claims.AcquireParams) (claims.Claim, error) {
-	row, err := s.q.AcquireClaim(ctx, s.conn, db.AcquireClaimParams{
+	sent := time.Now()
+	row, err := s.q.AcquireClaim(ctx, s.takeover(ctx), db.AcquireClaimParams{
 		DedupeKey: p.Key,
 		OwnerNode: p.Owner,
 		LeaseMs:   p.Lease.Milliseconds(),
@@ -46,7 +47,9 @@ func (s *Store) Acquire(ctx context.Context, p claims.AcquireParams) (claims.Cla
 	if err != nil {
 		return claims.Claim{}, dbError("AcquireClaim", err)
 	}
-	return toClaim(db.ListExpiredClaimsRow(row)), nil
+	c := toClaim(db.ListExpiredClaimsRow(row))
+	c.SetLocalStart(sent)
+	return c, nil
 }
 
 // Renew runs RenewClaim.
@@ -161,8 +164,14 @@ func fenced(query string, err error) error {
 // dbError names the failed statement and marks the errors after which it
 // certainly did not take effect as claims.ErrRetryable.
 func dbError(query string, err error) error {
-	var pgErr *pgconn.PgError
-	retry := pgconn.SafeToRetry(err) ||
+	var (
+		pgErr      *pgconn.PgError
+		connectErr *pgconn.ConnectError
+	)
+	// A failed connect sent nothing; pgconn does not mark it SafeToRetry
+	// because it cannot know the caller's intent, but for one statement on
+	// a fresh connection it is: a server restart must not fail live work.
+	retry := pgconn.SafeToRetry(err) || errors.As(err, &connectErr) ||
 		(errors.As(err, &pgErr) && retryableCode[pgErr.Code])
 	if retry {
 		return fmt.Errorf("postgres: %s: %w: %w", query, claims.ErrRetryable, err)
@@ -171,11 +180,12 @@ func dbError(query string, err error) error {
 }
 
 // retryableCode lists the SQLSTATEs after which the server certainly did
-// not apply the statement: serialization failure and deadlock (the
-// transaction was rolled back), and the server terminating or refusing the
+// not apply the statement: serialization failure, deadlock and lock
+// timeout (55P03, from BoundLockWait and BoundTransaction: the statement
+// was rolled back), and the server terminating or refusing the
 // session (admin_shutdown, crash_shutdown, cannot_connect_now: a restart),
 // which it reports for a statement it then did not run.
-var retryableCode = map[string]bool{"40001": true, "40P01": true, "57P01": true, "57P02": true, "57P03": true}
+var retryableCode = map[string]bool{"40001": true, "40P01": true, "55P03": true, "57P01": true, "57P02": true, "57P03": true}
 
 // ListClaims runs ListClaims, an operator read.
 func (s *Store) ListClaims(ctx context.Context, q claims.ListQuery) ([]claims.Claim, error) {

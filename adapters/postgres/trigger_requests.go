@@ -70,7 +70,8 @@ func (s *Store) ClaimTriggerRequests(ctx context.Context, q episodes.RequestQuer
 // claims.ErrLeaseLost when the request claim lapsed and another poller
 // holds it.
 func (s *Store) DispatchTriggerRequest(ctx context.Context, r episodes.TriggerRequest, lease time.Duration) (episodes.Dispatched, error) {
-	row, err := s.q.DispatchTriggerRequest(ctx, s.conn, db.DispatchTriggerRequestParams{
+	sent := time.Now()
+	row, err := s.q.DispatchTriggerRequest(ctx, s.takeover(ctx), db.DispatchTriggerRequestParams{
 		ID: r.ID, OwnerNode: r.Owner, Fence: r.Fence, LeaseMs: lease.Milliseconds(),
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -81,7 +82,7 @@ func (s *Store) DispatchTriggerRequest(ctx context.Context, r episodes.TriggerRe
 	}
 	return episodes.Dispatched{
 		EpisodeID: row.EpisodeID,
-		Claim:     episodes.GrantedClaim(row.ClaimKey, r.Owner, row.ClaimFence, row.Attempt, row.LeaseUntil, row.ClaimedAt, row.GrantKind),
+		Claim:     episodes.GrantedClaim(sent, row.ClaimKey, r.Owner, row.ClaimFence, row.Attempt, row.LeaseUntil, row.ClaimedAt, row.GrantKind),
 	}, nil
 }
 

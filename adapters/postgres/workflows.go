@@ -24,7 +24,11 @@ var ErrNoInstance = errors.New("postgres: no such workflow instance")
 
 // InTx runs fn on a Store bound to one transaction, committed when fn
 // returns nil. The Store's connection must begin transactions
-// (*pgxpool.Pool, *pgx.Conn; a pgx.Tx gives a savepoint).
+// (*pgxpool.Pool, *pgx.Conn; a pgx.Tx gives a savepoint). The transaction
+// starts with BoundTransaction: if its holder freezes inside it, the server
+// rolls it back after claims.TxBoundFrom(ctx) idle and its locks go, so it
+// cannot block a takeover for longer (a savepoint keeps the caller's
+// settings).
 func (s *Store) InTx(ctx context.Context, fn func(workflows.Tx) error) error {
 	b, ok := s.conn.(beginner)
 	if !ok {
@@ -39,6 +43,11 @@ func (s *Store) InTx(ctx context.Context, fn func(workflows.Tx) error) error {
 		defer cancel()
 		_ = tx.Rollback(rctx) // a no-op after Commit
 	}()
+	if _, nested := s.conn.(pgx.Tx); !nested {
+		if err := s.boundTransaction(ctx, tx); err != nil {
+			return err
+		}
+	}
 	if err := fn(&Store{conn: tx, q: s.q}); err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 // Acquire runs AcquireClaim; no row back means a live lease holds the key,
 // and so does a duplicate-key error (a concurrent first acquire won).
 func (s *Store) Acquire(ctx context.Context, p claims.AcquireParams) (claims.Claim, error) {
+	sent := time.Now()
 	c, err := scanClaim(s.queryRow(ctx, "AcquireClaim",
 		sql.Named("dedupe_key", p.Key),
 		sql.Named("owner_node", p.Owner),
@@ -26,6 +27,7 @@ func (s *Store) Acquire(ctx context.Context, p claims.AcquireParams) (claims.Cla
 	if err != nil {
 		return claims.Claim{}, err
 	}
+	c.SetLocalStart(sent)
 	return c, nil
 }
 

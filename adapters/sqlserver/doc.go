@@ -21,8 +21,22 @@
 //
 // Deadlock victims (1205) and lock timeouts (1222) are retried inside the
 // call, a few times with jittered backoff; when they persist, or when the
-// connection failed before the batch was sent, the error wraps
-// claims.ErrRetryable.
+// connection failed before the batch was sent (on a pool made by Open: any
+// error opening the connection), the error wraps claims.ErrRetryable.
+//
+// Lock waits are bounded on the server: the takeover batches (AcquireClaim,
+// ClaimForRecovery, DispatchTriggerRequest) and every batch of InTx's and
+// Maintain's transactions are sent with a bound of bounds.sql on top (SET
+// LOCK_TIMEOUT to claims.TxBoundFrom(ctx)), in the same call, because a SET
+// inside go-mssqldb's sp_executesql call reverts when the call returns. SQL
+// Server cannot end a transaction whose client froze; docs/sqlserver.md
+// ("Dialect limitations and their fallbacks") says what that means.
+//
+// Every method that grants a work claim (Acquire, CreateEpisode,
+// ClaimForRecovery, DispatchTriggerRequest) stamps it with the local time
+// taken just before the granting batch was first sent
+// (claims.Claim.SetLocalStart), so the run's local lease clock never starts
+// after the lease did.
 //
 // Not executed in this repository's CI: CI has no SQL Server. The adapter is
 // checked statically there (the T-SQL is parsed, its lock hints and @

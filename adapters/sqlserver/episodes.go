@@ -26,6 +26,7 @@ func (s *Store) CreateEpisode(ctx context.Context, n episodes.New) (episodes.Cre
 		attempt               int32
 		leaseUntil, claimedAt time.Time
 	)
+	sent := time.Now()
 	err := s.queryRow(ctx, "CreateEpisode",
 		sql.Named("actor_id", n.ActorID),
 		sql.Named("expectation_id", n.ExpectationID),
@@ -49,7 +50,7 @@ func (s *Store) CreateEpisode(ctx context.Context, n episodes.New) (episodes.Cre
 	return episodes.Created{
 		Created: true,
 		Episode: n.Queued(id, createdAt),
-		Claim:   episodes.GrantedClaim(claimKey, n.Owner, fence, attempt, leaseUntil, claimedAt, grantKind),
+		Claim:   episodes.GrantedClaim(sent, claimKey, n.Owner, fence, attempt, leaseUntil, claimedAt, grantKind),
 	}, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 
 	mssql "github.com/microsoft/go-mssqldb"
 
@@ -57,21 +58,61 @@ func isDuplicate(err error) bool { return hasNumber(err, errDupKeyIndex, errDupK
 func retryInCall(err error) bool { return hasNumber(err, errDeadlockVictim, errLockTimeout) }
 
 // retryable reports the errors after which the batch certainly did not take
-// effect, so the caller may send it again: the in-call retryable ones, a
-// connection that go-mssqldb found bad before the batch was sent (it wraps
-// those in mssql.RetryableError, which is driver.ErrBadConn; database/sql
-// has already retried them on other connections), and a failed dial.
+// effect, so the caller may send it again:
+//   - the in-call retryable ones (deadlock victim, lock timeout: the batch
+//     was rolled back whole);
+//   - a connection that go-mssqldb found bad before the batch was sent (it
+//     wraps those in mssql.RetryableError, which is driver.ErrBadConn;
+//     database/sql has already retried them on other connections), and a
+//     SessionInitSQL that failed on checkout (driver.ErrBadConn too);
+//   - any error opening a connection on a pool made by Open (connectError):
+//     database/sql sends a batch only on a connection that opened, so a
+//     refused or timed-out dial, a DNS failure, a TLS or login failure
+//     (during a server restart: 18456, 4060), or a connection reset during
+//     the prelogin all mean nothing of the batch reached the server;
+//   - on any pool, the connect errors go-mssqldb returns in forms that
+//     cannot come from a batch in flight: a *net.OpError whose Op is
+//     "dial" (go-mssqldb wraps it in "unable to open tcp connection with
+//     host ..." with %w), a *net.DNSError (returned unwrapped when the
+//     host name does not resolve; only dialing resolves names), and a
+//     failed TLS handshake, which go-mssqldb reports only as the text
+//     "TLS Handshake failed: ..." (%v, so no type survives; a handshake
+//     happens only while connecting).
 //
-// Not retryable: a context cancellation or a connection lost after the batch
-// was sent (it may have committed), a fatal mssql.ServerError, and every
-// other server error.
+// Not retryable: a context cancellation, or a connection lost after the
+// batch was sent (a *net.OpError "read" or "write", io.EOF: it may have
+// committed), a fatal mssql.ServerError, and every other server error.
 func retryable(err error) bool {
 	if retryInCall(err) || errors.Is(err, driver.ErrBadConn) {
 		return true
 	}
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
+	var (
+		ce  connectError
+		op  *net.OpError
+		dns *net.DNSError
+	)
+	switch {
+	case errors.As(err, &ce), errors.As(err, &dns):
+		return true
+	case errors.As(err, &op) && op.Op == "dial":
+		return true
+	}
+	// The text only when no server error is in the chain: a server message
+	// may quote anything.
+	var me mssql.Error
+	return !errors.As(err, &me) && strings.Contains(err.Error(), tlsHandshakeFailed)
 }
+
+// tlsHandshakeFailed starts go-mssqldb's error for a failed TLS handshake
+// while connecting (tds.go, connect and getTLSConn).
+const tlsHandshakeFailed = "TLS Handshake failed: "
+
+// connectError is an error opening a connection, marked by Open's
+// connector: nothing was sent on that connection yet.
+type connectError struct{ err error }
+
+func (e connectError) Error() string { return "connect: " + e.err.Error() }
+func (e connectError) Unwrap() error { return e.err }
 
 // dbError names the failed statement and marks the errors after which it
 // certainly did not take effect as claims.ErrRetryable.

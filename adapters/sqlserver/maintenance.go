@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/leasehold/leasehold/claims"
 	"github.com/leasehold/leasehold/episodes"
 	"github.com/leasehold/leasehold/maintenance"
 )
@@ -24,7 +25,9 @@ import (
 // single batches elsewhere (at most maxAttempts runs); after the last, the
 // error is claims.ErrRetryable, since the run certainly did not take effect.
 // The transaction is READ COMMITTED, the level READPAST (ArchiveEpisodes)
-// requires.
+// requires. Each batch of the run is sent behind BoundTransaction with
+// claims.TxBoundFrom(ctx), so a run that waits that long for a lock fails
+// with 1222 and is sent again whole.
 func (s *Store) Maintain(ctx context.Context, p maintenance.Plan) (maintenance.Result, error) {
 	if err := p.Validate(); err != nil {
 		return maintenance.Result{}, fmt.Errorf("sqlserver: Maintain: %w", err)
@@ -60,7 +63,7 @@ func (s *Store) maintainOnce(ctx context.Context, p maintenance.Plan) (maintenan
 	// XACT_ABORT already rolled back, go-mssqldb sends nothing.
 	defer func() { _ = tx.Rollback() }()
 
-	res, err := s.inTx(tx).maintain(ctx, p)
+	res, err := s.inTx(tx, claims.TxBoundFrom(ctx)).maintain(ctx, p)
 	if err != nil || !res.Ran {
 		return res, err
 	}

@@ -53,6 +53,7 @@ func (s *Store) ClaimForRecovery(ctx context.Context, id int64, owner string, le
 		triggerType, grant string
 		dedupeKey, payload sql.NullString
 	)
+	sent := time.Now()
 	err := s.queryRow(ctx, "ClaimForRecovery",
 		sql.Named("id", id),
 		sql.Named("stale_after_ms", staleAfter.Milliseconds()),
@@ -72,6 +73,7 @@ func (s *Store) ClaimForRecovery(ctx context.Context, id int64, owner string, le
 	ep.TriggerType, ep.DedupeKey, ep.Payload = episodes.TriggerType(triggerType), dedupeKey.String, rawJSON(payload)
 	ep.Status, ep.Phase, ep.OwnerNode = episodes.StatusQueued, "recovering", owner
 	c.Owner, c.State, c.Grant, c.WorkType = owner, claims.StateClaimed, claims.GrantKind(grant), "episode"
+	c.SetLocalStart(sent)
 	return ep, c, nil
 }
 

@@ -96,6 +96,8 @@ var (
 		"BeginTransactionStatement": true, "CommitTransactionStatement": true,
 		"RollbackTransactionStatement": true, "SaveTransactionStatement": true,
 		"SetVariableStatement": true, "ExecuteStatement": true,
+		// SET LOCK_TIMEOUT, in bounds.sql only (TestStaticBounds).
+		"SetCommandStatement": true,
 	}
 	migrationStatementTypes = map[string]bool{
 		"CreateTableStatement": true, "CreateIndexStatement": true, "DropTableStatement": true,
@@ -531,6 +533,12 @@ func TestStaticAdapterCalls(t *testing.T) {
 			"so no statement can be checked against its call sites")
 
 	called := map[string]bool{}
+	// The bounds are never sent alone: the adapter puts each on top of the
+	// batch it bounds (Store.batch), referring to it by a string constant.
+	for _, name := range boundNames {
+		require.True(t, adapterMentions(t, ".", name), "the adapter never refers to %s", name)
+		called[name] = true
+	}
 	for _, c := range calls {
 		called[c.name] = true
 		t.Run(c.pos, func(t *testing.T) {
@@ -544,6 +552,361 @@ func TestStaticAdapterCalls(t *testing.T) {
 	for _, q := range byName(qs) {
 		require.True(t, called[q.Name], "statement %s is never called by the adapter", q.Name)
 	}
+}
+
+// boundNames are the statements of bounds.sql, which the adapter sends on
+// top of other batches rather than on their own.
+var boundNames = []string{"BoundLockWait", "BoundTransaction"}
+
+// boundVariable is the int the bounds copy @bound_ms into: SET LOCK_TIMEOUT
+// takes a literal or a variable, not an expression.
+const boundVariable = "@leasehold_lock_timeout_ms"
+
+// TestStaticBounds: each bound of bounds.sql is exactly "DECLARE
+// @leasehold_lock_timeout_ms int = CAST(@bound_ms AS int); SET LOCK_TIMEOUT
+// @leasehold_lock_timeout_ms;" (its one parameter the Postgres one,
+// bound_ms); no other batch sets LOCK_TIMEOUT or declares the variable; and
+// every batch parses with its bound on top, as the adapter sends it
+// (BoundLockWait on the takeovers, BoundTransaction on every batch sent in
+// InTx's or Maintain's transaction), keeping its result set and adding only
+// @bound_ms. Which batches the adapter bounds is TestUnitBounds' and
+// TestUnitParamsMatchPostgres' to check.
+func TestStaticBounds(t *testing.T) {
+	t.Parallel()
+
+	qs := sqlServerQueries(t)
+	for _, name := range boundNames {
+		t.Run(name, func(t *testing.T) {
+			q, ok := qs[name]
+			require.True(t, ok, "no statement %s", name)
+			require.Equal(t, ":exec", q.Kind)
+			require.Equal(t, []string{"bound_ms"}, batchParams(t, q.SQL))
+			top := topStatements(mustParse(t, q.SQL))
+			require.Len(t, top, 2, "DECLARE, then SET LOCK_TIMEOUT")
+			decl := getList(top[0], "Declarations")
+			require.Len(t, decl, 1)
+			require.True(t, strings.EqualFold(boundVariable, getString(decl[0], "VariableName", "Value")))
+			require.Equal(t, "Int", getString(decl[0], "DataType", "SqlDataTypeOption"), "SET LOCK_TIMEOUT takes an int")
+			require.Equal(t, "CastCall", getString(decl[0], "Value", "$type"))
+			require.Equal(t, "@bound_ms", getString(decl[0], "Value", "Parameter", "Name"))
+			cmds := getList(top[1], "Commands")
+			require.Len(t, cmds, 1)
+			require.Equal(t, "LockTimeout", getString(cmds[0], "CommandType"))
+			require.True(t, strings.EqualFold(boundVariable, getString(cmds[0], "Parameter", "Name")),
+				"SET LOCK_TIMEOUT from %s", boundVariable)
+		})
+	}
+
+	bound := map[string]string{
+		"AcquireClaim": "BoundLockWait", "ClaimForRecovery": "BoundLockWait", "DispatchTriggerRequest": "BoundLockWait",
+	}
+	txType := reflect.TypeFor[workflows.Tx]()
+	for i := range txType.NumMethod() {
+		bound[txType.Method(i).Name] = "BoundTransaction"
+	}
+	bound["ExpireTriggerRequests"] = "BoundTransaction" // Maintain's
+	for _, c := range adapterCalls(t, ".") {
+		if strings.HasPrefix(c.pos, "maintenance.go:") {
+			bound[c.name] = "BoundTransaction"
+		}
+	}
+	for _, q := range byName(qs) {
+		if slices.Contains(boundNames, q.Name) {
+			continue
+		}
+		t.Run(q.Name, func(t *testing.T) {
+			tree := mustParse(t, q.SQL)
+			walk(tree, func(n node) {
+				require.NotEqual(t, "SetCommandStatement", getString(n, "$type"),
+					"only the bounds of bounds.sql set LOCK_TIMEOUT (or any SET other than ON/OFF options)")
+				if getString(n, "$type") == "DeclareVariableElement" {
+					require.False(t, strings.EqualFold(boundVariable, getString(n, "VariableName", "Value")),
+						"%s is the bounds' variable", boundVariable)
+				}
+			})
+			b, ok := bound[q.Name]
+			if !ok {
+				return
+			}
+			sent := qs[b].SQL + "\n" + q.SQL
+			top := topStatements(mustParse(t, sent))
+			require.Equal(t, "SetCommandStatement", getString(top[1], "$type"), "%s first, then the batch", b)
+			requireStatementTypes(t, mustParse(t, sent), batchStatements)
+			alone, _ := resultSets(tree)
+			withBound, last := resultSets(mustParse(t, sent))
+			require.Equal(t, alone, withBound, "the bound sends no result set")
+			if len(alone) > 0 {
+				require.True(t, last)
+			}
+			want := append(batchParams(t, q.SQL), "bound_ms")
+			require.ElementsMatch(t, want, batchParams(t, sent))
+		})
+	}
+}
+
+// TestStaticStartEpisodeLiveLease: StartEpisode's claim check requires the
+// grant to be live on the database clock (lease_until > SYSUTCDATETIME()),
+// as Postgres's lease CTE does, so a run never starts on a grant that is
+// already stealable.
+func TestStaticStartEpisodeLiveLease(t *testing.T) {
+	t.Parallel()
+
+	q := sqlServerQueries(t)["StartEpisode"]
+	var checks int
+	walk(mustParse(t, q.SQL), func(n node) {
+		if getString(n, "$type") != "ExistsPredicate" || !readsTable(n, claimsTable) {
+			return
+		}
+		checks++
+		live := slices.ContainsFunc(conjuncts(get(n, "Subquery", "QueryExpression", "WhereClause", "SearchCondition")), func(c any) bool {
+			switch getString(c, "ComparisonType") {
+			case "GreaterThan":
+				return isColumn(get(c, "FirstExpression"), "lease_until") && isClock(get(c, "SecondExpression"))
+			case "LessThan":
+				return isClock(get(c, "FirstExpression")) && isColumn(get(c, "SecondExpression"), "lease_until")
+			}
+			return false
+		})
+		require.True(t, live, "StartEpisode's claim check lacks lease_until > SYSUTCDATETIME()")
+	})
+	require.Equal(t, 1, checks, "StartEpisode checks its claim in one EXISTS")
+}
+
+// TestStaticRecoveryOrphanRules: recovery treats a non-terminal episode
+// whose claim is done or failed as orphaned only when the episode has no
+// open trigger request (item 7 of issue 14), in both branches of
+// ListOrphanedEpisodes and in ClaimForRecovery; and ClaimForRecovery keeps
+// the re-check that stops it from reopening work finished meanwhile: the
+// claim UPDATE first, then the episode UPDATE on status running or queued
+// and not archived, and a ROLLBACK.
+func TestStaticRecoveryOrphanRules(t *testing.T) {
+	t.Parallel()
+
+	qs := sqlServerQueries(t)
+	t.Run("ListOrphanedEpisodes", func(t *testing.T) {
+		var n int
+		walkParents(mustParse(t, qs["ListOrphanedEpisodes"].SQL), nil, func(in node, parents []node) {
+			if !isFinishedClaimTest(in) {
+				return
+			}
+			n++
+			require.True(t, slices.ContainsFunc(andSiblings(in, parents), func(c any) bool {
+				return getString(c, "$type") == "BooleanNotExpression" && isOpenRequestProbe(get(c, "Expression"))
+			}), "claim_state done/failed without AND NOT EXISTS (an open trigger request)")
+		})
+		require.Equal(t, 2, n, "the done/failed rule in both branches (running, queued)")
+	})
+
+	t.Run("ClaimForRecovery", func(t *testing.T) {
+		sql := qs["ClaimForRecovery"].SQL
+		tree := mustParse(t, sql)
+		// The variable that records "no open request", set from the probe,
+		// 1 (open) until then.
+		openVars := map[string]bool{}
+		walk(tree, func(n node) {
+			if getString(n, "$type") != "SelectSetVariable" {
+				return
+			}
+			e := get(n, "Expression")
+			whens := getList(e, "WhenClauses")
+			if getString(e, "$type") == "SearchedCaseExpression" && len(whens) == 1 &&
+				isOpenRequestProbe(get(whens[0], "WhenExpression")) &&
+				getString(whens[0], "ThenExpression", "Value") == "1" && getString(e, "ElseExpression", "Value") == "0" {
+				openVars[strings.ToLower(getString(n, "Variable", "Name"))] = true
+			}
+		})
+		require.Len(t, openVars, 1, "ClaimForRecovery must read its episode's open trigger request into a variable")
+		walk(tree, func(n node) {
+			if getString(n, "$type") == "DeclareVariableElement" && openVars[strings.ToLower(getString(n, "VariableName", "Value"))] {
+				require.Equal(t, "1", getString(n, "Value", "Value"), "the variable starts at 1: open, nothing taken over")
+			}
+		})
+
+		var updates []string // target tables in text order
+		var n int
+		walk(tree, func(spec node) {
+			if getString(spec, "$type") != "UpdateSpecification" {
+				return
+			}
+			table := getString(spec, "Target", "SchemaObject", "BaseIdentifier", "Value")
+			updates = append(updates, table)
+			walkParents(get(spec, "WhereClause"), nil, func(in node, parents []node) {
+				if !isFinishedClaimTest(in) {
+					return
+				}
+				n++
+				require.Equal(t, claimsTable, table)
+				require.True(t, slices.ContainsFunc(andSiblings(in, parents), func(c any) bool {
+					v := strings.ToLower(getString(c, "FirstExpression", "Name"))
+					return getString(c, "ComparisonType") == "Equals" && openVars[v] &&
+						getString(c, "SecondExpression", "Value") == "0"
+				}), "a done/failed claim is taken over only when the episode has no open trigger request")
+			})
+			if table == episodesTable {
+				where := get(spec, "WhereClause", "SearchCondition")
+				require.True(t, slices.ContainsFunc(conjuncts(where), func(c any) bool {
+					return getString(c, "$type") == "InPredicate" && isColumn(get(c, "Expression"), "status") &&
+						slices.Equal(stringValues(getList(c, "Values")), []string{"running", "queued"})
+				}), "the episode UPDATE re-checks status IN (running, queued)")
+				require.True(t, slices.ContainsFunc(conjuncts(where), func(c any) bool {
+					return getString(c, "$type") == "BooleanIsNullExpression" && isColumn(get(c, "Expression"), "archived_at") &&
+						get(c, "IsNot") != true
+				}), "the episode UPDATE re-checks archived_at IS NULL")
+			}
+		})
+		require.Equal(t, 1, n, "the claim UPDATE takes over done/failed claims")
+		require.Equal(t, []string{claimsTable, episodesTable}, updates, "lock order: claim row, then episode row")
+		var rollbacks int
+		walk(tree, func(n node) {
+			if getString(n, "$type") == "RollbackTransactionStatement" {
+				rollbacks++
+			}
+		})
+		require.Equal(t, 1, rollbacks, "a grant whose episode no longer qualifies is rolled back")
+	})
+}
+
+// isFinishedClaimTest: a "<x>.state IN (N'done', N'failed')".
+func isFinishedClaimTest(n any) bool {
+	return getString(n, "$type") == "InPredicate" && get(n, "NotDefined") != true &&
+		isColumn(get(n, "Expression"), "state") &&
+		slices.Equal(stringValues(getList(n, "Values")), []string{"done", "failed"})
+}
+
+// isOpenRequestProbe: EXISTS (SELECT ... FROM leasehold_trigger_requests
+// WHERE ... episode_id = ... AND status IN (N'pending', N'claimed')).
+func isOpenRequestProbe(n any) bool {
+	if getString(n, "$type") != "ExistsPredicate" || !readsTable(n, requestsTable) {
+		return false
+	}
+	where := conjuncts(get(n, "Subquery", "QueryExpression", "WhereClause", "SearchCondition"))
+	byEpisode := slices.ContainsFunc(where, func(c any) bool {
+		return getString(c, "ComparisonType") == "Equals" && isColumn(get(c, "FirstExpression"), "episode_id")
+	})
+	open := slices.ContainsFunc(where, func(c any) bool {
+		return getString(c, "$type") == "InPredicate" && isColumn(get(c, "Expression"), "status") &&
+			slices.Equal(stringValues(getList(c, "Values")), []string{"pending", "claimed"})
+	})
+	return byEpisode && open
+}
+
+// readsTable reports whether n's FROM clauses (at any depth) name table.
+func readsTable(n any, table string) bool {
+	found := false
+	walk(n, func(x node) {
+		if getString(x, "$type") == "NamedTableReference" &&
+			strings.EqualFold(getString(x, "SchemaObject", "BaseIdentifier", "Value"), table) {
+			found = true
+		}
+	})
+	return found
+}
+
+// conjuncts flattens a search condition's ANDs and parentheses.
+func conjuncts(expr any) []any {
+	switch getString(expr, "$type") {
+	case "BooleanParenthesisExpression":
+		return conjuncts(get(expr, "Expression"))
+	case "BooleanBinaryExpression":
+		if getString(expr, "BinaryExpressionType") == "And" {
+			return append(conjuncts(get(expr, "FirstExpression")), conjuncts(get(expr, "SecondExpression"))...)
+		}
+	}
+	if expr == nil {
+		return nil
+	}
+	return []any{expr}
+}
+
+// andSiblings returns the other conjuncts of the AND that n is one conjunct
+// of (the nearest enclosing AND, through parentheses).
+func andSiblings(n node, parents []node) []any {
+	for i := len(parents) - 1; i >= 0; i-- {
+		p := parents[i]
+		switch getString(p, "$type") {
+		case "BooleanParenthesisExpression":
+			continue
+		case "BooleanBinaryExpression":
+			if getString(p, "BinaryExpressionType") == "And" {
+				top := p
+				for j := i - 1; j >= 0; j-- { // widen to the whole AND chain
+					pt := getString(parents[j], "$type")
+					if pt == "BooleanParenthesisExpression" ||
+						(pt == "BooleanBinaryExpression" && getString(parents[j], "BinaryExpressionType") == "And") {
+						top = parents[j]
+						continue
+					}
+					break
+				}
+				return slices.DeleteFunc(conjuncts(top), func(c any) bool {
+					cn, ok := c.(node)
+					return ok && reflect.ValueOf(cn).Pointer() == reflect.ValueOf(n).Pointer()
+				})
+			}
+		}
+		return nil
+	}
+	return nil
+}
+
+// walkParents is walk that also passes the chain of objects above n.
+func walkParents(v any, parents []node, visit func(n node, parents []node)) {
+	switch v := v.(type) {
+	case node:
+		visit(v, parents)
+		for _, child := range v {
+			walkParents(child, append(slices.Clip(parents), v), visit)
+		}
+	case []any:
+		for _, child := range v {
+			walkParents(child, parents, visit)
+		}
+	}
+}
+
+// isColumn: a column reference whose last part is col.
+func isColumn(expr any, col string) bool {
+	ids := getList(expr, "MultiPartIdentifier", "Identifiers")
+	return getString(expr, "$type") == "ColumnReferenceExpression" && len(ids) > 0 &&
+		strings.EqualFold(getString(ids[len(ids)-1], "Value"), col)
+}
+
+// isClock: SYSUTCDATETIME().
+func isClock(expr any) bool {
+	return getString(expr, "$type") == "FunctionCall" && strings.EqualFold(getString(expr, "FunctionName", "Value"), "SYSUTCDATETIME")
+}
+
+func stringValues(list []any) []string {
+	out := make([]string, 0, len(list))
+	for _, v := range list {
+		out = append(out, getString(v, "Value"))
+	}
+	return out
+}
+
+// adapterMentions reports whether a non-test Go file in dir has the string
+// literal s.
+func adapterMentions(t *testing.T, dir, s string) bool {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	require.NoError(t, err)
+	found := false
+	for _, file := range files {
+		if strings.HasSuffix(file, "_test.go") {
+			continue
+		}
+		f, err := goparser.ParseFile(token.NewFileSet(), file, nil, goparser.SkipObjectResolution)
+		require.NoError(t, err)
+		ast.Inspect(f, func(n ast.Node) bool {
+			if lit, ok := n.(*ast.BasicLit); ok {
+				if v, ok := stringLit(lit); ok && v == s {
+					found = true
+				}
+			}
+			return !found
+		})
+	}
+	return found
 }
 
 // --- loading ---

@@ -3,9 +3,12 @@ package sqlserver
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 
@@ -32,14 +35,40 @@ const SessionInitSQL = "SET ANSI_NULLS ON; SET QUOTED_IDENTIFIER ON; SET ANSI_PA
 // whose every connection runs SessionInitSQL: when it is opened and each time
 // the pool hands it out again (go-mssqldb resets the session and re-applies
 // it, one extra round trip per checkout).
+//
+// Every error the pool meets while opening a connection (dial, DNS, TLS,
+// login, SessionInitSQL) is marked as a connect error, which the Store
+// reports as claims.ErrRetryable: database/sql sends a batch only on a
+// connection that opened, so nothing of it reached the server. A pool made
+// otherwise still gets the dial, DNS and TLS-handshake errors classified
+// (see retryable), not the others.
 func Open(dsn string) (*sql.DB, error) {
 	c, err := mssql.NewConnector(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("sqlserver: open: %w", err)
 	}
 	c.SessionInitSQL = SessionInitSQL
-	return sql.OpenDB(c), nil
+	return sql.OpenDB(connector{c}), nil
 }
+
+// connector marks the errors of opening a connection (connectError).
+type connector struct{ c *mssql.Connector }
+
+func (c connector) Connect(ctx context.Context) (driver.Conn, error) {
+	conn, err := c.c.Connect(ctx)
+	if err != nil {
+		// go-mssqldb returns the opened connection when SessionInitSQL
+		// failed (and a nil *mssql.Conn otherwise); database/sql would
+		// drop it without closing it.
+		if mc, ok := conn.(*mssql.Conn); ok && mc != nil {
+			_ = mc.Close()
+		}
+		return nil, connectError{err}
+	}
+	return conn, nil
+}
+
+func (c connector) Driver() driver.Driver { return c.c.Driver() }
 
 // Store runs leasehold's T-SQL batches on a go-mssqldb pool, each batch on
 // its own, never inside a caller's transaction: a batch that writes two
@@ -50,8 +79,11 @@ type Store struct {
 	db *sql.DB
 	// tx, when set, is the transaction every batch runs in instead of the
 	// pool: Maintain's or InTx's, on a copy of the Store made by inTx.
-	tx    *sql.Tx
-	stmts map[string]queries.Query
+	tx *sql.Tx
+	// txBound is tx's lock-wait bound (BoundTransaction), taken from the
+	// context that began it.
+	txBound time.Duration
+	stmts   map[string]queries.Query
 	// backoff is the wait before in-call retry number n (1, 2, ...).
 	backoff func(n int) time.Duration
 }
@@ -80,7 +112,62 @@ func New(db *sql.DB) (*Store, error) {
 			return nil, fmt.Errorf("sqlserver: statement %s is %s in %s, which the Store does not expect", name, q.Kind, q.File)
 		}
 	}
+	for _, name := range []string{boundTransaction, boundLockWait} {
+		if q, ok := stmts[name]; !ok || q.Kind != ":exec" {
+			return nil, fmt.Errorf("sqlserver: statement %s missing from sql/queries/sqlserver, or not :exec", name)
+		}
+	}
 	return &Store{db: db, stmts: stmts, backoff: jitteredBackoff}, nil
+}
+
+// The bounds of bounds.sql. Neither is ever sent alone: a SET inside a
+// parameterized call (go-mssqldb's sp_executesql) reverts when the call
+// returns, so each is sent as the top of the batch it bounds, in the same
+// call (batch), with @bound_ms from claims.TxBoundFrom.
+const (
+	// boundTransaction tops every batch sent inside a transaction the
+	// Store began (InTx, Maintain).
+	boundTransaction = "BoundTransaction"
+	// boundLockWait tops each takeover batch sent on its own.
+	boundLockWait = "BoundLockWait"
+)
+
+// takeovers are the statements that take a claim, a request or an episode
+// over from another holder, which may be frozen while holding the row:
+// each is sent behind BoundLockWait, as on Postgres.
+var takeovers = map[string]bool{
+	"AcquireClaim":           true,
+	"ClaimForRecovery":       true,
+	"DispatchTriggerRequest": true,
+}
+
+// batch returns the text and arguments sent for the named statement: the
+// statement itself, behind BoundTransaction inside the Store's transaction
+// or behind BoundLockWait for a takeover, with @bound_ms added.
+func (s *Store) batch(ctx context.Context, name string, args []any) (string, []any, error) {
+	q, err := s.statement(name)
+	if err != nil {
+		return "", nil, err
+	}
+	bound, d := boundLockWait, claims.TxBoundFrom(ctx)
+	switch {
+	case s.tx != nil:
+		bound, d = boundTransaction, s.txBound
+	case !takeovers[name]:
+		return q.SQL, args, nil
+	}
+	b, err := s.statement(bound)
+	if err != nil {
+		return "", nil, err
+	}
+	return b.SQL + "\n" + q.SQL, append(slices.Clip(args), sql.Named("bound_ms", boundMillis(d))), nil
+}
+
+// boundMillis is @bound_ms: d in whole milliseconds, at least 1 (SET
+// LOCK_TIMEOUT 0 means "do not wait at all") and at most the int the batch
+// casts it to.
+func boundMillis(d time.Duration) int64 {
+	return min(max(d.Milliseconds(), 1), math.MaxInt32)
 }
 
 // resultColumns lists, for every statement the Store runs, the columns of
@@ -224,27 +311,21 @@ func (s *Store) statement(name string) (queries.Query, error) {
 // Every argument must be a sql.Named value for one of the batch's @
 // parameters.
 func (s *Store) query(ctx context.Context, name string, args ...any) (*resultSet, error) {
-	return s.read(ctx, name, func(batch string) (*sql.Rows, error) {
-		return s.conn().QueryContext(ctx, batch, args...)
-	})
+	return s.read(ctx, name, args)
 }
 
 // queryRow runs a batch that returns at most one row. Its Scan returns
 // sql.ErrNoRows for an empty result, which the callers map to busy, not
 // owner, lease lost or duplicate.
 func (s *Store) queryRow(ctx context.Context, name string, args ...any) *row {
-	rs, err := s.read(ctx, name, func(batch string) (*sql.Rows, error) {
-		return s.conn().QueryContext(ctx, batch, args...)
-	})
+	rs, err := s.read(ctx, name, args)
 	return &row{rs: rs, err: err}
 }
 
 // execRows runs an :execrows batch and returns its one number,
 // rows_affected. A batch that sends no row breaks the contract: an error.
 func (s *Store) execRows(ctx context.Context, name string, args ...any) (int64, error) {
-	rs, err := s.read(ctx, name, func(batch string) (*sql.Rows, error) {
-		return s.conn().QueryContext(ctx, batch, args...)
-	})
+	rs, err := s.read(ctx, name, args)
 	var n int64
 	err = (&row{rs: rs, err: err}).Scan(&n)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -253,16 +334,16 @@ func (s *Store) execRows(ctx context.Context, name string, args ...any) (int64, 
 	return n, err
 }
 
-// read runs the named batch with run, retrying as withRetry does, reads the
-// result and checks its columns.
-func (s *Store) read(ctx context.Context, name string, run func(batch string) (*sql.Rows, error)) (*resultSet, error) {
-	q, err := s.statement(name)
+// read runs the named batch (as batch composes it), retrying as withRetry
+// does, reads the result and checks its columns.
+func (s *Store) read(ctx context.Context, name string, args []any) (*resultSet, error) {
+	text, args, err := s.batch(ctx, name, args)
 	if err != nil {
 		return nil, err
 	}
 	var rs *resultSet
 	err = s.withRetry(ctx, name, func() error {
-		rows, err := run(q.SQL)
+		rows, err := s.conn().QueryContext(ctx, text, args...)
 		if err != nil {
 			return err
 		}
@@ -280,12 +361,12 @@ func (s *Store) read(ctx context.Context, name string, run func(batch string) (*
 
 // exec runs a batch that returns no result set.
 func (s *Store) exec(ctx context.Context, name string, args ...any) error {
-	q, err := s.statement(name)
+	text, args, err := s.batch(ctx, name, args)
 	if err != nil {
 		return err
 	}
 	return s.withRetry(ctx, name, func() error {
-		_, err := s.conn().ExecContext(ctx, q.SQL, args...)
+		_, err := s.conn().ExecContext(ctx, text, args...)
 		return err
 	})
 }
@@ -305,10 +386,11 @@ func (s *Store) conn() execer {
 }
 
 // inTx returns a copy of s whose batches all run in tx, through the same
-// query, queryRow, execRows and exec (and so the same statement checks).
-func (s *Store) inTx(tx *sql.Tx) *Store {
+// query, queryRow, execRows and exec (and so the same statement checks),
+// each behind BoundTransaction with bound.
+func (s *Store) inTx(tx *sql.Tx, bound time.Duration) *Store {
 	c := *s
-	c.tx = tx
+	c.tx, c.txBound = tx, bound
 	return &c
 }
 

@@ -101,6 +101,7 @@ func (s *Store) DispatchTriggerRequest(ctx context.Context, r episodes.TriggerRe
 		attempt               int32
 		leaseUntil, claimedAt time.Time
 	)
+	sent := time.Now()
 	err := s.queryRow(ctx, "DispatchTriggerRequest",
 		sql.Named("id", r.ID),
 		sql.Named("owner_node", r.Owner),
@@ -115,7 +116,7 @@ func (s *Store) DispatchTriggerRequest(ctx context.Context, r episodes.TriggerRe
 	}
 	return episodes.Dispatched{
 		EpisodeID: episodeID,
-		Claim:     episodes.GrantedClaim(claimKey, r.Owner, fence, attempt, leaseUntil, claimedAt, grantKind),
+		Claim:     episodes.GrantedClaim(sent, claimKey, r.Owner, fence, attempt, leaseUntil, claimedAt, grantKind),
 	}, nil
 }
 

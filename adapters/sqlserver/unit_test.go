@@ -7,6 +7,7 @@ package sqlserver
 
 import (
 	"context"
+	"crypto/tls"
 	"database/sql"
 	"database/sql/driver"
 	"encoding/json"
@@ -17,6 +18,7 @@ import (
 	"go/token"
 	"io"
 	"maps"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -68,6 +70,18 @@ func TestUnitErrorClassification(t *testing.T) {
 	dial := fmt.Errorf("unable to open tcp connection with host 'db:1433': %w",
 		&net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")})
 	read := &net.OpError{Op: "read", Net: "tcp", Err: errors.New("connection reset by peer")}
+	// The forms of go-mssqldb v1.11's connect errors (tds.go connect,
+	// protocol.go DialSqlConnection).
+	dialTimeout := fmt.Errorf("unable to open tcp connection with host 'db:1433': %w",
+		&net.OpError{Op: "dial", Net: "tcp", Err: os.ErrDeadlineExceeded})
+	dns := &net.DNSError{Err: "no such host", Name: "db.example", IsNotFound: true}
+	tlsPlain := fmt.Errorf("TLS Handshake failed: %v", errors.New("x509: certificate signed by unknown authority"))
+	tlsStrict := fmt.Errorf("TLS Handshake failed: %w", tls.RecordHeaderError{Msg: "first record does not look like a TLS handshake"})
+	// Marked by Open's connector: whatever failed while the connection was
+	// being opened.
+	prelogin := connectError{&net.OpError{Op: "read", Net: "tcp", Err: errors.New("connection reset by peer")}}
+	loginFailed := connectError{mssql.Error{Number: 18456, Message: "login error: Login failed for user 'app'."}}
+	initFailed := connectError{driver.ErrBadConn}
 	for _, tc := range []struct {
 		name                         string
 		err                          error
@@ -82,7 +96,17 @@ func TestUnitErrorClassification(t *testing.T) {
 		{"other server error", mssql.Error{Number: 547}, false, false, false},
 		{"bad connection before sending", driver.ErrBadConn, false, true, false},
 		{"dial failure", dial, false, true, false},
+		{"dial timeout", dialTimeout, false, true, false},
+		{"DNS failure", dns, false, true, false},
+		{"TLS handshake failure", tlsPlain, false, true, false},
+		{"TLS handshake failure, strict encryption", tlsStrict, false, true, false},
+		{"reset during prelogin (Open's pool)", prelogin, false, true, false},
+		{"login failed (Open's pool)", loginFailed, false, true, false},
+		{"SessionInitSQL failed (Open's pool)", initFailed, false, true, false},
 		{"connection lost after sending", read, false, false, false},
+		{"connection closed after sending", io.EOF, false, false, false},
+		{"connection cut mid-result", fmt.Errorf("reading token: %w", io.ErrUnexpectedEOF), false, false, false},
+		{"server message quoting the TLS text", mssql.Error{Number: 50000, Message: "TLS Handshake failed: x"}, false, false, false},
 		{"cancelled", context.Canceled, false, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -124,6 +148,170 @@ func TestUnitOpen(t *testing.T) {
 	require.NoError(t, db.Close())
 	_, err = Open("sqlserver://user:pass@127.0.0.1:1?database=app&encrypt=nonsense")
 	require.Error(t, err)
+}
+
+// TestUnitOpenMarksConnectErrors: on a pool made by Open, an error while
+// the connection is being opened is retryable whatever its type, because
+// database/sql sends a batch only on a connection that opened. The server
+// here accepts the TCP connection and closes it at once, so go-mssqldb
+// fails reading the prelogin answer: a read error that, on a connection
+// that had sent a batch, would mean "may have committed".
+func TestUnitOpenMarksConnectErrors(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	dsn := "sqlserver://user:pass@" + ln.Addr().String() + "?database=app&dial+timeout=2&connection+timeout=2&disableretry=true"
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	db, err := Open(dsn)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	s, err := New(db)
+	require.NoError(t, err)
+	_, err = s.Renew(ctx, claims.Token{Key: "k", Owner: "a", Fence: 1}, time.Second)
+	require.ErrorIs(t, err, claims.ErrRetryable, "nothing reached the server: %v", err)
+	require.ErrorAs(t, err, new(connectError))
+	require.Equal(t, 1, len(strings.Split(err.Error(), "sqlserver: RenewClaim: "))-1, err.Error())
+
+	// The same failure on a pool not made by Open carries no mark; by its
+	// type it cannot be told from a connection lost after a batch was sent.
+	c, err := mssql.NewConnector(dsn)
+	require.NoError(t, err)
+	raw := sql.OpenDB(c)
+	t.Cleanup(func() { _ = raw.Close() })
+	_, err = raw.ExecContext(ctx, "SELECT 1")
+	require.Error(t, err)
+	require.False(t, retryable(err), "unmarked prelogin failure: %v", err)
+
+	// A refused dial is classified on any pool.
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := closed.Addr().String()
+	require.NoError(t, closed.Close())
+	c, err = mssql.NewConnector("sqlserver://user:pass@" + addr + "?dial+timeout=2")
+	require.NoError(t, err)
+	refused := sql.OpenDB(c)
+	t.Cleanup(func() { _ = refused.Close() })
+	_, err = refused.ExecContext(ctx, "SELECT 1")
+	require.Error(t, err)
+	require.True(t, retryable(err), "refused dial: %v", err)
+}
+
+// TestUnitBounds: which batches travel behind which bound of bounds.sql,
+// with which @bound_ms, and how the real texts are put together.
+func TestUnitBounds(t *testing.T) {
+	require.Equal(t, map[string]bool{"AcquireClaim": true, "ClaimForRecovery": true, "DispatchTriggerRequest": true}, takeovers,
+		"the takeover statements, as on Postgres")
+	require.Equal(t, int64(1), boundMillis(300*time.Microsecond), "SET LOCK_TIMEOUT 0 would mean: never wait")
+	require.Equal(t, int64(1500), boundMillis(1500*time.Millisecond))
+	require.Equal(t, int64(math.MaxInt32), boundMillis(1000*24*time.Hour), "the batch casts @bound_ms to int")
+
+	f := newFake(t)
+	f.answer = func(name string, _ map[string]any) fakeResult { return fakeResult{cols: resultColumns[name]} }
+	ctx := claims.WithTxBound(context.Background(), 3*time.Second)
+	tk := claims.Token{Key: "k", Owner: "a", Fence: 1}
+	_, _ = f.store.Acquire(ctx, claims.AcquireParams{Key: "k", Owner: "a", Lease: time.Minute})
+	_, _, _ = f.store.ClaimForRecovery(ctx, 1, "a", time.Minute, time.Minute)
+	_, _ = f.store.DispatchTriggerRequest(ctx, episodes.TriggerRequest{ID: 1, Owner: "a", Fence: 1}, time.Minute)
+	for _, name := range []string{"AcquireClaim", "ClaimForRecovery", "DispatchTriggerRequest"} {
+		require.Equal(t, boundLockWait, f.bound(name), name)
+		require.Equal(t, int64(3000), f.params[name]["bound_ms"], "%s: claims.TxBoundFrom(ctx)", name)
+	}
+	_, _ = f.store.Renew(ctx, tk, time.Minute)
+	_, _ = f.store.CreateEpisode(ctx, episodes.New{ActorID: "x", Owner: "a", Lease: time.Minute})
+	for _, name := range []string{"RenewClaim", "CreateEpisode"} {
+		require.Empty(t, f.bound(name), "%s is not a takeover", name)
+		require.NotContains(t, f.params[name], "bound_ms", name)
+	}
+
+	// The real texts: the bound's statement, then the batch's, in one call.
+	s, err := New(nil)
+	require.NoError(t, err)
+	text, args, err := s.batch(ctx, "AcquireClaim", []any{sql.Named("dedupe_key", "k")})
+	require.NoError(t, err)
+	require.Equal(t, s.stmts[boundLockWait].SQL+"\n"+s.stmts["AcquireClaim"].SQL, text)
+	require.Equal(t, []any{sql.Named("dedupe_key", "k"), sql.Named("bound_ms", int64(3000))}, args)
+	inTx := s.inTx(&sql.Tx{}, 4*time.Second) // never used to send: batch only composes
+	text, args, err = inTx.batch(ctx, "FinishEpisode", nil)
+	require.NoError(t, err)
+	require.Equal(t, s.stmts[boundTransaction].SQL+"\n"+s.stmts["FinishEpisode"].SQL, text)
+	require.Equal(t, []any{sql.Named("bound_ms", int64(4000))}, args, "the transaction's bound, taken when it began")
+	text, args, err = s.batch(ctx, "RenewClaim", nil)
+	require.NoError(t, err)
+	require.Equal(t, s.stmts["RenewClaim"].SQL, text)
+	require.Empty(t, args)
+}
+
+// TestUnitGrantsStampLocalStart: every method that grants a work claim
+// returns it stamped with a local time taken before the granting batch was
+// sent (here: before the fake saw it, also when a deadlock made the Store
+// send it again), so the run's local lease clock never starts late.
+func TestUnitGrantsStampLocalStart(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	rows := map[string][]driver.Value{
+		"AcquireClaim":           {"k", "claimed", "a", now.Add(time.Minute), now, int64(1), int64(1), "fresh", "w"},
+		"CreateEpisode":          {int64(7), now, "episode:7", int64(1), int64(1), now.Add(time.Minute), now, "fresh"},
+		"ClaimForRecovery":       {int64(7), "x", "e", "event", nil, int64(2), int64(3), "", "", nil, now, "episode:7", int64(2), int64(2), now.Add(time.Minute), now, "steal"},
+		"DispatchTriggerRequest": {int64(7), "episode:7", int64(3), int64(1), now.Add(time.Minute), now, "reclaim"},
+	}
+	f := newFake(t)
+	var (
+		mu        sync.Mutex
+		firstSeen = map[string]time.Time{}
+	)
+	f.answer = func(name string, _ map[string]any) fakeResult {
+		mu.Lock()
+		if _, ok := firstSeen[name]; !ok {
+			firstSeen[name] = time.Now()
+		}
+		mu.Unlock()
+		if f.calls(name) == 1 { // the first try is a deadlock victim
+			return fakeResult{err: mssql.Error{Number: 1205}}
+		}
+		return fakeResult{cols: resultColumns[name], rows: [][]driver.Value{rows[name]}}
+	}
+	ctx := context.Background()
+	for name, grant := range map[string]func() (claims.Claim, error){
+		"AcquireClaim": func() (claims.Claim, error) {
+			return f.store.Acquire(ctx, claims.AcquireParams{Key: "k", Owner: "a", Lease: time.Minute, WorkType: "w"})
+		},
+		"CreateEpisode": func() (claims.Claim, error) {
+			c, err := f.store.CreateEpisode(ctx, episodes.New{ActorID: "x", Owner: "a", Lease: time.Minute})
+			return c.Claim, err
+		},
+		"ClaimForRecovery": func() (claims.Claim, error) {
+			_, c, err := f.store.ClaimForRecovery(ctx, 7, "a", time.Minute, time.Minute)
+			return c, err
+		},
+		"DispatchTriggerRequest": func() (claims.Claim, error) {
+			d, err := f.store.DispatchTriggerRequest(ctx, episodes.TriggerRequest{ID: 1, Owner: "a", Fence: 1}, time.Minute)
+			return d.Claim, err
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			before := time.Now()
+			c, err := grant()
+			after := time.Now()
+			require.NoError(t, err)
+			require.NotZero(t, c.Fence)
+			require.Equal(t, 2, f.calls(name), "sent again after the deadlock")
+			start := c.LocalStart()
+			require.False(t, start.IsZero(), "a claim without a local start is refused by the heartbeat")
+			require.False(t, start.Before(before), "taken during the call")
+			require.False(t, start.After(firstSeen[name]), "taken before the first send")
+			require.False(t, start.After(after))
+		})
+	}
 }
 
 // TestUnitStatementsLoad needs only the embedded T-SQL: New must find every
@@ -262,8 +450,29 @@ func TestUnitParamsMatchPostgres(t *testing.T) {
 		"expired_only": false, "stale_only": false, "all_envs": false, "draining": false,
 		"retention_ms": int64(0), "horizon_ms": int64(0),
 		"instance_id": int64(0), "new_episode_id": int64(0), "from_episode_id": int64(0),
+		"bound_ms": int64(0),
 	}
 	require.ElementsMatch(t, slices.Collect(maps.Keys(resultColumns)), slices.Collect(maps.Keys(f.params)), "every statement ran")
+	// The bounds travel in the batch they top, with the Postgres bound's
+	// parameters: BoundLockWait on the takeovers, BoundTransaction on every
+	// batch of Maintain's transaction (ExpireTriggerRequests ran there last).
+	require.Equal(t, []string{"bound_ms"}, pg[boundLockWait], "Postgres bounds.sql declares BoundLockWait(bound_ms)")
+	require.Equal(t, []string{"bound_ms"}, pg[boundTransaction], "Postgres bounds.sql declares BoundTransaction(bound_ms)")
+	wantBound := map[string]string{
+		"AcquireClaim": boundLockWait, "ClaimForRecovery": boundLockWait, "DispatchTriggerRequest": boundLockWait,
+		"TryMaintenanceLock": boundTransaction, "ArchiveEpisodes": boundTransaction,
+		"PurgeArchivedSteps": boundTransaction, "MarkJournalsPurged": boundTransaction,
+		"ExpireTriggerRequests": boundTransaction, "DeleteSpentClaims": boundTransaction,
+		"DeleteStaleNodes": boundTransaction,
+	}
+	for name := range f.params {
+		require.Equal(t, wantBound[name], f.bounds[name], "%s is sent behind the wrong bound", name)
+		if b := wantBound[name]; b != "" {
+			pg[name] = append(slices.Clone(pg[name]), pg[b]...)
+			require.Equal(t, claims.TxBound(claims.DefaultLease).Milliseconds(), f.params[name]["bound_ms"],
+				"%s: no bound on ctx: claims.TxBound(DefaultLease)", name)
+		}
+	}
 	for name, args := range f.params {
 		require.ElementsMatch(t, pg[name], slices.Collect(maps.Keys(args)), "%s parameters", name)
 		for p, v := range args {
@@ -461,10 +670,13 @@ func TestUnitDeadlockRetriedInCall(t *testing.T) {
 			c, err := f.store.Acquire(context.Background(), claims.AcquireParams{Key: "k", Owner: "a", Lease: time.Second})
 			require.NoError(t, err)
 			require.Equal(t, 3, f.calls("AcquireClaim"))
-			require.Equal(t, claims.Claim{
+			want := claims.Claim{
 				Token: claims.Token{Key: "k", Owner: "a", Fence: 1}, State: claims.StateClaimed, Attempt: 1,
 				LeaseUntil: now.Add(time.Second), ClaimedAt: now, Grant: claims.GrantFresh, WorkType: "w",
-			}, c)
+			}
+			require.False(t, c.LocalStart().IsZero(), "a granted claim carries its local start")
+			want.SetLocalStart(c.LocalStart())
+			require.Equal(t, want, c)
 		})
 	}
 }
@@ -599,10 +811,13 @@ func TestUnitTriggerRequests(t *testing.T) {
 		answer = map[string][][]driver.Value{"DispatchTriggerRequest": {{int64(9), "k", int64(4), int64(2), now.Add(time.Minute), now, "reclaim"}}}
 		got, err := s.DispatchTriggerRequest(ctx, r, time.Minute)
 		require.NoError(t, err)
-		require.Equal(t, episodes.Dispatched{EpisodeID: 9, Claim: claims.Claim{
+		want := claims.Claim{
 			Token: claims.Token{Key: "k", Owner: "a", Fence: 4}, State: claims.StateClaimed, Attempt: 2,
 			LeaseUntil: now.Add(time.Minute), ClaimedAt: now, Grant: claims.GrantReclaim, WorkType: "episode",
-		}}, got)
+		}
+		require.False(t, got.Claim.LocalStart().IsZero(), "a granted claim carries its local start")
+		want.SetLocalStart(got.Claim.LocalStart())
+		require.Equal(t, episodes.Dispatched{EpisodeID: 9, Claim: want}, got)
 
 		// Completed, but the episode is not ours to run: the zero claim.
 		answer = map[string][][]driver.Value{"DispatchTriggerRequest": {{int64(9), "", int64(0), int64(0), now, now, ""}}}
@@ -817,8 +1032,9 @@ func TestUnitInTx(t *testing.T) {
 
 	t.Run("every statement in the transaction", func(t *testing.T) {
 		// ctx bounds the wait of a batch wrongly sent to the pool: with one
-		// connection, held by the transaction, it would wait for ever.
-		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		// connection, held by the transaction, it would wait for ever. Its
+		// bound (claims.WithTxBound) tops every batch of the transaction.
+		ctx, cancel := context.WithTimeout(claims.WithTxBound(ctx, 2500*time.Millisecond), 10*time.Second)
 		defer cancel()
 		f := newFake(t)
 		f.answer = answer
@@ -863,6 +1079,10 @@ func TestUnitInTx(t *testing.T) {
 		require.Equal(t, "begin Read Committed", ev[0])
 		require.Equal(t, "commit", ev[len(ev)-1])
 		require.ElementsMatch(t, want, ev[:len(ev)-1], "each Tx method sends the statement of its name, in the transaction")
+		for _, name := range want[1:] {
+			require.Equal(t, boundTransaction, f.bound(name), "%s: every batch of the transaction is bounded", name)
+			require.Equal(t, int64(2500), f.params[name]["bound_ms"], "%s: the bound of InTx's ctx", name)
+		}
 	})
 
 	t.Run("fn's error rolls back", func(t *testing.T) {
@@ -929,7 +1149,8 @@ func TestUnitInTx(t *testing.T) {
 
 // fake is a database/sql driver that answers every batch with a scripted
 // result. Its Store's statements are their own names, so the fake knows
-// which one ran.
+// which one ran: a batch is the statement's name, after a line naming its
+// bound (BoundLockWait, BoundTransaction) when it has one.
 type fake struct {
 	store  *Store
 	answer func(name string, params map[string]any) fakeResult
@@ -937,6 +1158,7 @@ type fake struct {
 	mu     sync.Mutex
 	n      map[string]int
 	params map[string]map[string]any // last parameters per statement
+	bounds map[string]string         // last bound each statement was sent behind ("" for none)
 	// log is every statement run and every transaction event (begin,
 	// commit, rollback), in order.
 	log []string
@@ -951,10 +1173,13 @@ type fakeResult struct {
 }
 
 func newFake(t *testing.T) *fake {
-	f := &fake{n: map[string]int{}, params: map[string]map[string]any{}}
+	f := &fake{n: map[string]int{}, params: map[string]map[string]any{}, bounds: map[string]string{}}
 	stmts := map[string]queries.Query{}
 	for name := range resultColumns {
 		stmts[name] = queries.Query{Name: name, SQL: name}
+	}
+	for _, name := range []string{boundTransaction, boundLockWait} {
+		stmts[name] = queries.Query{Name: name, SQL: name, Kind: ":exec"}
 	}
 	db := sql.OpenDB(fakeConnector{f})
 	t.Cleanup(func() { _ = db.Close() })
@@ -968,7 +1193,11 @@ func (f *fake) calls(name string) int {
 	return f.n[name]
 }
 
-func (f *fake) run(name string, args []driver.NamedValue) fakeResult {
+func (f *fake) run(batch string, args []driver.NamedValue) fakeResult {
+	bound, name, ok := strings.Cut(batch, "\n")
+	if !ok {
+		bound, name = "", batch
+	}
 	params := map[string]any{}
 	for _, a := range args {
 		params[a.Name] = a.Value
@@ -976,6 +1205,7 @@ func (f *fake) run(name string, args []driver.NamedValue) fakeResult {
 	f.mu.Lock()
 	f.n[name]++
 	f.params[name] = params
+	f.bounds[name] = bound
 	f.log = append(f.log, name)
 	f.mu.Unlock()
 	return f.answer(name, params)
@@ -985,6 +1215,12 @@ func (f *fake) event(e string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.log = append(f.log, e)
+}
+
+func (f *fake) bound(name string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.bounds[name]
 }
 
 func (f *fake) events() []string {

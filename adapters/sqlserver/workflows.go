@@ -7,6 +7,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/leasehold/leasehold/claims"
 	"github.com/leasehold/leasehold/episodes"
 	"github.com/leasehold/leasehold/workflows"
 )
@@ -32,6 +33,14 @@ var ErrNoInstance = errors.New("sqlserver: no such workflow instance")
 // caller may run the whole transaction again (the runner does, for
 // FinishEpisode). A Store already bound to a transaction refuses to begin
 // another.
+//
+// Every batch of the transaction is sent behind BoundTransaction with
+// claims.TxBoundFrom(ctx): a statement that waits longer than that for a
+// lock fails with 1222 and rolls the transaction back (retryable). SQL
+// Server cannot also end a transaction left idle (Postgres's
+// idle_in_transaction_session_timeout): if this node freezes inside fn, its
+// locks stay until it resumes or its connection is dropped, and other
+// nodes' takeovers fail fast (BoundLockWait) and retry meanwhile.
 func (s *Store) InTx(ctx context.Context, fn func(workflows.Tx) error) error {
 	if s.tx != nil {
 		return errors.New("sqlserver: InTx: already inside a transaction")
@@ -46,7 +55,7 @@ func (s *Store) InTx(ctx context.Context, fn func(workflows.Tx) error) error {
 	// After Commit this is a no-op (sql.ErrTxDone); after an error that
 	// XACT_ABORT already rolled back, go-mssqldb sends nothing.
 	defer func() { _ = tx.Rollback() }()
-	if err := fn(s.inTx(tx)); err != nil {
+	if err := fn(s.inTx(tx, claims.TxBoundFrom(ctx))); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {

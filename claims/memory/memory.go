@@ -188,6 +188,9 @@ func (s *Store) Acquire(ctx context.Context, p claims.AcquireParams) (claims.Cla
 		return claims.Claim{}, fmt.Errorf("memory: acquire: %w", err)
 	}
 
+	// The local lease clock starts before the "statement": the lock wait
+	// counts against the lease, as a slow answer would on a real database.
+	sent := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now
@@ -221,7 +224,9 @@ func (s *Store) Acquire(ctx context.Context, p claims.AcquireParams) (claims.Cla
 	r.FinishedAt = nil
 	r.ErrorDetail = nil
 	r.WorkType = p.WorkType
-	return r.claim(), nil
+	c := r.claim()
+	c.SetLocalStart(sent)
+	return c, nil
 }
 
 // Renew mirrors RenewClaim. It deliberately does not check expiry: until

@@ -130,6 +130,8 @@ func TestAcquireTransitions(t *testing.T) {
 				return
 			}
 			require.NoError(t, err)
+			require.False(t, got.LocalStart().IsZero(), "a grant carries its local start")
+			got.SetLocalStart(time.Time{})
 			now := s.Now()
 			require.Equal(t, claims.Claim{
 				Token:      claims.Token{Key: "k", Owner: "b", Fence: tt.wantFence},

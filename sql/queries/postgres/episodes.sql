@@ -73,13 +73,17 @@ LEFT JOIN granted ON true;
 -- next free step number so a re-run appends after the old journal.
 --
 -- Guarantee: fenced on the work claim; a terminal or archived episode is
--- never started again.
+-- never started again. The grant must also still be live on the database
+-- clock (lease_until > now()): a grant whose answer came back late, or that
+-- waited in the slot queue without being renewed, may already be stealable,
+-- and a run must never start on a lease another node may take meanwhile.
 WITH lease AS (
     SELECT 1 FROM leasehold_work_claims AS c
     WHERE c.dedupe_key = sqlc.arg(claim_key)
       AND c.owner_node = sqlc.arg(owner_node)::text
       AND c.fence = sqlc.arg(fence)
       AND c.state = 'claimed'
+      AND c.lease_until > now()
     FOR SHARE
 )
 UPDATE leasehold_episodes AS e

@@ -50,6 +50,11 @@
 -- attempt counts tries of the same work: reset after done, +1 otherwise. In
 -- SET, column references read the row as it was before this UPDATE, so the
 -- CASEs see the old state.
+--
+-- Bound: sent behind BoundLockWait (bounds.sql) in the same call, so a
+-- frozen holder of the claim row (one stopped inside InTx's transaction,
+-- say) makes a stealer fail with 1222 after @bound_ms instead of hanging:
+-- nothing was granted, the call is retried, then claims.ErrRetryable.
 SET NOCOUNT ON;
 SET XACT_ABORT ON;
 DECLARE @granted TABLE (

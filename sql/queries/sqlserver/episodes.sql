@@ -136,7 +136,13 @@ WHERE @duplicate = 0;
 -- next free step number so a re-run appends after the old journal.
 --
 -- Guarantee: fenced on the work claim in the same UPDATE; a terminal or
--- archived episode is never started again.
+-- archived episode is never started again. The grant must also still be
+-- live on the database clock (lease_until > SYSUTCDATETIME()): a grant whose
+-- answer came back late, or that waited in the slot queue without being
+-- renewed, may already be stealable, and a run must never start on a lease
+-- another node may take meanwhile. The check is on the update-locked claim
+-- row, so a steal cannot land between it and the write; an expired grant
+-- gives the empty result (the adapter's episodes.ErrLeaseLost).
 --
 -- Hints: UPDLOCK, ROWLOCK on the claim row in the EXISTS: the fence check is
 -- a locking read (not a row version, whatever READ_COMMITTED_SNAPSHOT says)
@@ -164,7 +170,8 @@ WHERE id = @id
               WHERE c.dedupe_key = @claim_key
                 AND c.owner_node = @owner_node
                 AND c.fence = @fence
-                AND c.state = N'claimed');
+                AND c.state = N'claimed'
+                AND c.lease_until > SYSUTCDATETIME());
 
 SELECT s.id,
     CAST((SELECT COALESCE(MAX(st.step_no), 0) + 1

@@ -12,7 +12,17 @@
 --     than @stale_after_ms;
 --   * queued, and its claim expired or was released: the node that held it
 --     in its slot queue is gone. A queued episode whose claim is live is
---     waiting for a slot and is never touched.
+--     waiting for a slot and is never touched;
+--   * running or queued, and its claim is done or failed. FinishEpisode
+--     writes the episode's terminal status and the claim's final state in
+--     one transaction, so such a claim was finished by another grant of the
+--     same key (a direct claims user that held the key when the episode was
+--     created, or stole it later) and nobody will ever finish the episode:
+--     without this rule it would stay queued for ever and block its trigger.
+--     Excluded: an episode with an open trigger request (pending or
+--     claimed), which is a deferred episode reusing an archived episode's
+--     key, waiting for a poller's hand-over; it belongs to the pollers (and
+--     to ExpireTriggerRequests), never to recovery.
 -- All cut-offs are computed from SYSUTCDATETIME(), the database clock
 -- (@stale_after_ms is cast to int for DATEADD: under about 24.8 days).
 --
@@ -38,6 +48,16 @@
 --
 -- No claim row: claim_state and claim_owner are N'' and claim_lease_until
 -- repeats created_at, exactly as on Postgres (never NULL).
+--
+-- The done/failed case probes the episode's trigger request: at most one
+-- row, a seek on the UNIQUE (episode_id) constraint's index. Like Postgres,
+-- it reads without a lock hint: ClaimForRecovery decides, and an episode's
+-- request only ever closes (see there). With READ_COMMITTED_SNAPSHOT OFF
+-- the episode and its claim are not read at one instant, so a finish that
+-- commits between the two reads can list an episode that has just ended
+-- (its old status, its claim's new 'done'); ClaimForRecovery then finds it
+-- terminal and answers busy. With RCSI ON, as on Postgres, the statement
+-- reads one committed state and cannot.
 SELECT TOP (@max_rows) o.id, o.actor_id, o.expectation_id, o.status, o.dedupe_key,
     o.attempts, o.max_attempts, o.source_stack, o.source_env, o.owner_node,
     o.last_seen_at, o.claim_state, o.claim_owner, o.claim_lease_until
@@ -66,6 +86,10 @@ FROM (
             -- a claim: expired or released
          OR (c.state = N'claimed' AND c.lease_until <= SYSUTCDATETIME())
          OR c.state = N'released'
+            -- a claim finished by another grant, and no open trigger request
+         OR (c.state IN (N'done', N'failed')
+             AND NOT EXISTS (SELECT 1 FROM leasehold_trigger_requests AS r
+                             WHERE r.episode_id = e.id AND r.status IN (N'pending', N'claimed')))
       )
     UNION ALL
     SELECT e.id, e.actor_id, e.expectation_id, e.status, e.dedupe_key, e.attempts,
@@ -84,7 +108,10 @@ FROM (
       AND e.archived_at IS NULL
       AND (@source_stack = N'' OR e.source_stack IN (@source_stack, N''))
       AND e.source_env = @source_env
-      AND ((c.state = N'claimed' AND c.lease_until <= SYSUTCDATETIME()) OR c.state = N'released')
+      AND ((c.state = N'claimed' AND c.lease_until <= SYSUTCDATETIME()) OR c.state = N'released'
+           OR (c.state IN (N'done', N'failed')
+               AND NOT EXISTS (SELECT 1 FROM leasehold_trigger_requests AS r
+                               WHERE r.episode_id = e.id AND r.status IN (N'pending', N'claimed'))))
 ) AS o;
 
 -- name: ClaimForRecovery :one
@@ -94,23 +121,56 @@ FROM (
 -- all: if the episode no longer qualifies when its row is locked, the grant
 -- is rolled back and the result is empty.
 --
--- Guarantee: exactly one caller wins per orphan. The orphan is first read
--- without locks (as on Postgres), then everything that decides is re-checked
--- under locks, in one transaction:
---   * the claim UPDATE re-checks, on the locked row, that no live lease
---     exists. Only an expired ('claimed' and lease_until <= now) or a
---     'released' grant is taken over, never a done or failed one: if the
---     owner finished the episode while this batch waited for the claim row,
---     the re-check sees its final state and matches nothing (the race
---     River's rescuer once lost). A second sweeper, or the original owner
---     whose journal writes extend its lease, makes it match nothing; an
---     episode already being recovered holds a live lease and is excluded the
---     same way;
+-- Guarantee: exactly one caller wins per orphan, and work that finished
+-- during the sweep is never reopened. The orphan is first read without
+-- locks (as on Postgres), then everything that decides is re-checked under
+-- locks, in one transaction, in lock order claim row then episode row (the
+-- order of AppendStep and FinishEpisode, so recovery and a writer queue
+-- rather than deadlock):
+--   * the claim UPDATE re-checks, on the locked row, that nobody can still
+--     use the grant: an expired ('claimed' and lease_until <= now) or a
+--     'released' one, or a 'done' or 'failed' one when the episode has no
+--     open trigger request. A second sweeper, or the original owner whose
+--     journal writes extend its lease, makes it match nothing; an episode
+--     already being recovered holds a live lease and is excluded the same
+--     way;
 --   * only when no claim row exists at all (a claim-less running episode,
 --     found stale by the first read) is a fresh claim inserted;
---   * the episode UPDATE re-checks status and archival on the locked row.
+--   * the episode UPDATE re-checks, on the row it locks, that the episode
+--     is still running or queued and not archived; otherwise the whole
+--     grant is rolled back. An UPDATE qualifies the rows it locks on their
+--     latest committed version, READ_COMMITTED_SNAPSHOT ON or OFF (as in
+--     AcquireClaim; docs/sqlserver.md, assumption 10).
 -- The new grant belongs to the sweeper, so a restarted run holds the claim
 -- itself and never finds it busy.
+--
+-- Why taking over a done or failed claim cannot reopen finished work (the
+-- race River's rescuer once lost): the episode's own finish, FinishEpisode,
+-- writes the claim's final state and the episode's terminal status in one
+-- transaction, holding the claim row's lock from its claim UPDATE to its
+-- COMMIT. If the owner finishes while this batch waits for the claim row,
+-- this UPDATE sees 'done' and matches, but the episode UPDATE that follows
+-- sees the terminal status the same commit wrote, matches nothing, and the
+-- grant is rolled back. So a done or failed claim is only ever kept when
+-- the episode is still non-terminal after the claim's finish committed:
+-- the claim was finished by another grant of the key (a direct claims
+-- user), and nobody else will ever finish the episode. Every other way an
+-- episode ends (ExpireTriggerRequests' cancel) commits before this episode
+-- UPDATE reads the row, or waits for this transaction and then sees the
+-- fresh live grant.
+--
+-- The open-request exclusion (a deferred episode reusing an archived
+-- episode's key, whose done claim is the archived run's and which waits for
+-- a poller's DispatchTriggerRequest) is read in the first, lock-free
+-- SELECT, not under the claim row's lock, on purpose: a request is created
+-- only together with its episode (CreateDeferredEpisode), one per episode
+-- (UNIQUE (episode_id)), and goes pending -> claimed -> completed or
+-- expired, never back. "No open request" once read stays true, so the early
+-- read decides exactly what a read under the lock would; an open request
+-- read early that closes meanwhile only makes this call decline (the next
+-- sweep sees it). Read after the claim lock instead, it would wait under
+-- READ_COMMITTED_SNAPSHOT OFF for a DispatchTriggerRequest that holds the
+-- request row and waits for this claim row: a deadlock.
 --
 -- Hints: UPDLOCK, HOLDLOCK on the claim UPDATE and on the NOT EXISTS guard
 -- of the insert, inside the transaction: the row (or, when the key is
@@ -118,8 +178,10 @@ FROM (
 -- session can insert or take the claim between the check and the write, and
 -- two sweepers queue on the lock instead of deadlocking (two serializable
 -- readers would both hold shared range locks and deadlock converting them).
--- Lock order: claim row, then episode row, as in AppendStep and
--- FinishEpisode.
+--
+-- Bound: sent behind BoundLockWait (bounds.sql) in the same call, so a
+-- frozen holder of the claim or episode row makes it fail with 1222 after
+-- @bound_ms (rolled back whole, retried) instead of hanging.
 --
 -- Duplicates: the fresh-claim INSERT cannot meet a duplicate while the key
 -- range is held; a 2601/2627 would be LEFT TO SURFACE, and XACT_ABORT rolls
@@ -127,6 +189,9 @@ FROM (
 SET NOCOUNT ON;
 SET XACT_ABORT ON;
 DECLARE @orphan_key nvarchar(512);
+-- 1 unless the first read found no open trigger request: a done or failed
+-- claim is taken over only at 0.
+DECLARE @open_request bit = 1;
 DECLARE @grant TABLE (
     dedupe_key  nvarchar(512) NOT NULL,
     fence       bigint        NOT NULL,
@@ -150,8 +215,13 @@ DECLARE @recovered TABLE (
 );
 
 -- The orphan: a claim row exists for it (its state is re-checked under lock
--- below), or it is running without one and stale.
-SELECT @orphan_key = COALESCE(e.dedupe_key, CONCAT(N'episode:', e.id))
+-- below), or it is running without one and stale; and whether it has an open
+-- trigger request (see above for why this read needs no lock).
+SELECT @orphan_key = COALESCE(e.dedupe_key, CONCAT(N'episode:', e.id)),
+    @open_request = CASE WHEN EXISTS (
+            SELECT 1 FROM leasehold_trigger_requests AS r
+            WHERE r.episode_id = e.id AND r.status IN (N'pending', N'claimed'))
+        THEN 1 ELSE 0 END
 FROM leasehold_episodes AS e
 WHERE e.id = @id
   AND e.archived_at IS NULL
@@ -168,6 +238,10 @@ IF @orphan_key IS NOT NULL
 BEGIN
     BEGIN TRANSACTION;
 
+    -- attempt + 1 whatever the old state (recovery's rule: a recovered run
+    -- is another try of the same work; AcquireClaim resets it after done).
+    -- grant_kind: 'steal' from an expired grant, 'reclaim' from a released,
+    -- done or failed one. SET reads the pre-update row.
     UPDATE leasehold_work_claims WITH (UPDLOCK, HOLDLOCK)
     SET state             = N'claimed',
         owner_node        = @owner_node,
@@ -184,7 +258,9 @@ BEGIN
         inserted.claimed_at, inserted.grant_kind
     INTO @grant
     WHERE dedupe_key = @orphan_key
-      AND ((state = N'claimed' AND lease_until <= SYSUTCDATETIME()) OR state = N'released');
+      AND ((state = N'claimed' AND lease_until <= SYSUTCDATETIME())
+           OR state = N'released'
+           OR (state IN (N'done', N'failed') AND @open_request = 0));
 
     IF NOT EXISTS (SELECT 1 FROM @grant)
         INSERT INTO leasehold_work_claims (
@@ -200,6 +276,9 @@ BEGIN
         WHERE NOT EXISTS (SELECT 1 FROM leasehold_work_claims WITH (UPDLOCK, HOLDLOCK)
                           WHERE dedupe_key = @orphan_key);
 
+    -- The episode, re-checked on its latest committed version under its
+    -- row lock, after the claim row's: this is what keeps a claim finished
+    -- by the episode's own FinishEpisode from being taken over (above).
     UPDATE leasehold_episodes
     SET status     = N'queued',
         phase      = N'recovering',

@@ -176,6 +176,11 @@ WHERE status = N'pending'
 -- can insert or take the claim between the check and the write. Lock order:
 -- request row, claim row.
 --
+-- Bound: sent behind BoundLockWait (bounds.sql) in the same call, so a
+-- frozen holder of the request, episode or claim row makes the hand-over
+-- fail with 1222 after @bound_ms, rolled back whole (the request stays
+-- claimed, the poller retries or lets it lapse), instead of hanging.
+--
 -- Duplicates: the fresh-claim INSERT cannot meet a duplicate while the key
 -- range is held; a 2601/2627 would be LEFT TO SURFACE, and XACT_ABORT rolls
 -- back the whole transaction (the request stays claimed and lapses).

@@ -1,0 +1,96 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/leasehold/leasehold/claims"
+	"github.com/leasehold/leasehold/db"
+)
+
+// batcher is what lockBounded needs of the Store's connection:
+// *pgxpool.Pool, *pgx.Conn and pgx.Tx all send batches.
+type batcher interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// takeover returns the connection a takeover statement (AcquireClaim,
+// ClaimForRecovery, DispatchTriggerRequest) runs on: BoundLockWait and the
+// statement in one pipelined batch, one round trip, which Postgres runs as
+// one implicit transaction, so the LOCAL lock_timeout applies to the
+// takeover and to nothing after it. Inside a caller's transaction the
+// caller's settings apply and the statement runs as it is: a LOCAL setting
+// there would outlive the statement.
+func (s *Store) takeover(ctx context.Context) db.DBTX {
+	if _, inTx := s.conn.(pgx.Tx); inTx {
+		return s.conn
+	}
+	b, ok := s.conn.(batcher)
+	if !ok {
+		return s.conn
+	}
+	p := &pipelined{conn: s.conn, b: b}
+	// BoundLockWait only queues on p: it is sent with the statement.
+	_ = s.q.BoundLockWait(ctx, p, claims.TxBoundFrom(ctx).Milliseconds())
+	return p
+}
+
+// boundTransaction makes tx's first statement BoundTransaction, so that the
+// server ends the transaction if its holder freezes inside it.
+func (s *Store) boundTransaction(ctx context.Context, tx pgx.Tx) error {
+	if err := s.q.BoundTransaction(ctx, tx, claims.TxBoundFrom(ctx).Milliseconds()); err != nil {
+		return dbError("BoundTransaction", err)
+	}
+	return nil
+}
+
+// pipelined queues Exec calls and sends them, in order, in one batch with
+// the QueryRow that follows. It serves one generated method call.
+type pipelined struct {
+	conn  db.DBTX
+	b     batcher
+	queue pgx.Batch
+}
+
+func (p *pipelined) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	p.queue.Queue(sql, args...)
+	return pgconn.CommandTag{}, nil
+}
+
+func (p *pipelined) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	return nil, errors.New("postgres: internal error: a pipelined takeover supports one QueryRow")
+}
+
+func (p *pipelined) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	prefix := p.queue.Len()
+	p.queue.Queue(sql, args...)
+	br := p.b.SendBatch(ctx, &p.queue)
+	for range prefix {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return errRow{err}
+		}
+	}
+	return batchRow{row: br.QueryRow(), br: br}
+}
+
+// batchRow closes the batch once its row is read.
+type batchRow struct {
+	row pgx.Row
+	br  pgx.BatchResults
+}
+
+func (r batchRow) Scan(dest ...any) error {
+	err := r.row.Scan(dest...)
+	if cerr := r.br.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }

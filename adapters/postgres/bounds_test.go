@@ -1,0 +1,149 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasehold/leasehold/adapters/postgres"
+	"github.com/leasehold/leasehold/claims"
+	"github.com/leasehold/leasehold/episodes"
+	"github.com/leasehold/leasehold/internal/pgtest"
+	"github.com/leasehold/leasehold/workflows"
+)
+
+// A failed connect sent nothing, so it is retryable: a 200 ms server
+// restart must not throw live work away.
+func TestConnectErrorIsRetryable(t *testing.T) {
+	t.Parallel()
+	cfg, err := pgxpool.ParseConfig("postgres://postgres@127.0.0.1:1/none?connect_timeout=2")
+	require.NoError(t, err)
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	defer pool.Close()
+	_, err = postgres.New(pool).Acquire(context.Background(), claims.AcquireParams{Key: "k", Owner: "a", Lease: time.Minute})
+	var connectErr *pgconn.ConnectError
+	require.ErrorAs(t, err, &connectErr)
+	require.ErrorIs(t, err, claims.ErrRetryable)
+}
+
+// ownedEpisode creates an episode claimed by owner and started.
+func ownedEpisode(t *testing.T, s *postgres.Store, key, owner string) (episodes.Episode, claims.Claim) {
+	t.Helper()
+	n := episodes.New{ActorID: "a", ExpectationID: "e", TriggerType: episodes.TriggerEvent, DedupeKey: key,
+		MaxAttempts: 3, Owner: owner, Lease: time.Minute}
+	res, err := s.CreateEpisode(context.Background(), n)
+	require.NoError(t, err)
+	require.True(t, res.Created)
+	_, err = s.StartEpisode(context.Background(), res.Episode.ID, res.Claim.Token)
+	require.NoError(t, err)
+	return res.Episode, res.Claim
+}
+
+// A takeover statement waits for a row lock at most the bound on its
+// context, then fails retryable (55P03), so a sweeper or poller moves on
+// instead of hanging behind a holder frozen in a transaction it does not
+// control; the setting does not outlive the statement.
+func TestTakeoverWaitsAtMostTheBound(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Schema(t)
+	s := postgres.New(pool)
+	ep, _ := ownedEpisode(t, s, "frozen-elsewhere", "node-a")
+	pgtest.ExpireClaim(t, pool, "frozen-elsewhere")
+
+	// A caller's own transaction, frozen while it holds the claim row.
+	holder, err := pgtest.Another(t, pool).Begin(context.Background())
+	require.NoError(t, err)
+	defer func() { _ = holder.Rollback(context.Background()) }()
+	_, err = holder.Exec(context.Background(), `SELECT 1 FROM leasehold_work_claims WHERE dedupe_key = 'frozen-elsewhere' FOR UPDATE`)
+	require.NoError(t, err)
+
+	const bound = 300 * time.Millisecond
+	ctx, cancel := context.WithTimeout(claims.WithTxBound(context.Background(), bound), 20*time.Second)
+	defer cancel()
+	for name, takeover := range map[string]func() error{
+		"ClaimForRecovery": func() error {
+			_, _, err := s.ClaimForRecovery(ctx, ep.ID, "sweeper", time.Minute, time.Minute)
+			return err
+		},
+		"AcquireClaim": func() error {
+			_, err := s.Acquire(ctx, claims.AcquireParams{Key: "frozen-elsewhere", Owner: "thief", Lease: time.Minute})
+			return err
+		},
+	} {
+		began := time.Now()
+		err := takeover()
+		took := time.Since(began)
+		var pgErr *pgconn.PgError
+		require.ErrorAs(t, err, &pgErr, name)
+		require.Equal(t, "55P03", pgErr.Code, name)
+		require.ErrorIs(t, err, claims.ErrRetryable, name)
+		require.GreaterOrEqual(t, took, bound, name)
+		require.Less(t, took, bound+2*time.Second, name)
+	}
+	for range 4 { // every pooled connection: the LOCAL setting ended with the statement
+		var lt string
+		require.NoError(t, pool.QueryRow(context.Background(), `SHOW lock_timeout`).Scan(&lt))
+		require.Equal(t, "0", lt)
+	}
+}
+
+// A holder frozen inside a leasehold transaction (the workflow finisher's)
+// keeps the claim row locked; the server ends that transaction once it has
+// sat idle for the bound, so the takeover completes instead of waiting for
+// ever, and the frozen holder's finish never lands.
+func TestFrozenTransactionDoesNotBlockTakeover(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Schema(t)
+	frozenStore := postgres.New(pgtest.Another(t, pool))
+	ep, c := ownedEpisode(t, frozenStore, "frozen-in-tx", "node-a")
+	pgtest.ExpireClaim(t, pool, "frozen-in-tx") // its lease ran out while it was frozen
+
+	const bound = 300 * time.Millisecond
+	finished := make(chan struct{})
+	resume := make(chan struct{})
+	txDone := make(chan error, 1)
+	go func() {
+		ctx := claims.WithTxBound(context.Background(), bound)
+		txDone <- frozenStore.InTx(ctx, func(tx workflows.Tx) error {
+			if err := tx.FinishEpisode(ctx, ep.ID, c.Token, episodes.Finish{Status: episodes.StatusDone}); err != nil {
+				return err
+			}
+			close(finished)
+			<-resume // frozen (SIGSTOP, a GC pause) before COMMIT
+			return nil
+		})
+	}()
+	<-finished
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	began := time.Now()
+	// Retried as the sweeper would on its next pass.
+	var rc claims.Claim
+	for {
+		var err error
+		_, rc, err = postgres.New(pool).ClaimForRecovery(ctx, ep.ID, "sweeper", time.Minute, time.Minute)
+		if err == nil {
+			break
+		}
+		require.ErrorIs(t, err, claims.ErrRetryable, "waited for the frozen holder: %v", err)
+	}
+	took := time.Since(began)
+	require.Less(t, took, bound+3*time.Second, "takeover blocked behind the frozen transaction")
+	require.EqualValues(t, 2, rc.Fence)
+
+	close(resume)
+	err := <-txDone
+	require.Error(t, err, "the frozen holder's commit must fail: the server ended its transaction")
+	require.False(t, errors.Is(err, context.Canceled))
+	got, err := postgres.New(pool).GetEpisode(context.Background(), ep.ID)
+	require.NoError(t, err)
+	require.Equal(t, episodes.StatusQueued, got.Status, "the frozen finish did not land")
+	require.Equal(t, "sweeper", got.OwnerNode)
+}

@@ -1,0 +1,472 @@
+package runner_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasehold/leasehold/adapters/postgres"
+	"github.com/leasehold/leasehold/claims"
+	"github.com/leasehold/leasehold/episodes"
+	"github.com/leasehold/leasehold/internal/nodetest"
+	"github.com/leasehold/leasehold/internal/pgtest"
+	"github.com/leasehold/leasehold/membership"
+	"github.com/leasehold/leasehold/recovery"
+	"github.com/leasehold/leasehold/runner"
+	"github.com/leasehold/leasehold/telemetry"
+)
+
+// faultyStore is the Postgres adapter with faults a test switches on:
+//   - slowGrants: every statement that grants a claim answers this much
+//     later (the grant is made on the server at once, the answer is late);
+//   - renewFails: every lease renewal fails as if the database were
+//     unreachable (so a lease is never extended after its grant);
+//   - cut: every statement hangs until its context is done, like a
+//     connection whose packets a partition holds;
+//   - journalFails: AppendStep fails with a retryable error.
+type faultyStore struct {
+	*postgres.Store
+	slowGrants   atomic.Int64 // time.Duration
+	renewFails   atomic.Bool
+	cut          atomic.Bool
+	journalFails atomic.Bool
+	// probed receives one value per membership refresh attempted.
+	probed chan error
+}
+
+var errUnreachable = fmt.Errorf("test: %w: dial tcp: connection refused", claims.ErrRetryable)
+
+func (f *faultyStore) hang(ctx context.Context) error {
+	if !f.cut.Load() {
+		return nil
+	}
+	<-ctx.Done()
+	return fmt.Errorf("test: partitioned: %w", ctx.Err())
+}
+
+func (f *faultyStore) slow() { time.Sleep(time.Duration(f.slowGrants.Load())) } // a late answer, not a wait for expiry
+
+func (f *faultyStore) Acquire(ctx context.Context, p claims.AcquireParams) (claims.Claim, error) {
+	c, err := f.Store.Acquire(ctx, p)
+	f.slow()
+	return c, err
+}
+
+func (f *faultyStore) CreateEpisode(ctx context.Context, n episodes.New) (episodes.Created, error) {
+	if err := f.hang(ctx); err != nil {
+		return episodes.Created{}, err
+	}
+	res, err := f.Store.CreateEpisode(ctx, n)
+	f.slow()
+	return res, err
+}
+
+func (f *faultyStore) DispatchTriggerRequest(ctx context.Context, r episodes.TriggerRequest, lease time.Duration) (episodes.Dispatched, error) {
+	d, err := f.Store.DispatchTriggerRequest(ctx, r, lease)
+	f.slow()
+	return d, err
+}
+
+func (f *faultyStore) ClaimForRecovery(ctx context.Context, id int64, owner string, lease, staleAfter time.Duration) (episodes.Episode, claims.Claim, error) {
+	ep, c, err := f.Store.ClaimForRecovery(ctx, id, owner, lease, staleAfter)
+	f.slow()
+	return ep, c, err
+}
+
+func (f *faultyStore) RenewMany(ctx context.Context, owner string, held []claims.Held, lease time.Duration) ([]claims.Renewed, error) {
+	if f.renewFails.Load() {
+		return nil, errUnreachable
+	}
+	if err := f.hang(ctx); err != nil {
+		return nil, err
+	}
+	return f.Store.RenewMany(ctx, owner, held, lease)
+}
+
+func (f *faultyStore) AppendStep(ctx context.Context, id int64, t claims.Token, stepNo int32, data json.RawMessage, lease time.Duration) error {
+	if f.journalFails.Load() {
+		return errUnreachable
+	}
+	if err := f.hang(ctx); err != nil {
+		return err
+	}
+	return f.Store.AppendStep(ctx, id, t, stepNo, data, lease)
+}
+
+func (f *faultyStore) FinishEpisode(ctx context.Context, id int64, t claims.Token, fin episodes.Finish) error {
+	if err := f.hang(ctx); err != nil {
+		return err
+	}
+	return f.Store.FinishEpisode(ctx, id, t, fin)
+}
+
+func (f *faultyStore) ReleaseMany(ctx context.Context, owner string, held []claims.Held) ([]claims.Held, error) {
+	if err := f.hang(ctx); err != nil {
+		return nil, err
+	}
+	return f.Store.ReleaseMany(ctx, owner, held)
+}
+
+func (f *faultyStore) HeartbeatNode(ctx context.Context, m membership.Member) error {
+	err := f.hang(ctx)
+	if err == nil {
+		err = f.Store.HeartbeatNode(ctx, m)
+	}
+	select {
+	case f.probed <- err:
+	default:
+	}
+	return err
+}
+
+func (f *faultyStore) DeregisterNode(ctx context.Context, id string) error {
+	if err := f.hang(ctx); err != nil {
+		return err
+	}
+	return f.Store.DeregisterNode(ctx, id)
+}
+
+// startFaulty starts one node on a faultyStore.
+func startFaulty(t *testing.T, lease time.Duration, tune func(*runner.Config), actors ...runner.Actor) (nodetest.Cluster, *faultyStore) {
+	t.Helper()
+	var fs *faultyStore
+	c := nodetest.Start(t, 1, func(_ int, cfg *runner.Config) {
+		fs = &faultyStore{Store: cfg.Store.(*postgres.Store), probed: make(chan error, 1)}
+		cfg.Store, cfg.Lease = fs, lease
+		if tune != nil {
+			tune(cfg)
+		}
+	}, actors...)
+	return c, fs
+}
+
+// liveOnDatabase reports whether the grant's lease is still live on the
+// database clock at the moment of the call.
+func liveOnDatabase(c nodetest.Cluster, tok claims.Token) (bool, error) {
+	var live bool
+	err := c.Pool.QueryRow(context.Background(), `SELECT lease_until > clock_timestamp()
+		FROM leasehold_work_claims WHERE dedupe_key = $1 AND fence = $2`, tok.Key, tok.Fence).Scan(&live)
+	return live, err
+}
+
+// Every path that grants a claim — a trigger's creation, a deferred
+// episode's dispatch, a recovery claim, a direct acquire — starts the local
+// lease clock before its statement was sent: with the grant's answer 500 ms
+// late and no renewal getting through afterwards, the run is stopped while
+// its lease is still live on the database, so no other node can be running
+// the same work yet.
+func TestEveryGrantPathStopsTheRunBeforeItsLeaseExpires(t *testing.T) {
+	t.Parallel()
+	const (
+		lease = time.Second // margin lease/5: the run must stop by grant + 800 ms
+		late  = 500 * time.Millisecond
+	)
+	type stopped struct {
+		episode     int64
+		tok         claims.Token
+		live        bool
+		cause, qerr error
+	}
+	stops := make(chan stopped, 16)
+	var c nodetest.Cluster
+	waits := nodetest.Strategy{
+		InitFunc: func(ctx context.Context, r *runner.Run) error {
+			<-ctx.Done()
+			live, err := liveOnDatabase(c, r.Token())
+			stops <- stopped{episode: r.EpisodeID(), tok: r.Token(), live: live, cause: context.Cause(ctx), qerr: err}
+			return ctx.Err()
+		},
+		StepFunc: func(context.Context, *runner.Run) (runner.StepResult, error) {
+			return runner.StepResult{Done: true}, nil
+		},
+	}
+	actor := runner.Actor{ID: "slow", MaxConcurrent: 4, Expectations: []runner.Expectation{{
+		ID: "wait", Trigger: runner.Event{Name: "go"}, Strategy: waits, Recovery: runner.RecoveryRestart, MaxAttempts: 10,
+	}}}
+	c, fs := startFaulty(t, lease, func(cfg *runner.Config) { cfg.Poll.Disabled, cfg.TriggerWaker = true, nil }, actor)
+	node, ctx := c.Nodes[0], context.Background()
+	fs.slowGrants.Store(int64(late))
+	fs.renewFails.Store(true)
+	// check waits for the run of episode to stop; every run that stops
+	// meanwhile (earlier episodes, recovered again) must have stopped in
+	// time too.
+	check := func(path string, episode int64) {
+		t.Helper()
+		for {
+			s := <-stops
+			require.NoError(t, s.qerr)
+			require.ErrorIs(t, s.cause, claims.ErrLeaseLost, "%s: stopped by the local deadline", path)
+			require.True(t, s.live, "%s: the run of %s outlived its lease on the database", path, s.tok)
+			if s.episode == episode {
+				return
+			}
+		}
+	}
+
+	// 1. A trigger whose CreateEpisode answer is late.
+	fired, err := node.Fire(ctx, "slow", "go", map[string]int{"n": 1}, runner.FireOptions{})
+	require.NoError(t, err)
+	check("CreateEpisode", fired[0].EpisodeID)
+
+	// 2. A deferred episode dispatched to this node.
+	deferred := episodes.New{ActorID: "slow", ExpectationID: "wait", TriggerType: episodes.TriggerEvent,
+		DedupeKey: "event:slow:wait:deferred", MaxAttempts: 10}
+	d, err := postgres.New(c.Pool).CreateDeferredEpisode(ctx, episodes.Deferred{New: deferred, SourceNode: "trigger-node"})
+	require.NoError(t, err)
+	n, err := node.PollOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	check("DispatchTriggerRequest", d.Episode.ID)
+
+	// 3. An orphan recovered by this node (its claim's owner is gone).
+	orphan := deferred
+	orphan.DedupeKey, orphan.Owner, orphan.Lease = "event:slow:wait:orphan", "gone", time.Minute
+	created, err := postgres.New(c.Pool).CreateEpisode(ctx, orphan)
+	require.NoError(t, err)
+	_, err = postgres.New(c.Pool).StartEpisode(ctx, created.Episode.ID, created.Claim.Token)
+	require.NoError(t, err)
+	pgtest.ExpireClaim(t, c.Pool, orphan.DedupeKey)
+	rcv, err := recovery.New(fs, node, slog.New(slog.DiscardHandler), nil)
+	require.NoError(t, err)
+	rep, err := rcv.Sweep(ctx, recovery.Options{})
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, rep.Restarted, 1) // the earlier runs' leases expired too
+	check("ClaimForRecovery", created.Episode.ID)
+
+	// 4. A direct claims user: Gate.Acquire, then Hold.
+	gate, err := claims.NewGate(fs, claims.GateConfig{Owner: "direct", Lease: lease})
+	require.NoError(t, err)
+	hb, err := claims.NewHeartbeat(gate, claims.HeartbeatConfig{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	hbCtx, stopHB := context.WithCancel(ctx)
+	hbDone := make(chan struct{})
+	go func() { _ = hb.Run(hbCtx); close(hbDone) }()
+	defer func() { stopHB(); <-hbDone }()
+	claim, err := gate.Acquire(ctx, "direct-work", "job")
+	require.NoError(t, err)
+	work, unhold := hb.Hold(ctx, claim)
+	defer unhold()
+	<-work.Done()
+	require.ErrorIs(t, context.Cause(work), claims.ErrLeaseLost)
+	live, err := liveOnDatabase(c, claim.Token)
+	require.NoError(t, err)
+	require.True(t, live, "direct: the work outlived its lease on the database")
+}
+
+// A journal write the database keeps refusing with a retryable error
+// (connect refused) is retried only while the lease's local time remains,
+// not for the 30 s WriteTimeout: the run ends, and its episode is handed to
+// recovery, before another node could take the lease.
+func TestJournalRetriesStopAtTheLeasesLocalDeadline(t *testing.T) {
+	t.Parallel()
+	const lease = time.Second
+	actor := runner.Actor{ID: "work", Expectations: []runner.Expectation{{ID: "job", Trigger: runner.Manual{},
+		Strategy: nodetest.Strategy{StepFunc: func(context.Context, *runner.Run) (runner.StepResult, error) {
+			return runner.StepResult{Data: "step"}, nil
+		}}}}}
+	c, fs := startFaulty(t, lease, nil, actor)
+	fs.journalFails.Store(true)
+	began := time.Now()
+	_, err := c.Nodes[0].RunManual(context.Background(), "work", "job", nil)
+	require.NoError(t, err)
+	nodetest.WaitEnded(t, 1, c.Sigs[0])
+	took := time.Since(began)
+	require.Less(t, took, lease, "retried past the lease's local deadline (%v)", took)
+	require.Equal(t, 1, c.Count(t, "status = 'running'"), "handed to recovery, not failed")
+}
+
+// A journal write that meets a short outage (retryable errors for 150 ms)
+// is retried within the lease, so the run carries on: one run, a contiguous
+// journal, no restart.
+func TestShortOutageDoesNotRestartLiveWork(t *testing.T) {
+	t.Parallel()
+	var fs *faultyStore
+	var once sync.Once
+	actor := runner.Actor{ID: "work", Expectations: []runner.Expectation{{ID: "job", Trigger: runner.Manual{},
+		Recovery: runner.RecoveryRestart,
+		Strategy: nodetest.Strategy{StepFunc: func(_ context.Context, r *runner.Run) (runner.StepResult, error) {
+			if r.StepNo == 3 {
+				once.Do(func() {
+					fs.journalFails.Store(true)
+					time.AfterFunc(150*time.Millisecond, func() { fs.journalFails.Store(false) })
+				})
+			}
+			return runner.StepResult{Data: r.StepNo, Done: r.StepNo == 6}, nil
+		}}}}}
+	c, fs := startFaulty(t, 3*time.Second, nil, actor)
+	out, err := c.Nodes[0].RunManual(context.Background(), "work", "job", nil)
+	require.NoError(t, err)
+	nodetest.WaitEnded(t, 1, c.Sigs[0])
+	require.Equal(t, 1, c.Count(t, "id = $1 AND status = 'done' AND attempts = 0", out.EpisodeID))
+	steps, err := postgres.New(c.Pool).ListSteps(context.Background(), out.EpisodeID)
+	require.NoError(t, err)
+	require.Len(t, steps, 6, "one run, every step journaled once")
+	require.Equal(t, 1, c.Sigs[0].Count(runner.EventStarted))
+}
+
+// During a partition, Drain returns by its deadline plus DrainGrace, and
+// its summary says what happened: the cut-off runs were interrupted and
+// their claims could not be released (they expire instead); none is
+// reported lost.
+func TestDrainKeepsItsDeadlineDuringAPartition(t *testing.T) {
+	t.Parallel()
+	inStep := make(chan struct{}, 4)
+	actor := runner.Actor{ID: "work", MaxConcurrent: 4, Expectations: []runner.Expectation{{ID: "job", Trigger: runner.Manual{},
+		Strategy: nodetest.Strategy{StepFunc: func(ctx context.Context, r *runner.Run) (runner.StepResult, error) {
+			if r.StepNo == 2 {
+				inStep <- struct{}{}
+			}
+			select {
+			case <-ctx.Done():
+				return runner.StepResult{}, ctx.Err()
+			case <-time.After(20 * time.Millisecond): // a step's work
+			}
+			return runner.StepResult{Data: "step"}, nil
+		}}}}}
+	const grace = 200 * time.Millisecond
+	c, fs := startFaulty(t, 10*time.Second, func(cfg *runner.Config) { cfg.DrainGrace = grace }, actor)
+	node := c.Nodes[0]
+	for range 3 {
+		_, err := node.RunManual(context.Background(), "work", "job", nil)
+		require.NoError(t, err)
+	}
+	for range 3 {
+		<-inStep
+	}
+	fs.cut.Store(true)
+	const deadline = 300 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	defer cancel()
+	began := time.Now()
+	sum, err := node.Drain(ctx)
+	took := time.Since(began)
+	require.Less(t, took, deadline+grace+300*time.Millisecond, "Drain overran its deadline (%v)", took)
+	require.Error(t, err, "claims not released are an error")
+	require.Equal(t, 3, sum.Tracked)
+	require.Equal(t, sum.Tracked, sum.Graceful+sum.Forced+sum.Abandoned)
+	require.Zero(t, sum.Released)
+	require.Zero(t, sum.Lost, "a partition loses no lease")
+	require.Equal(t, 3, sum.Unreleased+sum.Abandoned)
+	require.Zero(t, c.Sigs[0].Count(runner.EventLeaseLost), "lease_lost is for lost leases only")
+}
+
+// Drain releases each episode as soon as it reaches a step boundary, not
+// after the slowest step: with one step that takes until the test says,
+// the seven others are released (and takeable) while it still runs.
+func TestDrainReleasesEachEpisodeAtItsBoundary(t *testing.T) {
+	t.Parallel()
+	slowGate := make(chan struct{})
+	running := make(chan struct{}, 8)
+	actor := runner.Actor{ID: "work", MaxConcurrent: 8, Expectations: []runner.Expectation{{ID: "job", Trigger: runner.Manual{},
+		Strategy: nodetest.Strategy{StepFunc: func(ctx context.Context, r *runner.Run) (runner.StepResult, error) {
+			var p struct{ Slow bool }
+			if err := r.Payload(&p); err != nil {
+				return runner.StepResult{}, err
+			}
+			if r.StepNo == 1 {
+				running <- struct{}{}
+			}
+			if p.Slow && r.StepNo == 2 {
+				<-slowGate // ignores ctx until the test lets it go
+			}
+			time.Sleep(5 * time.Millisecond) // a step's work
+			return runner.StepResult{Data: "step"}, nil
+		}}}}}
+	released := make(chan telemetry.Event, 8)
+	c, _ := startFaulty(t, time.Minute, func(cfg *runner.Config) {
+		cfg.Observer = watch{Observer: cfg.Observer, name: runner.EventReleased, ch: released}
+	}, actor)
+	node, ctx := c.Nodes[0], context.Background()
+	for i := range 8 {
+		_, err := node.RunManual(ctx, "work", "job", map[string]bool{"slow": i == 0})
+		require.NoError(t, err)
+	}
+	for range 8 {
+		<-running
+	}
+	drained := make(chan runner.DrainSummary, 1)
+	go func() {
+		sum, err := node.Drain(ctx) // no deadline: every run gets to its boundary
+		require.NoError(t, err)
+		drained <- sum
+	}()
+	for i := range 7 {
+		select {
+		case <-released:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("only %d of 7 episodes released while the slow step runs", i)
+		}
+	}
+	var n int
+	require.NoError(t, c.Pool.QueryRow(ctx, `SELECT count(*) FROM leasehold_work_claims WHERE state = 'released'`).Scan(&n))
+	require.Equal(t, 7, n, "released in the database, takeable at once")
+	close(slowGate)
+	sum := <-drained
+	sum.Duration = 0
+	require.Equal(t, runner.DrainSummary{Tracked: 8, Graceful: 8, Released: 8}, sum)
+	require.Zero(t, c.Sigs[0].Count(runner.EventLeaseLost))
+}
+
+// A node that cannot reach its database is degraded, whether it holds
+// leases or not, until it can again.
+func TestReadinessDegradesWhileTheDatabaseIsUnreachable(t *testing.T) {
+	t.Parallel()
+	blocks := make(chan struct{})
+	actor := runner.Actor{ID: "work", Expectations: []runner.Expectation{{ID: "job", Trigger: runner.Manual{},
+		Strategy: nodetest.Strategy{
+			InitFunc: func(ctx context.Context, r *runner.Run) error {
+				select {
+				case <-ctx.Done():
+				case <-blocks:
+				}
+				return ctx.Err()
+			},
+			StepFunc: func(context.Context, *runner.Run) (runner.StepResult, error) {
+				return runner.StepResult{Done: true}, nil
+			},
+		}}}}
+	const lease = 600 * time.Millisecond // heartbeat and membership every 200 ms
+	c, fs := startFaulty(t, lease, nil, actor)
+	node := c.Nodes[0]
+	// waitProbe waits for the membership refresh after the next one, so the
+	// next one's outcome is already recorded.
+	waitProbe := func(wantErr bool) {
+		t.Helper()
+		for seen := 0; seen < 2; {
+			if err := <-fs.probed; (err != nil) == wantErr {
+				seen++
+			}
+		}
+	}
+
+	waitProbe(false)
+	require.Equal(t, runner.StateReady, node.Readiness().State)
+	fs.cut.Store(true)
+	waitProbe(true)
+	require.Equal(t, runner.StateDegraded, node.Readiness().State, "idle and cut off")
+	fs.cut.Store(false)
+	waitProbe(false)
+	require.Equal(t, runner.StateReady, node.Readiness().State)
+
+	// Holding a lease: the cut shows through the failing renewals, and
+	// still after the lease is lost locally and nothing is held.
+	_, err := node.RunManual(context.Background(), "work", "job", nil)
+	require.NoError(t, err)
+	fs.cut.Store(true)
+	nodetest.WaitEnded(t, 1, c.Sigs[0]) // lease lost: the local deadline passed
+	require.Zero(t, node.Readiness().HeldLeases)
+	require.Equal(t, runner.StateDegraded, node.Readiness().State, "nothing held, still cut off")
+	waitProbe(true)
+	require.Equal(t, runner.StateDegraded, node.Readiness().State)
+	fs.cut.Store(false)
+	waitProbe(false)
+	require.Equal(t, runner.StateReady, node.Readiness().State)
+	close(blocks)
+}

@@ -1,0 +1,26 @@
+-- Server-side bounds on waiting for a frozen holder.
+--
+-- A node that stops (SIGSTOP, a long GC pause, a hung VM) inside a
+-- transaction keeps its row locks, and the server sees a healthy idle
+-- connection, so without a bound a steal or a recovery claim of the rows it
+-- holds waits for ever. bound_ms is claims.TxBound(lease) = max(lease/10,
+-- 1 s) of the lease on whose behalf the work runs. Both settings are LOCAL:
+-- they end with the transaction and never leak into a pooled session.
+
+-- name: BoundTransaction :exec
+-- First statement of every transaction leasehold opens (InTx, Maintain):
+-- the server ends the session, rolling the transaction back and releasing
+-- its locks, once it has sat idle for bound_ms
+-- (idle_in_transaction_session_timeout), and any statement in it waiting
+-- longer than bound_ms for a lock fails (lock_timeout, SQLSTATE 55P03,
+-- retryable: nothing was applied).
+SELECT set_config('lock_timeout', (sqlc.arg(bound_ms)::bigint)::text || 'ms', true),
+       set_config('idle_in_transaction_session_timeout', (sqlc.arg(bound_ms)::bigint)::text || 'ms', true);
+
+-- name: BoundLockWait :exec
+-- Sent with each takeover statement (AcquireClaim, ClaimForRecovery,
+-- DispatchTriggerRequest) in one pipelined batch, which Postgres runs as one
+-- implicit transaction: the takeover then waits at most bound_ms for a row
+-- lock and fails with 55P03 (retryable; the sweeper or poller moves on and
+-- tries again next time) instead of hanging behind a frozen holder.
+SELECT set_config('lock_timeout', (sqlc.arg(bound_ms)::bigint)::text || 'ms', true);
