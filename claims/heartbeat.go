@@ -145,11 +145,15 @@ func (h *Heartbeat) Hold(ctx context.Context, c Claim) (context.Context, func())
 func (h *Heartbeat) Remaining(c Claim) (time.Duration, bool) {
 	h.mu.Lock()
 	l, ok := h.held[Held{Key: c.Key, Fence: c.Fence}]
+	var deadline time.Time
+	if ok {
+		deadline = l.deadline // renewals move it under the lock
+	}
 	h.mu.Unlock()
 	if !ok {
 		return 0, false
 	}
-	d := l.deadline.Sub(h.now())
+	d := deadline.Sub(h.now())
 	return d, d > 0
 }
 
