@@ -41,10 +41,13 @@ bench-compare:
 	scripts/with-postgres.sh $(GO) -C bench/compare run . $(COMPARE_FLAGS)
 
 ## chaos: the chaos suite's long version, three runs in a row: 4 worker
-## processes under SIGKILL, SIGTERM (drain), a Postgres restart and a network
-## cut for $(CHAOS_DURATION) each, on a throwaway server of its own (needs the
-## local PostgreSQL binaries). A 20 s version runs in make test. It runs in
-## the package directory so that a passing run's report is printed.
+## processes under SIGKILL, SIGTERM (drain), a Postgres restart, network
+## cuts, slow answers (grants answered lease/2 late) and SIGSTOP inside a
+## finish transaction, for $(CHAOS_DURATION) each, on a throwaway server of
+## its own (needs the local PostgreSQL binaries). It reports the largest
+## overlap between a run's local end and its lease's database expiry (must
+## be negative). A 20 s version runs in make test. It runs in the package
+## directory so that a passing run's report is printed.
 CHAOS_DURATION ?= 2m
 chaos:
 	cd internal/chaos && CHAOS=1 $(GO) test -race -count=3 -failfast -timeout 45m -run '^TestChaos$$' -chaos.duration=$(CHAOS_DURATION)

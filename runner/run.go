@@ -161,6 +161,13 @@ func (n *Node) execute(j *job) {
 				n.end(ctx, j, err)
 				return
 			}
+			if cause := context.Cause(ctx); ctx.Err() != nil && errors.Is(cause, claims.ErrLeaseLost) {
+				// The write was still retrying when the lease's local
+				// deadline passed: the run lost its lease, and a release
+				// now would be a write on behalf of a lease it gave up.
+				n.end(ctx, j, cause)
+				return
+			}
 			// The database failed the journal write, not the strategy:
 			// never write failed for it. Hand the episode to recovery
 			// (released, so at once), which reruns or fails it by policy.

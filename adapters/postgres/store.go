@@ -182,10 +182,14 @@ func dbError(query string, err error) error {
 // retryableCode lists the SQLSTATEs after which the server certainly did
 // not apply the statement: serialization failure, deadlock and lock
 // timeout (55P03, from BoundLockWait and BoundTransaction: the statement
-// was rolled back), and the server terminating or refusing the
+// was rolled back), an idle transaction the server ended (25P03, from
+// BoundTransaction: it rolled back), and the server terminating or refusing the
 // session (admin_shutdown, crash_shutdown, cannot_connect_now: a restart),
 // which it reports for a statement it then did not run.
-var retryableCode = map[string]bool{"40001": true, "40P01": true, "55P03": true, "57P01": true, "57P02": true, "57P03": true}
+var retryableCode = map[string]bool{
+	"40001": true, "40P01": true, "55P03": true, "57P01": true, "57P02": true, "57P03": true,
+	"25P03": true, // idle_in_transaction_session_timeout: the server ended the session and rolled the transaction back
+}
 
 // ListClaims runs ListClaims, an operator read.
 func (s *Store) ListClaims(ctx context.Context, q claims.ListQuery) ([]claims.Claim, error) {

@@ -27,6 +27,46 @@ CREATE TABLE ledger_writes (
     written_at timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 
+-- name: CreateGrantEnds :exec
+-- The end of every grant that a later grant of the same claim superseded,
+-- as the database recorded it: the old row's lease_until is the instant from
+-- which that later grant could be made (an expired lease: its last renewal's
+-- deadline; a released one: the release). The overlap the suite reports is
+-- a run's last local activity minus this. Filled by the trigger below.
+CREATE TABLE grant_ends (
+    dedupe_key  text        NOT NULL,
+    fence       bigint      NOT NULL,
+    owner_node  text        NOT NULL,
+    state       text        NOT NULL,
+    lease_until timestamptz NOT NULL,
+    next_owner  text        NOT NULL,
+    next_fence  bigint      NOT NULL,
+    next_kind   text        NOT NULL,
+    granted_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (dedupe_key, fence)
+);
+
+-- name: CreateGrantEndsFunction :exec
+-- A new grant is an UPDATE of the claim row that moves its fence (a steal,
+-- a re-claim, a recovery claim; an INSERT ... ON CONFLICT DO UPDATE fires
+-- UPDATE triggers too), whatever statement makes it: the suite does not
+-- have to know leasehold's statements to see every grant.
+CREATE FUNCTION chaos_grant_end() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO grant_ends (dedupe_key, fence, owner_node, state, lease_until, next_owner, next_fence, next_kind)
+    VALUES (OLD.dedupe_key, OLD.fence, OLD.owner_node, OLD.state, OLD.lease_until,
+            NEW.owner_node, NEW.fence, NEW.grant_kind);
+    RETURN NULL;
+END
+$$;
+
+-- name: CreateGrantEndsTrigger :exec
+CREATE TRIGGER chaos_grant_end
+    AFTER UPDATE ON leasehold_work_claims
+    FOR EACH ROW
+    WHEN (OLD.fence IS DISTINCT FROM NEW.fence)
+    EXECUTE FUNCTION chaos_grant_end();
+
 -- name: WriteLedger :execrows
 -- The last step of the chaos strategy: records the episode's effect for the
 -- run's grant ($2 key, $3 owner, $4 fence), or does nothing (0 rows: the
@@ -159,3 +199,30 @@ SELECT dedupe_key, state, owner_node, lease_until > now() AS live
 FROM leasehold_work_claims
 WHERE state IN ('claimed', 'released')
 ORDER BY dedupe_key;
+
+-- name: GrantEnds :many
+-- Every superseded grant (see CreateGrantEnds), oldest first.
+SELECT dedupe_key, fence, owner_node, state, lease_until, next_owner, next_fence, next_kind
+FROM grant_ends
+ORDER BY granted_at;
+
+-- name: GrantOfKey :one
+-- The current grant of one claim and its episode's status: how the driver
+-- sees a frozen episode taken over (a later fence, then done) or finished
+-- by the frozen grant itself (its fence, done).
+SELECT c.owner_node, c.fence, c.state, coalesce(e.status, '') AS status
+FROM leasehold_work_claims AS c
+LEFT JOIN leasehold_episodes AS e ON coalesce(e.dedupe_key, 'episode:' || e.id) = c.dedupe_key
+WHERE c.dedupe_key = $1;
+
+-- name: GrantWrites :one
+-- The journal steps and ledger writes of one grant ($1 key, $2 fence) that
+-- landed: counted before and after a frozen worker resumes, they show
+-- whether it wrote anything once thawed.
+SELECT
+    (SELECT count(*) FROM leasehold_episode_steps AS s
+     JOIN leasehold_episodes AS e ON e.id = s.episode_id
+     WHERE coalesce(e.dedupe_key, 'episode:' || e.id) = $1 AND s.fence = $2) AS steps,
+    (SELECT count(*) FROM ledger_writes AS w
+     JOIN leasehold_episodes AS e ON e.id = w.episode_id
+     WHERE coalesce(e.dedupe_key, 'episode:' || e.id) = $1 AND w.fence = $2) AS ledger_writes;

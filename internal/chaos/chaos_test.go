@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasehold/leasehold/adapters/postgres"
+	"github.com/leasehold/leasehold/claims"
 )
 
 const (
@@ -41,12 +42,20 @@ const (
 	// slack covers a sweep that met the server restart, and -race on two
 	// cores).
 	takeoverSlack = 10 * time.Second
+	// freezeWait: how long the driver waits for an armed worker to reach a
+	// finish (it finishes several episodes a second) before it gives up.
+	freezeWait = 5 * time.Second
+	// freezeSlack: a frozen holder's episode must be another grant's within
+	// lease + sweep + claims.TxBound + this (-race on two cores, a recovery
+	// claim that met the frozen lock and waits for the next sweep).
+	freezeSlack = 2 * time.Second
 )
 
 // TestChaos runs K worker processes under SIGKILL, SIGTERM, a Postgres
-// restart and a network cut while triggers are fired continuously, then
-// checks from the database that every trigger ran exactly once, its effect
-// was recorded exactly once by the grant that finished it, and nothing was
+// restart, a network cut, slow answers and SIGSTOP inside a transaction
+// while triggers are fired continuously, then checks from the database that
+// every trigger ran exactly once, its effect was recorded exactly once by
+// the grant that finished it, no run outlived its lease, and nothing was
 // left behind. See the package documentation.
 func TestChaos(t *testing.T) {
 	began := time.Now()
@@ -97,7 +106,9 @@ type chaosRun struct {
 	book    *triggerBook
 
 	busyMu sync.Mutex
-	busy   []bool // a slot being signaled, restarted or cut
+	busy   []bool // a slot being signaled, restarted, cut, slowed or frozen
+
+	freezing atomic.Int32 // freezes in progress (no server restart meanwhile)
 
 	slotOps  sync.WaitGroup // kill/term + restart, cut + heal
 	watchers sync.WaitGroup // takeover watchers
@@ -108,6 +119,7 @@ type chaosRun struct {
 	mu        sync.Mutex
 	faults    []fault
 	takeovers []takeover
+	freezes   []*freeze
 	problems  []string // failures found off the test goroutine
 
 	report []string
@@ -115,11 +127,42 @@ type chaosRun struct {
 
 type fault struct {
 	at     time.Duration // since the faults began
-	kind   string        // SIGKILL, SIGTERM, pg-restart, cut
+	kind   string        // SIGKILL, SIGTERM, pg-restart, cut, slow, SIGSTOP
 	target string
 	detail string
-	cutOff *proc // the worker cut off, for its lease losses (reported late)
+	cutOff *proc   // the worker cut off or slowed, for its lease losses (reported late)
+	frozen *freeze // SIGSTOP: what became of the frozen episode (reported late)
 }
+
+// freeze is one SIGSTOP of a worker inside its finish transaction: the
+// grant g of episode ep was frozen at at, resumed after for; what the
+// database shows of the episode since (watchFrozen).
+type freeze struct {
+	p     *proc
+	g     grant
+	ep    int64
+	at    time.Time
+	hold  time.Duration
+	until time.Time // SIGCONT
+
+	mu           sync.Mutex
+	takenBy      holder        // the later grant that took the episode over
+	takenAfter   time.Duration // since at
+	doneBy       holder        // the grant whose finish ended the episode
+	doneAfter    time.Duration
+	status       string // the episode's status then
+	watched      bool   // watchFrozen ended (done, or gave up)
+	stepsBefore  int64  // the frozen grant's journal steps just before SIGCONT
+	writesBefore int64  // and its ledger writes
+}
+
+// holder is who holds a grant: its owner and fence.
+type holder struct {
+	owner string
+	fence int64
+}
+
+func (h holder) String() string { return fmt.Sprintf("%s fence %d", h.owner, h.fence) }
 
 type takeover struct {
 	kind, id string
@@ -154,28 +197,7 @@ func (r *chaosRun) problem(format string, args ...any) {
 func (r *chaosRun) setup() {
 	t := r.t
 	r.srv = startServer(t)
-	ctx := r.ctx
-
-	admin, err := pgx.Connect(ctx, r.srv.URL(""))
-	require.NoError(t, err)
-	_, err = admin.Exec(ctx, "CREATE SCHEMA "+schema)
-	require.NoError(t, err)
-	require.NoError(t, admin.Close(ctx))
-
-	pcfg, err := pgxpool.ParseConfig(r.srv.URL(schema))
-	require.NoError(t, err)
-	pcfg.MaxConns = 8
-	r.pool, err = pgxpool.NewWithConfig(ctx, pcfg)
-	require.NoError(t, err)
-	t.Cleanup(r.pool.Close)
-	sqlDB := stdlib.OpenDBFromPool(r.pool)
-	require.NoError(t, postgres.Migrate(ctx, sqlDB))
-	require.NoError(t, sqlDB.Close())
-	for _, ddl := range []string{query("CreateLedger"), query("CreateLedgerWrites")} {
-		_, err := r.pool.Exec(ctx, ddl)
-		require.NoError(t, err)
-	}
-	require.NoError(t, prepareAll(ctx, r.pool))
+	r.pool = newDatabase(t, r.ctx, r.srv)
 
 	for range r.cfg.workers {
 		r.proxies = append(r.proxies, newProxy(t, r.srv.Addr()))
@@ -217,6 +239,35 @@ func (r *chaosRun) setup() {
 	for slot := range r.cfg.workers {
 		require.NoError(t, waitReady(r.cl.current(slot), readyTimeout))
 	}
+}
+
+// newDatabase creates the suite's schema on srv, migrates it, creates the
+// ledger and the grant_ends recorder, and returns a pool of the driver's own
+// (direct, no proxy), closed when t ends.
+func newDatabase(t *testing.T, ctx context.Context, srv *pgServer) *pgxpool.Pool {
+	t.Helper()
+	admin, err := pgx.Connect(ctx, srv.URL(""))
+	require.NoError(t, err)
+	_, err = admin.Exec(ctx, "CREATE SCHEMA "+schema)
+	require.NoError(t, err)
+	require.NoError(t, admin.Close(ctx))
+
+	pcfg, err := pgxpool.ParseConfig(srv.URL(schema))
+	require.NoError(t, err)
+	pcfg.MaxConns = 8
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	sqlDB := stdlib.OpenDBFromPool(pool)
+	require.NoError(t, postgres.Migrate(ctx, sqlDB))
+	require.NoError(t, sqlDB.Close())
+	for _, ddl := range []string{query("CreateLedger"), query("CreateLedgerWrites"),
+		query("CreateGrantEnds"), query("CreateGrantEndsFunction"), query("CreateGrantEndsTrigger")} {
+		_, err := pool.Exec(ctx, ddl)
+		require.NoError(t, err)
+	}
+	require.NoError(t, prepareAll(ctx, pool))
+	return pool
 }
 
 // prepareAll checks that Postgres accepts every statement of chaos.sql but
@@ -281,14 +332,44 @@ func (r *chaosRun) deliver(tr *trigger) {
 
 // injectFaults runs the seeded fault schedule: a fault every 0.6–1.5 s, the
 // cut once in the first third, the server restart once after the middle
-// (and after the cut healed), SIGKILL or SIGTERM otherwise. Each kind
-// happens at least once whatever the duration.
+// (and after the cut healed, with no worker frozen), slow answers and
+// freezes at planned times (one of each in the short version, a few in the
+// long one; the first slow phase ends in a cut), SIGKILL or SIGTERM
+// otherwise. Each kind happens at least once whatever the duration.
 func (r *chaosRun) injectFaults() {
 	rng := rand.New(rand.NewPCG(r.cfg.seed, r.cfg.seed^0x9e3779b97f4a7c15))
 	dur := r.cfg.duration
 	frac := func(lo, hi float64) time.Duration { return time.Duration((lo + (hi-lo)*rng.Float64()) * float64(dur)) }
 	cutAt, pgAt := frac(0.15, 0.30), frac(0.50, 0.65)
+	// Planned faults, each in its own stretch of the run so that they
+	// spread; one that finds no idle slot is tried again at the next tick.
+	type planned struct {
+		at      time.Duration
+		kind    string // slow, slow+cut, freeze
+		pending bool
+	}
+	var plan []*planned
+	nSlow, nFreeze := max(1, int(dur/(20*time.Second))), max(1, int(dur/(30*time.Second)))
+	for i := range nSlow {
+		kind := "slow"
+		if i%2 == 0 {
+			kind = "slow+cut"
+		}
+		lo := 0.05 + 0.8*float64(i)/float64(nSlow)
+		plan = append(plan, &planned{at: frac(lo, lo+0.5*0.8/float64(nSlow)), kind: kind, pending: true})
+	}
+	for i := range nFreeze {
+		lo := 0.30 + 0.6*float64(i)/float64(nFreeze)
+		plan = append(plan, &planned{at: frac(lo, lo+0.6*0.6/float64(nFreeze)), kind: "freeze", pending: true})
+	}
+	slices.SortFunc(plan, func(a, b *planned) int { return int(a.at - b.at) })
 	start := time.Now()
+	runPlanned := func(x *planned) bool {
+		if x.kind == "freeze" {
+			return r.freeze(start)
+		}
+		return r.slowAnswers(start, x.kind == "slow+cut")
+	}
 	var healed chan struct{}
 	pgDone := false
 	kills, terms := 0, 0
@@ -307,12 +388,23 @@ func (r *chaosRun) injectFaults() {
 			break
 		}
 		el := time.Since(start)
+		var due *planned
+		for _, x := range plan {
+			if x.pending && el >= x.at {
+				due = x
+				break
+			}
+		}
 		switch {
 		case healed == nil && el >= cutAt:
 			healed = r.cut(start)
-		case !pgDone && el >= pgAt && (healed == nil || closed(healed)):
+		case !pgDone && el >= pgAt && (healed == nil || closed(healed)) && r.freezing.Load() == 0:
 			r.restartPostgres(start)
 			pgDone = true
+		case due != nil:
+			if runPlanned(due) {
+				due.pending = false
+			}
 		default:
 			signal(kills == 0 || (terms > 0 && rng.IntN(2) == 0))
 		}
@@ -322,12 +414,20 @@ func (r *chaosRun) injectFaults() {
 			r.slotOps.Wait() // every slot was busy: let them finish
 		}
 	}
+	for _, x := range plan {
+		for x.pending && r.ctx.Err() == nil {
+			if x.pending = !runPlanned(x); x.pending {
+				r.slotOps.Wait()
+			}
+		}
+	}
 	if healed != nil {
 		select {
 		case <-healed:
 		case <-r.ctx.Done():
 		}
 	}
+	r.slotOps.Wait() // no freeze in progress either
 	if !pgDone {
 		r.restartPostgres(start)
 	}
@@ -471,6 +571,156 @@ func (r *chaosRun) cut(start time.Time) chan struct{} {
 		r.proxies[slot].thaw()
 	})
 	return healed
+}
+
+// slowAnswers delays every answer the server sends to the idle worker
+// holding the most unfinished episodes by half its lease, for a few seconds
+// (1.5 leases): its grants (episode creation, recovery claims, renewals)
+// land on the database half a lease before the worker learns of them. With
+// thenCut its link is then also frozen for twice the lease, so that runs
+// granted under slow answers must stop by their local deadline, which the
+// overlap check compares with the database's. False if every slot was busy.
+func (r *chaosRun) slowAnswers(start time.Time, thenCut bool) bool {
+	slot := r.takeBusiestSlot()
+	if slot < 0 {
+		return false
+	}
+	p, px := r.cl.current(slot), r.proxies[slot]
+	d, hold, cutFor := r.cfg.lease/2, 3*r.cfg.lease/2, 2*r.cfg.lease
+	px.slow(d)
+	detail := fmt.Sprintf("answers from the server delayed by %v (lease/2) for %v", d, hold)
+	kind := "slow"
+	if thenCut {
+		kind = "slow+cut"
+		detail += fmt.Sprintf(", then its database link frozen for %v too", cutFor)
+	}
+	r.mu.Lock()
+	r.faults = append(r.faults, fault{at: time.Since(start), kind: kind, target: p.id, cutOff: p, detail: detail})
+	r.mu.Unlock()
+	r.slotOps.Go(func() {
+		defer r.freeSlot(slot)
+		defer px.fast()
+		if !r.pause(hold) || !thenCut {
+			return
+		}
+		since, held := r.mark(p.id)
+		px.freeze()
+		r.watchTakeover(kind, p.id, time.Now(), since, held)
+		r.pause(cutFor)
+		px.thaw()
+	})
+	return true
+}
+
+// freeze arms the idle worker holding the most unfinished episodes to stop
+// inside its next finish transaction (after FinishEpisode, before the
+// commit: the claim row stays locked), SIGSTOPs it when it says so, and
+// SIGCONTs it twice the lease later. Another worker must take the frozen
+// episode over meanwhile (the server bounds the frozen transaction), and
+// the frozen worker must write nothing once resumed. False if every slot
+// was busy.
+func (r *chaosRun) freeze(start time.Time) bool {
+	slot := r.takeBusiestSlot()
+	if slot < 0 {
+		return false
+	}
+	p := r.cl.current(slot)
+	hold := 2 * r.cfg.lease
+	r.freezing.Add(1)
+	r.slotOps.Go(func() {
+		defer r.freezing.Add(-1)
+		defer r.freeSlot(slot)
+		for len(p.intx) > 0 { // a line left by an earlier arming
+			<-p.intx
+		}
+		p.send("freeze")
+		wait := time.NewTimer(freezeWait)
+		defer wait.Stop()
+		var x intx
+		select {
+		case x = <-p.intx:
+		case <-wait.C:
+			p.send("unfreeze")
+			r.addFault(start, "SIGSTOP", p.id, fmt.Sprintf("not applied: no finish within %v of arming", freezeWait))
+			return
+		case <-p.exited:
+			return
+		case <-r.ctx.Done():
+			return
+		}
+		at := time.Now()
+		p.paused.Store(true)
+		p.stop()
+		fz := &freeze{p: p, g: x.g, ep: x.ep, at: at, hold: hold}
+		since, held := r.mark(p.id)
+		r.watchTakeover("SIGSTOP", p.id, at, since, held)
+		r.watchFrozen(fz)
+		r.mu.Lock()
+		r.freezes = append(r.freezes, fz)
+		r.faults = append(r.faults, fault{at: at.Sub(start), kind: "SIGSTOP", target: p.id, frozen: fz,
+			detail: fmt.Sprintf("inside its finish transaction of episode %d (grant fence %d), for %v, then SIGCONT", x.ep, x.g.fence, hold)})
+		r.mu.Unlock()
+		r.pause(hold)
+		steps, writes, err := grantWrites(r.ctx, r.pool, x.g)
+		fz.mu.Lock()
+		fz.stepsBefore, fz.writesBefore = steps, writes
+		if err != nil {
+			fz.stepsBefore = -1
+		}
+		fz.until = time.Now()
+		fz.mu.Unlock()
+		p.cont()
+		p.paused.Store(false)
+	})
+	return true
+}
+
+// grantWrites counts g's journal steps and ledger writes (GrantWrites).
+func grantWrites(ctx context.Context, pool *pgxpool.Pool, g grant) (steps, writes int64, err error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	err = pool.QueryRow(ctx, query("GrantWrites"), g.key, g.fence).Scan(&steps, &writes)
+	return steps, writes, err
+}
+
+// watchFrozen polls the frozen episode's claim until the episode is
+// terminal: taken over by a later grant and finished by it, or finished by
+// the frozen grant itself (its commit landed after SIGCONT: nothing bounded
+// the frozen transaction).
+func (r *chaosRun) watchFrozen(fz *freeze) {
+	r.watchers.Go(func() {
+		defer func() {
+			fz.mu.Lock()
+			fz.watched = true
+			fz.mu.Unlock()
+		}()
+		tick := time.NewTicker(pollEvery / 2)
+		defer tick.Stop()
+		for time.Since(fz.at) < settleTimeout {
+			var owner, state, status string
+			var fence int64
+			err := r.pool.QueryRow(r.ctx, query("GrantOfKey"), fz.g.key).Scan(&owner, &fence, &state, &status)
+			if err == nil {
+				fz.mu.Lock()
+				if fence > fz.g.fence && fz.takenBy.fence == 0 {
+					fz.takenBy, fz.takenAfter = holder{owner, fence}, time.Since(fz.at)
+				}
+				terminal := state == "done" || state == "failed"
+				if terminal {
+					fz.doneBy, fz.doneAfter, fz.status = holder{owner, fence}, time.Since(fz.at), status
+				}
+				fz.mu.Unlock()
+				if terminal {
+					return
+				}
+			}
+			select {
+			case <-r.ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	})
 }
 
 func (r *chaosRun) restartPostgres(start time.Time) {
@@ -643,9 +893,11 @@ func (r *chaosRun) check() {
 		claimsOpen = append(claimsOpen, c)
 	}
 	require.NoError(t, crows.Err())
+	ends := grantEnds(t, ctx, r.pool)
 
 	r.mu.Lock()
 	faults, takeovers, problems := slices.Clone(r.faults), slices.Clone(r.takeovers), slices.Clone(r.problems)
+	freezes := slices.Clone(r.freezes)
 	r.mu.Unlock()
 	procs := r.cl.procs()
 	dead := map[string]bool{}
@@ -660,8 +912,9 @@ func (r *chaosRun) check() {
 	for _, f := range faults {
 		byKind[f.kind]++
 	}
-	r.say("faults injected: %d SIGKILL, %d SIGTERM (drain), %d Postgres restart, %d cut-off; %d worker processes in all",
-		byKind["SIGKILL"], byKind["SIGTERM"], byKind["pg-restart"], byKind["cut"], len(procs))
+	r.say("faults injected: %d SIGKILL, %d SIGTERM (drain), %d Postgres restart, %d cut-off, %d slow answers (%d then cut; answers %v late), %d SIGSTOP inside a transaction; %d worker processes in all",
+		byKind["SIGKILL"], byKind["SIGTERM"], byKind["pg-restart"], byKind["cut"], byKind["slow"]+byKind["slow+cut"], byKind["slow+cut"],
+		r.cfg.lease/2, len(freezes), len(procs))
 	slices.SortFunc(faults, func(a, b fault) int { return int(a.at - b.at) })
 	for _, f := range faults {
 		line := fmt.Sprintf("  %6.1fs %-10s %-12s", f.at.Seconds(), f.kind, f.target)
@@ -673,6 +926,9 @@ func (r *chaosRun) check() {
 			// reports (fenced writes that matched nothing, local
 			// deadlines) come in late, so they are counted now.
 			line += fmt.Sprintf("; it reported %d lease losses", f.cutOff.lost.Load())
+		}
+		if f.frozen != nil {
+			line += "; " + f.frozen.outcome()
 		}
 		r.say("%s", line)
 	}
@@ -853,6 +1109,37 @@ func (r *chaosRun) check() {
 	add("no claim held by a dead worker after lease + sweep: its unfinished work was a live worker's within lease + 10s",
 		fmt.Sprintf("%d departures, slowest %.2fs (lease %v, sweep %v)", len(takeovers), worst.Seconds(), r.cfg.lease, r.cfg.sweep), bad)
 
+	slowed := map[string]bool{}
+	for _, f := range faults {
+		if strings.HasPrefix(f.kind, "slow") {
+			slowed[f.target] = true
+		}
+	}
+	ov := overlaps(ends, procs, slowed)
+	r.say("overlap of a run's last activity with its lease's end on the database (must be negative): %s", ov.worst())
+	for _, l := range ov.lines() {
+		r.say("%s", l)
+	}
+	add("every run stopped before its lease ended on the database (overlap < 0)", ov.worst(), ov.bad)
+
+	bad = nil
+	txBound := claims.TxBound(r.cfg.lease)
+	freezeBound := r.cfg.lease + r.cfg.sweep + txBound + freezeSlack
+	var slowestFreeze time.Duration
+	for _, fz := range freezes {
+		took, problem := r.checkFreeze(fz, freezeBound)
+		slowestFreeze = max(slowestFreeze, took)
+		if problem != "" {
+			bad = append(bad, problem)
+		}
+	}
+	if len(freezes) == 0 {
+		bad = append(bad, "no worker was frozen inside a transaction (no SIGSTOP applied)")
+	}
+	add(fmt.Sprintf("a holder SIGSTOPped inside its finish transaction was taken over within lease + sweep + TxBound + %v, by another grant, and wrote nothing once resumed", freezeSlack),
+		fmt.Sprintf("%d freezes, slowest takeover %.2fs (bound %.2fs: lease %v, sweep %v, TxBound %v)",
+			len(freezes), slowestFreeze.Seconds(), freezeBound.Seconds(), r.cfg.lease, r.cfg.sweep, txBound), bad)
+
 	bad = nil
 	for _, p := range procs {
 		if p.log.raced() {
@@ -877,4 +1164,210 @@ func (r *chaosRun) check() {
 		shown := i.bad[:min(len(i.bad), 20)]
 		t.Errorf("invariant violated: %s (%d):\n  %s", i.name, len(i.bad), strings.Join(shown, "\n  "))
 	}
+}
+
+// grantEnd is one GrantEnds row: grant g of owner, superseded by next.
+type grantEnd struct {
+	g          grant
+	owner      string
+	state      string // the old grant's state then: claimed (expired) or released
+	leaseUntil time.Time
+	next       holder
+	nextKind   string
+}
+
+// grantEnds reads every superseded grant the trigger recorded.
+func grantEnds(t *testing.T, ctx context.Context, pool *pgxpool.Pool) []grantEnd {
+	rows, err := pool.Query(ctx, query("GrantEnds"))
+	require.NoError(t, err)
+	var out []grantEnd
+	for rows.Next() {
+		var e grantEnd
+		require.NoError(t, rows.Scan(&e.g.key, &e.g.fence, &e.owner, &e.state, &e.leaseUntil, &e.next.owner, &e.next.fence, &e.nextKind))
+		out = append(out, e)
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+// overlapStats compares, for every superseded grant whose run a worker
+// reported active, the run's last activity (the last return of Init or
+// Step it printed) with the grant's end on the database: overlap = last
+// activity - lease_until, negative when the run stopped first. Grants are
+// grouped by how they ended: expired (the run must stop by its local
+// deadline, before the database's), released (the node stopped the run,
+// then released: a few milliseconds below 0), and, among both, those of a
+// worker that had slow answers.
+type overlapStats struct {
+	ends                    int // superseded grants in all
+	expired, released, slow overlapGroup
+	// A run its worker was SIGSTOPped through cannot stop itself: its
+	// activity after the SIGSTOP is left out (fencing must reject its
+	// writes), and reported here.
+	paused      int
+	pausedWorst time.Duration
+	bad         []string
+}
+
+type overlapGroup struct {
+	n     int
+	worst time.Duration
+	end   grantEnd
+}
+
+func (g *overlapGroup) add(o time.Duration, e grantEnd) {
+	if g.n == 0 || o > g.worst {
+		g.worst, g.end = o, e
+	}
+	g.n++
+}
+
+func (g overlapGroup) String() string {
+	if g.n == 0 {
+		return "none"
+	}
+	return fmt.Sprintf("max %+.3fs over %d (worst: %s fence %d of %s, then %s by %s)",
+		g.worst.Seconds(), g.n, g.end.g.key, g.end.g.fence, g.end.owner, g.end.next, g.end.nextKind)
+}
+
+// overlaps computes the overlap of every superseded grant in ends whose run
+// one of procs reported; slowed are the workers that had slow answers.
+func overlaps(ends []grantEnd, procs []*proc, slowed map[string]bool) overlapStats {
+	byID := make(map[string]*proc, len(procs))
+	for _, p := range procs {
+		byID[p.id] = p
+	}
+	st := overlapStats{ends: len(ends)}
+	for _, e := range ends {
+		p := byID[e.owner]
+		if p == nil {
+			continue
+		}
+		acts := p.active(e.g)
+		if len(acts) == 0 {
+			continue // never started, or its worker died before it printed
+		}
+		first, last := slices.MinFunc(acts, time.Time.Compare), slices.MaxFunc(acts, time.Time.Compare)
+		if stopped, _ := p.pauseWindow(); !stopped.IsZero() && first.Before(stopped) && !last.Before(stopped) {
+			if o := last.Sub(e.leaseUntil); st.paused == 0 || o > st.pausedWorst {
+				st.pausedWorst = o
+			}
+			st.paused++
+			var before []time.Time
+			for _, a := range acts {
+				if a.Before(stopped) {
+					before = append(before, a)
+				}
+			}
+			last = slices.MaxFunc(before, time.Time.Compare) // first is before stopped
+		}
+		o := last.Sub(e.leaseUntil)
+		if e.state == "released" {
+			st.released.add(o, e)
+		} else {
+			st.expired.add(o, e)
+		}
+		if slowed[e.owner] {
+			st.slow.add(o, e)
+		}
+		if o >= 0 {
+			line := fmt.Sprintf("%s fence %d of %s (%s, lease until %s) was still active %v after its lease ended; then granted to %s (%s)",
+				e.g.key, e.g.fence, e.owner, e.state, e.leaseUntil.Format("15:04:05.000"), o, e.next, e.nextKind)
+			if stopped, resumed := p.pauseWindow(); !stopped.IsZero() && !first.Before(stopped) && e.leaseUntil.Before(resumed) {
+				line += fmt.Sprintf("; its worker was SIGSTOPped %s–%s and this run became active only after that, on a grant whose lease ended before SIGCONT (its local deadline had passed)",
+					stopped.Format("15:04:05.000"), resumed.Format("15:04:05.000"))
+			}
+			st.bad = append(st.bad, line)
+		}
+	}
+	return st
+}
+
+// worst is the largest overlap of any group.
+func (st overlapStats) worst() string {
+	if st.expired.n+st.released.n == 0 {
+		return fmt.Sprintf("%d superseded grants, none seen active", st.ends)
+	}
+	w := st.expired
+	if w.n == 0 || (st.released.n > 0 && st.released.worst > w.worst) {
+		w = st.released
+	}
+	return fmt.Sprintf("max %+.3fs over %d superseded grants seen active (%d superseded in all)", w.worst.Seconds(), st.expired.n+st.released.n, st.ends)
+}
+
+// lines is the report's detail, one line per group.
+func (st overlapStats) lines() []string {
+	out := []string{
+		"  expired leases: " + st.expired.String(),
+		"  released leases: " + st.released.String(),
+		"  of both, on a worker with slow answers: " + st.slow.String(),
+	}
+	if st.paused > 0 {
+		out = append(out, fmt.Sprintf("  %d runs paused through a SIGSTOP left out (resumed up to %+.3fs past their lease; fencing, checked below, must reject their writes)",
+			st.paused, st.pausedWorst.Seconds()))
+	}
+	return out
+}
+
+// outcome says what became of a frozen episode, for the fault's line.
+func (fz *freeze) outcome() string {
+	fz.mu.Lock()
+	defer fz.mu.Unlock()
+	var parts []string
+	if fz.takenBy.fence > 0 {
+		when := "while it was stopped"
+		if fz.takenAfter > fz.hold {
+			when = "after SIGCONT"
+		}
+		parts = append(parts, fmt.Sprintf("taken over by %s %.2fs after SIGSTOP (%s)", fz.takenBy, fz.takenAfter.Seconds(), when))
+	} else {
+		parts = append(parts, "never taken over")
+	}
+	switch {
+	case !fz.watched || fz.doneBy.fence == 0:
+		parts = append(parts, "not finished when last looked at")
+	case fz.doneBy.fence == fz.g.fence:
+		parts = append(parts, fmt.Sprintf("%s by the frozen grant itself %.2fs after SIGSTOP: its commit landed once resumed", fz.status, fz.doneAfter.Seconds()))
+	default:
+		parts = append(parts, fmt.Sprintf("%s by %s %.2fs after SIGSTOP", fz.status, fz.doneBy, fz.doneAfter.Seconds()))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// checkFreeze returns how long the frozen episode took to be another
+// grant's, and what is wrong, if anything: not taken over within bound, not
+// finished by a later grant, or a write of the frozen grant after SIGCONT.
+func (r *chaosRun) checkFreeze(fz *freeze, bound time.Duration) (time.Duration, string) {
+	steps, writes, err := grantWrites(r.ctx, r.pool, fz.g)
+	fz.mu.Lock()
+	defer fz.mu.Unlock()
+	what := fmt.Sprintf("episode %d frozen in %s's finish transaction (fence %d)", fz.ep, fz.p.id, fz.g.fence)
+	var bad []string
+	switch {
+	case fz.takenBy.fence == 0:
+		bad = append(bad, "never taken over by another grant (the takeover waited on the frozen transaction's lock)")
+	case fz.takenAfter > bound:
+		bad = append(bad, fmt.Sprintf("taken over only %.2fs after SIGSTOP (bound %.2fs)", fz.takenAfter.Seconds(), bound.Seconds()))
+	}
+	switch {
+	case fz.doneBy.fence == fz.g.fence:
+		bad = append(bad, fmt.Sprintf("finished (%s) by the frozen grant itself: its commit landed after SIGCONT, %.2fs after SIGSTOP", fz.status, fz.doneAfter.Seconds()))
+	case fz.doneBy.fence == 0 || fz.status != "done":
+		bad = append(bad, fmt.Sprintf("not done by a later grant (status %q, last grant %s)", fz.status, fz.doneBy))
+	}
+	switch {
+	case err != nil || fz.stepsBefore < 0:
+		bad = append(bad, fmt.Sprintf("its writes could not be counted: %v", err))
+	case steps != fz.stepsBefore || writes != fz.writesBefore:
+		bad = append(bad, fmt.Sprintf("the frozen grant wrote after SIGCONT: journal steps %d -> %d, ledger writes %d -> %d",
+			fz.stepsBefore, steps, fz.writesBefore, writes))
+	}
+	took := fz.takenAfter
+	if fz.takenBy.fence == 0 {
+		took = time.Since(fz.at)
+	}
+	if len(bad) == 0 {
+		return took, ""
+	}
+	return took, what + ": " + strings.Join(bad, "; ")
 }

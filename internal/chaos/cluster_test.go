@@ -34,7 +34,61 @@ type proc struct {
 	waitErr error         // valid after exited
 	drained string        // the "drained" line, valid after exited
 	leaving atomic.Bool   // signaled by the test: no more fire requests
+	paused  atomic.Bool   // SIGSTOPped: sent nothing until resumed
 	lost    atomic.Int64  // lease_lost events it reported
+
+	intx     chan intx   // its "intx" lines: a finish frozen in its transaction
+	intxDone chan string // its "intxdone" results
+
+	actMu    sync.Mutex
+	activity map[grant][]time.Time // "active" instants per grant
+	stopped  time.Time             // SIGSTOP sent (zero: never)
+	resumed  time.Time             // SIGCONT sent
+}
+
+// grant identifies one grant of a work claim.
+type grant struct {
+	key   string
+	fence int64
+}
+
+// intx is an "intx" line: the finish of grant g (episode ep) waits inside
+// its open transaction.
+type intx struct {
+	g  grant
+	ep int64
+}
+
+// active returns the instants at which g's strategy calls returned, as the
+// worker printed them (a SIGKILLed worker's last lines may be lost).
+func (p *proc) active(g grant) []time.Time {
+	p.actMu.Lock()
+	defer p.actMu.Unlock()
+	return p.activity[g]
+}
+
+// pauseWindow returns when p was SIGSTOPped and SIGCONTed (zero: never).
+func (p *proc) pauseWindow() (stopped, resumed time.Time) {
+	p.actMu.Lock()
+	defer p.actMu.Unlock()
+	return p.stopped, p.resumed
+}
+
+// stop SIGSTOPs p: it keeps its connections and its transactions, and does
+// nothing at all, as in a long GC pause or a hung VM.
+func (p *proc) stop() {
+	p.actMu.Lock()
+	p.stopped = time.Now()
+	p.actMu.Unlock()
+	_ = p.cmd.Process.Signal(syscall.SIGSTOP)
+}
+
+// cont resumes p after stop.
+func (p *proc) cont() {
+	_ = p.cmd.Process.Signal(syscall.SIGCONT)
+	p.actMu.Lock()
+	p.resumed = time.Now()
+	p.actMu.Unlock()
 }
 
 func (p *proc) isReady() bool { return closed(p.ready) && !closed(p.exited) }
@@ -82,7 +136,8 @@ func (c *cluster) start(slot int) (*proc, error) {
 	cmd := exec.Command(c.exe, "-test.run=^$")
 	cmd.Env = append(os.Environ(), c.env(slot, id)...)
 	p := &proc{slot: slot, gen: gen, id: id, cmd: cmd, log: &tail{max: 16 << 10},
-		ready: make(chan struct{}), exited: make(chan struct{})}
+		ready: make(chan struct{}), exited: make(chan struct{}),
+		intx: make(chan intx, 4), intxDone: make(chan string, 4), activity: map[grant][]time.Time{}}
 	cmd.Stderr = p.log
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -141,6 +196,29 @@ func (c *cluster) read(p *proc, stdout io.Reader) {
 			}
 			c.writesFailed[f[2]+" "+f[3]]++
 			c.writesMu.Unlock()
+		case f[0] == "active" && len(f) == 4:
+			fence, err1 := strconv.ParseInt(f[2], 10, 64)
+			ns, err2 := strconv.ParseInt(f[3], 10, 64)
+			if err1 == nil && err2 == nil {
+				g := grant{f[1], fence}
+				p.actMu.Lock()
+				p.activity[g] = append(p.activity[g], time.Unix(0, ns))
+				p.actMu.Unlock()
+			}
+		case f[0] == "intx" && len(f) == 4:
+			fence, err1 := strconv.ParseInt(f[2], 10, 64)
+			ep, err2 := strconv.ParseInt(f[3], 10, 64)
+			if err1 == nil && err2 == nil {
+				select {
+				case p.intx <- intx{grant{f[1], fence}, ep}:
+				default:
+				}
+			}
+		case f[0] == "intxdone" && len(f) >= 4:
+			select {
+			case p.intxDone <- strings.Join(f[3:], " "):
+			default:
+			}
 		case f[0] == "drained":
 			p.drained = strings.Join(f[1:], " ")
 		}
@@ -169,7 +247,7 @@ func (c *cluster) pick(n int) []*proc {
 	c.mu.Lock()
 	var live []*proc
 	for _, p := range c.cur {
-		if p != nil && p.isReady() && !p.leaving.Load() {
+		if p != nil && p.isReady() && !p.leaving.Load() && !p.paused.Load() {
 			live = append(live, p)
 		}
 	}

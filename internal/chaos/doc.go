@@ -17,13 +17,22 @@
 //	 recovery.Sweeper (every 500 ms), and its pool pointed at its own proxy
 //
 // The worker's actor is an event-triggered expectation with recovery policy
-// restart. Its strategy sleeps 20–60 ms in each of three steps (so a fault
-// finds a few episodes in flight on every worker) and writes its side effect
-// in a fourth: one row in the test-only ledger table, by a statement
-// conditioned on the run's claim (chaos.sql, WriteLedger). A later grant of the same episode re-stamps the row with its
-// own (owner, fence) instead of adding one, so the effect is idempotent, as
-// restart recovery requires; every write that lands is also appended to
-// ledger_writes, the audit of who wrote when.
+// restart, and its node finishes episodes with a transactional finisher
+// (FinishEpisode inside store.InTx, as a user's finisher that writes its own
+// rows would). Its strategy sleeps 20–60 ms in each of three steps (so a
+// fault finds a few episodes in flight on every worker; one run in 20 sleeps
+// 1.25 leases in its second step instead, as a call outside the database
+// would, which only the run's local deadline can stop during a fault) and
+// writes its side effect in a fourth: one row in the test-only ledger table,
+// by a statement conditioned on the run's claim (chaos.sql, WriteLedger). A
+// later grant of the same episode re-stamps the row with its own (owner,
+// fence) instead of adding one, so the effect is idempotent, as restart
+// recovery requires; every write that lands is also appended to
+// ledger_writes, the audit of who wrote when. Every return of Init or Step
+// is printed with its wall-clock instant and its grant (claim key, fence),
+// and a test-only trigger on leasehold_work_claims records in grant_ends the
+// database's end (lease_until) of every grant that a later grant superseded;
+// the two are compared after the run (same machine, one clock).
 //
 // # Faults
 //
@@ -38,7 +47,20 @@
 //   - one cut of a worker's database link for twice its lease: its proxy
 //     holds every byte in both directions and delivers them when the cut
 //     heals, so the cut-off worker's writes reach Postgres late, after its
-//     leases were taken over.
+//     leases were taken over;
+//   - slow answers (one phase, a few with CHAOS=1): for 1.5 leases every
+//     byte from the server to one worker is delivered half a lease late, in
+//     order, while its own bytes reach the server at once, so its grants
+//     (episode creation, recovery claims) and renewals land on the database
+//     half a lease before it learns of them; the first phase (every other
+//     one with CHAOS=1) ends in a cut of twice the lease, so the runs granted
+//     under slow answers must stop by their local deadlines alone;
+//   - SIGSTOP inside a transaction (one, a few with CHAOS=1): a worker is
+//     armed (freeze on stdin), its next finish runs FinishEpisode in its
+//     open transaction and says so, and the driver SIGSTOPs it there, with
+//     the claim row locked and the connection healthy, for twice the lease,
+//     then SIGCONTs it. Only the server's bound on leasehold's transactions
+//     (claims.TxBound) can end that transaction.
 //
 // # Invariants
 //
@@ -57,8 +79,21 @@
 //     a later grant's (fences never go back in admission order);
 //   - nothing is queued or running, and no claim is claimed or released;
 //   - no claim is held by a dead worker after lease + sweep: every killed,
-//     drained or cut-off worker's unfinished work was a live worker's (or
-//     done) within lease + 10 s, the slowest time being reported;
+//     drained, cut-off or frozen worker's unfinished work was a live
+//     worker's (or done) within lease + 10 s, the slowest time being
+//     reported;
+//   - every run stopped before its lease ended on the database: for each
+//     superseded grant (grant_ends) whose run printed any activity, its last
+//     activity minus the old lease_until is negative (the largest, by how
+//     the grant ended, is reported). Only what a worker printed counts (a
+//     SIGKILLed worker's last lines may be lost, and it stopped anyway); a
+//     run its worker was SIGSTOPped through cannot stop itself, so its
+//     activity after the SIGSTOP is reported apart, and fencing (above) must
+//     reject its writes;
+//   - each frozen episode was taken over by another grant within lease +
+//     sweep + claims.TxBound + 2 s, finished (done) by a later grant, and
+//     the frozen grant's journal steps and ledger writes did not change
+//     after SIGCONT (its commit must fail);
 //   - no worker process reported a data race.
 //
 // The suite prints the faults injected, what they did to the runner's own
@@ -70,5 +105,9 @@
 //
 // TestServerRestartDuringStep makes deterministic one case the suite hits
 // only by chance: a step's journal write meeting a connection the server
-// restart terminated; see its comment.
+// restart terminated; see its comment. TestFrozenInTransaction does the same
+// for a freeze: two workers, one episode, its holder SIGSTOPped inside its
+// finish transaction; the other must take it over in time and the frozen one
+// write nothing once resumed. TestProxySlowAnswers and
+// TestProxyHoldsAndDelivers pin the proxy's two faults.
 package chaos

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,9 +24,17 @@ import (
 // Postgres late, typically after its leases were taken over; fencing must
 // make them match nothing. Connections the worker gave up on meanwhile are
 // closed after their held bytes are delivered.
+//
+// Slow answers (slow) are a link that is slow one way: every byte from the
+// server to the worker is delivered d after the proxy read it, in order,
+// while the worker's bytes reach the server at once. A statement therefore
+// lands (and a grant is made, on the database clock) d before the worker
+// learns of it. fast ends it; bytes already read keep their delivery time,
+// so nothing is reordered. A cut holds the delayed bytes too.
 type proxy struct {
 	ln     net.Listener
 	target string
+	delay  atomic.Int64 // server->worker delay in nanoseconds; 0: none
 
 	mu    sync.Mutex
 	open  chan struct{} // closed while forwarding; a fresh one while frozen
@@ -73,6 +82,12 @@ func (p *proxy) thaw() {
 	}
 }
 
+// slow delays every byte from the server to the worker by d from now on.
+func (p *proxy) slow(d time.Duration) { p.delay.Store(int64(d)) }
+
+// fast ends slow answers for the bytes read from now on.
+func (p *proxy) fast() { p.delay.Store(0) }
+
 // pass waits while the proxy is frozen; false when it is closing.
 func (p *proxy) pass() bool {
 	p.mu.Lock()
@@ -114,11 +129,65 @@ func (p *proxy) serve(client net.Conn) {
 	defer p.untrack(server)
 	var both sync.WaitGroup
 	both.Go(func() { p.pipe(server, client) })
-	both.Go(func() { p.pipe(client, server) })
+	both.Go(func() { p.answers(client, server) })
 	both.Wait()
 }
 
-// pipe copies src to dst, holding data while frozen; when either side ends
+// chunk is bytes read from the server, due at the worker at due.
+type chunk struct {
+	data []byte
+	due  time.Time
+}
+
+// answers copies the server's bytes (src) to the worker (dst) like pipe,
+// delivering each chunk the proxy's delay after it was read. The reader
+// never waits for the delay, so a slow link does not slow the server down
+// nor reorder anything; the held chunks are delivered before the
+// connections are closed when the server ends.
+func (p *proxy) answers(dst, src net.Conn) {
+	queue := make(chan chunk, 4096)
+	var deliver sync.WaitGroup
+	deliver.Go(func() {
+		defer func() {
+			_ = src.Close()
+			_ = dst.Close()
+			for range queue { // unblock the reader
+			}
+		}()
+		for c := range queue {
+			if wait := time.Until(c.due); wait > 0 {
+				t := time.NewTimer(wait)
+				select {
+				case <-t.C:
+				case <-p.closed:
+					t.Stop()
+					return
+				}
+			}
+			if !p.pass() {
+				return
+			}
+			if _, err := dst.Write(c.data); err != nil {
+				return
+			}
+		}
+	})
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			queue <- chunk{data: append([]byte(nil), buf[:n]...), due: time.Now().Add(time.Duration(p.delay.Load()))}
+		}
+		if err != nil {
+			break
+		}
+	}
+	close(queue)
+	deliver.Wait()
+}
+
+// pipe copies src to dst (the worker's bytes to the server), holding data
+// while frozen; when either side ends
 // both connections are closed, which ends the other direction too.
 func (p *proxy) pipe(dst, src net.Conn) {
 	defer func() {
@@ -238,4 +307,74 @@ func TestProxyHoldsAndDelivers(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "during", string(got), "held bytes are delivered when the cut heals")
 	roundTrip("after")
+}
+
+// TestProxySlowAnswers checks slow answers: the server's bytes arrive d
+// late and in order, the worker's bytes reach the server at once, and fast
+// ends the delay.
+func TestProxySlowAnswers(t *testing.T) {
+	const d = 300 * time.Millisecond
+	echo, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer echo.Close()
+	arrived := make(chan time.Time, 16) // when the server read each request
+	var served sync.WaitGroup
+	defer served.Wait()
+	served.Go(func() {
+		c, err := echo.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		buf := make([]byte, 1)
+		for {
+			if _, err := io.ReadFull(c, buf); err != nil {
+				return
+			}
+			arrived <- time.Now()
+			if _, err := c.Write(buf); err != nil {
+				return
+			}
+		}
+	})
+	p := newProxy(t, echo.Addr().String())
+	c, err := net.Dial("tcp", p.Addr())
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
+	ask := func(b byte) (toServer, roundTrip time.Duration) {
+		t.Helper()
+		sent := time.Now()
+		_, err := c.Write([]byte{b})
+		require.NoError(t, err)
+		got := make([]byte, 1)
+		_, err = io.ReadFull(c, got)
+		require.NoError(t, err)
+		require.Equal(t, b, got[0])
+		return (<-arrived).Sub(sent), time.Since(sent)
+	}
+	ask('a') // connected
+
+	p.slow(d)
+	toServer, rt := ask('b')
+	require.Less(t, toServer, d/2, "the worker's bytes are not held")
+	require.GreaterOrEqual(t, rt, d, "the server's answer is delayed")
+
+	// Three requests in a row: answers in order, each d after its request.
+	sent := time.Now()
+	_, err = c.Write([]byte("cde"))
+	require.NoError(t, err)
+	got := make([]byte, 3)
+	_, err = io.ReadFull(c, got)
+	require.NoError(t, err)
+	require.Equal(t, "cde", string(got))
+	require.GreaterOrEqual(t, time.Since(sent), d)
+	require.Less(t, time.Since(sent), 3*d, "answers are delayed, not serialized behind each other's delay")
+	for range 3 {
+		<-arrived
+	}
+
+	p.fast()
+	_, rt = ask('f')
+	require.Less(t, rt, d, "fast ends the delay")
 }

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -27,6 +28,7 @@ import (
 	"github.com/leasehold/leasehold/recovery"
 	"github.com/leasehold/leasehold/runner"
 	"github.com/leasehold/leasehold/telemetry"
+	"github.com/leasehold/leasehold/workflows"
 )
 
 // Worker-process settings, passed through the environment.
@@ -44,19 +46,46 @@ const (
 	eventName     = "chaos.fired"
 	// workSteps sleep 20–60 ms each (so that every worker has a few
 	// episodes in flight when a fault hits); the next step writes the ledger.
+	// One run in longEvery makes its second step long (1.25 leases), as a
+	// call outside the database would be: such a step is what only the
+	// run's local deadline can stop when the database is out of reach, and
+	// its end (the cancellation) is what the overlap check measures. The
+	// short steps never outlive a fault that long: their journal writes
+	// block first.
 	workSteps     = 3
+	longEvery     = 20
 	maxConcurrent = 8
 	fireTimeout   = 5 * time.Second
 	drainTimeout  = time.Second
+	// freezeHold is how long an armed finish sits inside its transaction
+	// after FinishEpisode (the driver SIGSTOPs the worker meanwhile): well
+	// past claims.TxBound, so the server's bound, not this, ends it.
+	freezeHold = 3 * time.Second
 )
 
-// The worker's control channel. The test writes "fire <trigger>" lines on
-// stdin; the worker answers on stdout, one line each:
+// The worker's control channel. The test writes commands on stdin, one a
+// line:
+//
+//	fire <trigger>   Fire the trigger (the answer: fired or fireerr)
+//	freeze           the next finish on this node stops inside its
+//	                 transaction (see txFinisher): intx, then freezeHold
+//	unfreeze         disarm freeze if no finish used it
+//
+// The worker writes on stdout, one line each:
 //
 //	ready                              node started, sweeper running
 //	fired <trigger> created <episode>  Fire returned: this node's insert won
 //	fired <trigger> duplicate          Fire returned: the episode exists
 //	fireerr <trigger> <error>          Fire failed; the test sends it again
+//	active <key> <fence> <unixnano>    Init or Step of the run of grant
+//	                                   (key, fence) returned at that instant
+//	                                   (wall clock, the server's clock too:
+//	                                   same machine); dedupe keys have no
+//	                                   spaces
+//	intx <key> <fence> <episode>       an armed finish ran FinishEpisode in
+//	                                   its open transaction and now waits
+//	intxdone <key> <fence> <result>    that transaction ended: ok or the
+//	                                   error, spaces folded
 //	event lease_lost|handed_over       a run of this node stopped (telemetry)
 //	event recovered <n>                a sweep of this node restarted n orphans
 //	event write_failed <stmt> <why>    a runner write failed, not retried
@@ -102,8 +131,12 @@ func worker() int {
 		EventJitter: 20 * time.Millisecond, Logger: log, Observer: out, // spreads the wins
 		Poll: runner.PollConfig{Disabled: true}, // no trigger_only nodes here
 	})
+	fin := &txFinisher{store: store, spy: spyStore{store, out}, out: out}
 	if err == nil {
-		err = node.Register(chaosActor(pool))
+		err = node.SetFinisher(fin)
+	}
+	if err == nil {
+		err = node.Register(chaosActor(pool, out, time.Duration(leaseMS)*time.Millisecond))
 	}
 	if err == nil {
 		err = node.Start(ctx)
@@ -128,7 +161,7 @@ func worker() int {
 	term := make(chan os.Signal, 1)
 	signal.Notify(term, syscall.SIGTERM)
 	gone := make(chan struct{})
-	go func() { commands(node, out); close(gone) }()
+	go func() { commands(node, fin, out); close(gone) }()
 	out.printf("ready")
 
 	select {
@@ -141,20 +174,23 @@ func worker() int {
 	dctx, cancel := context.WithTimeout(ctx, drainTimeout)
 	defer cancel()
 	sum, err := node.Drain(dctx)
-	out.printf("drained tracked=%d graceful=%d forced=%d released=%d unreleased=%d err=%v",
-		sum.Tracked, sum.Graceful, sum.Forced, sum.Released, sum.Unreleased, err)
+	// %+v: whatever fields the summary has.
+	out.printf("drained %s err=%v", strings.Join(strings.Fields(fmt.Sprintf("%+v", sum)), " "), err)
 	return 0
 }
 
-// commands runs the fire requests read from stdin until it closes.
-func commands(node *runner.Node, out *lines) {
+// commands runs the commands read from stdin until it closes.
+func commands(node *runner.Node, fin *txFinisher, out *lines) {
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) != 2 || f[0] != "fire" {
-			continue
+		switch f := strings.Fields(sc.Text()); {
+		case len(f) == 2 && f[0] == "fire":
+			go fire(node, out, f[1])
+		case len(f) == 1 && f[0] == "freeze":
+			fin.armed.Store(true)
+		case len(f) == 1 && f[0] == "unfreeze":
+			fin.armed.Store(false)
 		}
-		go fire(node, out, f[1])
 	}
 }
 
@@ -174,27 +210,39 @@ func fire(node *runner.Node, out *lines, trigger string) {
 
 // chaosActor is the actor every worker registers: restart recovery, so
 // every orphan is re-run, and attempts high enough never to run out.
-func chaosActor(pool *pgxpool.Pool) runner.Actor {
+func chaosActor(pool *pgxpool.Pool, out *lines, lease time.Duration) runner.Actor {
 	return runner.Actor{ID: actorID, MaxConcurrent: maxConcurrent, Expectations: []runner.Expectation{{
-		ID: expectationID, Trigger: runner.Event{Name: eventName}, Strategy: apply{pool},
+		ID: expectationID, Trigger: runner.Event{Name: eventName}, Strategy: apply{pool, out, lease + lease/4},
 		Recovery: runner.RecoveryRestart, MaxAttempts: 1000,
 	}}}
 }
 
 // apply works for a few steps, then writes its effect to the ledger under
-// its claim (WriteLedger) and reports done.
-type apply struct{ pool *pgxpool.Pool }
+// its claim (WriteLedger) and reports done. Each return of Init and Step is
+// reported (active): the last one is where the run's activity ended, which
+// the driver compares with its lease's end on the database.
+type apply struct {
+	pool *pgxpool.Pool
+	out  *lines
+	long time.Duration // a long step's length
+}
 
-func (apply) Init(_ context.Context, r *runner.Run) error {
+func (a apply) Init(_ context.Context, r *runner.Run) error {
+	defer a.out.active(r)
 	r.State = new(int) // steps done by this run; a restarted run starts over
 	return nil
 }
 
 func (a apply) Step(ctx context.Context, r *runner.Run) (runner.StepResult, error) {
+	defer a.out.active(r)
 	done := r.State.(*int)
 	*done++
 	if *done <= workSteps {
-		if err := pause(ctx, time.Duration(20+rand.IntN(41))*time.Millisecond); err != nil {
+		d := time.Duration(20+rand.IntN(41)) * time.Millisecond
+		if *done == 2 && rand.IntN(longEvery) == 0 {
+			d = a.long
+		}
+		if err := pause(ctx, d); err != nil {
 			return runner.StepResult{}, err
 		}
 		return runner.StepResult{Data: map[string]int{"work": *done}}, nil
@@ -261,6 +309,47 @@ func pause(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// txFinisher is the node's Finisher: the fenced finish inside a
+// multi-statement transaction, as a user's finisher that writes its own rows
+// with the episode's end would run it (and as package workflows does). When
+// armed (the driver's freeze), the next finish says intx after
+// FinishEpisode and waits freezeHold before committing: the claim row stays
+// locked by an open transaction, and the driver SIGSTOPs the process
+// meanwhile. Only the server can then end that transaction.
+type txFinisher struct {
+	store *postgres.Store
+	spy   spyStore // reports a failed finish like the default finisher's
+	out   *lines
+	armed atomic.Bool
+}
+
+func (f *txFinisher) FinishEpisode(ctx context.Context, ep episodes.Episode, t claims.Token, fin episodes.Finish) error {
+	frozen := false
+	err := f.store.InTx(ctx, func(tx workflows.Tx) error {
+		if err := tx.FinishEpisode(ctx, ep.ID, t, fin); err != nil {
+			return err
+		}
+		if f.armed.CompareAndSwap(true, false) {
+			frozen = true
+			// The hold is counted from before the line: the SIGSTOP that
+			// follows it may land before Sleep is called.
+			until := time.Now().Add(freezeHold)
+			f.out.printf("intx %s %d %d", t.Key, t.Fence, ep.ID)
+			time.Sleep(time.Until(until)) // not ctx: a frozen holder notices nothing
+		}
+		return nil
+	})
+	if frozen {
+		result := "ok"
+		if err != nil {
+			result = strings.Join(strings.Fields(err.Error()), " ")
+		}
+		f.out.printf("intxdone %s %d %s", t.Key, t.Fence, result)
+	}
+	f.spy.failed("FinishEpisode("+string(fin.Status)+")", err)
+	return err
+}
+
 // spyStore is the node's Store: the adapter, reporting on stdout each
 // journal or terminal write that failed with a database error the runner
 // does not retry (a lost lease is not one), so that the report can say what
@@ -300,6 +389,12 @@ func (l *lines) printf(format string, args ...any) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	fmt.Fprintf(os.Stdout, format+"\n", args...)
+}
+
+// active reports that a call of r's strategy returned now.
+func (l *lines) active(r *runner.Run) {
+	t := r.Token()
+	l.printf("active %s %d %d", t.Key, t.Fence, time.Now().UnixNano())
 }
 
 // Observe implements telemetry.Observer: the few events the test counts.
