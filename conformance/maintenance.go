@@ -54,8 +54,8 @@ type MaintenanceBackend struct {
 // accepts, to show that the statements themselves never touch live work.
 func RunMaintenance(t *testing.T, newBackend func(t *testing.T) MaintenanceBackend) {
 	const day = 24 * time.Hour
-	// The default Plan: Retention 7 days, ClaimHorizon 30 days, RequestTTL
-	// 1 hour, NodeStaleAfter 24 hours.
+	// The default Plan: Retention 7 days, ClaimHorizon 30 days, no
+	// RequestTTL (requests never expire), NodeStaleAfter 24 hours.
 	base := maintenance.DefaultConfig().Plan()
 	retention, horizon := base.Retention, base.ClaimHorizon
 	t.Run("ArchivesTerminalEpisodesPastRetention", func(t *testing.T) {
@@ -201,10 +201,14 @@ func RunMaintenance(t *testing.T, newBackend func(t *testing.T) MaintenanceBacke
 		acquire(t, f.eb, "event:a:e:held", "recoverer")
 		fresh := deferEpisode(t, d, "event:a:e:fresh", "", "")
 		for _, r := range []episodes.DeferredCreated{polled, def, rc, staging, held} {
-			f.b.AgeRequest(t, r.RequestID, f.plan.RequestTTL+time.Hour)
+			f.b.AgeRequest(t, r.RequestID, 30*day)
 		}
+		require.Equal(t, maintenance.Result{Ran: true}, f.maintain(t, f.plan), "no RequestTTL: nothing expires, however old")
+		require.Equal(t, episodes.StatusQueued, get(t, f.eb, def.Episode.ID).Status)
 
-		require.Equal(t, maintenance.Result{Ran: true, RequestsExpired: 4, EpisodesCanceled: 3}, f.maintain(t, f.plan))
+		withTTL := f.plan
+		withTTL.RequestTTL = time.Hour
+		require.Equal(t, maintenance.Result{Ran: true, RequestsExpired: 4, EpisodesCanceled: 3}, f.maintain(t, withTTL))
 		for _, r := range []episodes.DeferredCreated{def, rc, staging} {
 			got := get(t, f.eb, r.Episode.ID)
 			require.Equal(t, episodes.StatusCanceled, got.Status, r.Episode.DedupeKey)

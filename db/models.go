@@ -14,6 +14,7 @@ type LeaseholdAgentDefinition struct {
 	RecoveryPolicy string
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
+	MaxAttempts    *int32
 }
 
 type LeaseholdEpisode struct {

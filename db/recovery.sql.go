@@ -168,7 +168,10 @@ type GetAgentRecoveryPolicyParams struct {
 	ExpectationID string
 }
 
-// The recovery policy of a dynamic actor's expectation, if defined.
+// The recovery policy of an expectation, as the nodes that run it recorded
+// it when they started (or as set for a dynamic actor), if any. A sweeper
+// on a node without the actor's code applies it; without a row it leaves
+// the orphan for a node that knows the policy.
 func (q *Queries) GetAgentRecoveryPolicy(ctx context.Context, db DBTX, arg GetAgentRecoveryPolicyParams) (string, error) {
 	row := db.QueryRow(ctx, getAgentRecoveryPolicy, arg.ActorID, arg.ExpectationID)
 	var recovery_policy string
@@ -323,20 +326,28 @@ func (q *Queries) ListOrphanedEpisodes(ctx context.Context, db DBTX, arg ListOrp
 }
 
 const putAgentDefinition = `-- name: PutAgentDefinition :exec
-INSERT INTO leasehold_agent_definitions (actor_id, expectation_id, recovery_policy)
-VALUES ($1, $2, $3)
+INSERT INTO leasehold_agent_definitions (actor_id, expectation_id, recovery_policy, max_attempts)
+VALUES ($1, $2, $3, $4)
 ON CONFLICT (actor_id, expectation_id) DO UPDATE
-SET recovery_policy = excluded.recovery_policy, updated_at = now()
+SET recovery_policy = excluded.recovery_policy, max_attempts = excluded.max_attempts, updated_at = now()
 `
 
 type PutAgentDefinitionParams struct {
 	ActorID        string
 	ExpectationID  string
 	RecoveryPolicy string
+	MaxAttempts    *int32
 }
 
-// Records (or changes) a dynamic actor's recovery policy.
+// Records (or changes) an expectation's recovery policy and max attempts:
+// every node upserts those of its registered expectations when it starts,
+// the last start winning (nodes of one deploy register the same actors).
 func (q *Queries) PutAgentDefinition(ctx context.Context, db DBTX, arg PutAgentDefinitionParams) error {
-	_, err := db.Exec(ctx, putAgentDefinition, arg.ActorID, arg.ExpectationID, arg.RecoveryPolicy)
+	_, err := db.Exec(ctx, putAgentDefinition,
+		arg.ActorID,
+		arg.ExpectationID,
+		arg.RecoveryPolicy,
+		arg.MaxAttempts,
+	)
 	return err
 }

@@ -77,6 +77,15 @@ func PayloadHash(payload any) (string, error) {
 // whitespace, no HTML escaping, numbers as written. A json.RawMessage is
 // taken as JSON and re-encoded canonically; a plain []byte is encoded the way
 // encoding/json always encodes it, as a base64 string.
+//
+// Text must arrive unchanged, or two different payloads would hash alike; so
+// ErrInvalid refuses, wherever it is in the payload (a Go string, a map key,
+// a struct field, a TextMarshaler's text, a string of raw JSON):
+//   - invalid UTF-8, which encoding/json would replace with U+FFFD;
+//   - a \u escape of a lone UTF-16 surrogate, which decodes to U+FFFD too;
+//   - NUL (U+0000, or \u0000 in raw JSON): Postgres jsonb cannot store it
+//     (SQLSTATE 22P05), and it is refused on every dialect so that all of
+//     them accept the same payloads.
 func Canonical(v any) ([]byte, error) {
 	var raw []byte
 	switch x := v.(type) {
@@ -86,6 +95,14 @@ func Canonical(v any) ([]byte, error) {
 		b, err := json.Marshal(v)
 		if err != nil {
 			return nil, fmt.Errorf("%w: payload is not JSON-encodable: %v", ErrInvalid, err)
+		}
+		// encoding/json writes each invalid byte of a Go string as the
+		// escape \ufffd; a MarshalJSON may have written that escape too,
+		// so only then is the value walked to tell which.
+		if bytes.Contains(b, []byte(`\ufffd`)) {
+			if at, bad := invalidText(v); bad {
+				return nil, fmt.Errorf("%w: payload text at %s is not valid UTF-8", ErrInvalid, at)
+			}
 		}
 		raw = b
 	}
@@ -104,6 +121,9 @@ func Canonical(v any) ([]byte, error) {
 	// token: only the end of input is acceptable.
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, fmt.Errorf("%w: payload has data after the JSON value", ErrInvalid)
+	}
+	if err := checkEscapes(raw); err != nil {
+		return nil, err
 	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
@@ -127,7 +147,7 @@ func build(kind string, parts ...string) (string, error) {
 			return "", fmt.Errorf("%w: %s key part %d (%q) contains ':'", ErrInvalid, kind, i+1, p)
 		}
 		if !utf8.ValidString(p) || strings.IndexByte(p, 0) >= 0 {
-			return "", fmt.Errorf("%w: %s key part %d is not valid text", ErrInvalid, kind, i+1)
+			return "", fmt.Errorf("%w: %s key part %d is not valid text (invalid UTF-8 or NUL)", ErrInvalid, kind, i+1)
 		}
 	}
 	key := kind + ":" + strings.Join(parts, ":")
@@ -140,13 +160,14 @@ func build(kind string, parts ...string) (string, error) {
 // InEnv scopes key to env, so that nodes of different envs sharing one
 // database never deduplicate (nor claim) each other's work: env:{env}:{key}.
 // The unset env "" returns key unchanged, byte-identical to single-env
-// operation. An empty key (no dedupe) stays empty. env may not contain ':'.
+// operation. An empty key (no dedupe) stays empty. env must be valid UTF-8
+// without ':' or NUL.
 func InEnv(env, key string) (string, error) {
 	if env == "" || key == "" {
 		return key, nil
 	}
-	if strings.Contains(env, ":") || !utf8.ValidString(env) {
-		return "", fmt.Errorf("%w: env %q must be valid text without ':'", ErrInvalid, env)
+	if strings.ContainsAny(env, ":\x00") || !utf8.ValidString(env) {
+		return "", fmt.Errorf("%w: env %q must be valid text without ':' or NUL", ErrInvalid, env)
 	}
 	scoped := "env:" + env + ":" + key
 	if n := utf8.RuneCountInString(scoped); n > MaxKeyLen {

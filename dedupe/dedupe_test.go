@@ -528,7 +528,12 @@ func FuzzCanonical(f *testing.F) {
 		}
 		c1, err := dedupe.Canonical(json.RawMessage(in))
 		if err != nil {
-			t.Fatalf("Canonical(%q): valid JSON rejected: %v", in, err)
+			// Only text that would not survive is refused (TestCanonicalText):
+			// a \u0000 or a surrogate escape must be in the input.
+			if !errors.Is(err, dedupe.ErrInvalid) || !lossyEscape.Match(in) {
+				t.Fatalf("Canonical(%q): valid JSON rejected: %v", in, err)
+			}
+			return
 		}
 		if !json.Valid(c1) {
 			t.Fatalf("Canonical(%q) = %q: not valid JSON", in, c1)
@@ -548,6 +553,9 @@ func FuzzCanonical(f *testing.F) {
 		if err := dec.Decode(&tree); err != nil {
 			t.Fatalf("decode %q: %v", c1, err)
 		}
+		if holdsNUL(tree) {
+			t.Fatalf("Canonical(%q) = %q: NUL accepted", in, c1)
+		}
 		c3, err := dedupe.Canonical(tree)
 		if err != nil {
 			t.Fatalf("Canonical(decoded %q): %v", c1, err)
@@ -557,6 +565,10 @@ func FuzzCanonical(f *testing.F) {
 		}
 	})
 }
+
+// lossyEscape matches the \u escapes Canonical may refuse: NUL and UTF-16
+// surrogates (it refuses those not in a pair).
+var lossyEscape = regexp.MustCompile(`\\u(0000|[dD][89abcdefABCDEF][0-9a-fA-F]{2})`)
 
 func FuzzEventKey(f *testing.F) {
 	f.Add("actor", "exp", "evt-1", int64(0))
@@ -573,16 +585,18 @@ func FuzzEventKey(f *testing.F) {
 		k1, err1 := dedupe.EventKey(actor, exp, id, payload)
 		k2, err2 := dedupe.EventKey(actor, exp, id, payload)
 
-		// Expected outcome, computed independently.
+		// Expected outcome, computed independently. The payload holds actor,
+		// so it is refused when actor is not valid UTF-8 or holds NUL.
+		badPayload := !utf8.ValidString(actor) || strings.IndexByte(actor, 0) >= 0
 		effectiveID := id
+		h, err := dedupe.PayloadHash(payload)
+		if (err != nil) != badPayload || (err != nil && !errors.Is(err, dedupe.ErrInvalid)) {
+			t.Fatalf("PayloadHash(actor %q) = %v, want refused: %v", actor, err, badPayload)
+		}
 		if id == "" {
-			h, err := dedupe.PayloadHash(payload)
-			if err != nil {
-				t.Fatalf("PayloadHash: %v", err)
-			}
 			effectiveID = h
 		}
-		badPart := false
+		badPart := id == "" && badPayload
 		for i, p := range []string{actor, exp, effectiveID} {
 			if p == "" || !utf8.ValidString(p) || strings.IndexByte(p, 0) >= 0 || (i < 2 && strings.Contains(p, ":")) {
 				badPart = true
@@ -636,6 +650,8 @@ func FuzzInEnv(f *testing.F) {
 	f.Add("a:b", "k", "a", "b:k")
 	f.Add("rc", "env:x:event:a:e:1", "rc", "")
 	f.Add("", "", "rc", "")
+	f.Add("r\x00c", "k", "r", "k")
+	f.Add("\xff", "k", "rc", "k")
 	f.Fuzz(func(t *testing.T, env1, key1, env2, key2 string) {
 		s1, err1 := dedupe.InEnv(env1, key1)
 		s2, err2 := dedupe.InEnv(env2, key2)
@@ -643,6 +659,8 @@ func FuzzInEnv(f *testing.F) {
 			if err1 != nil || s1 != key1 {
 				t.Fatalf("InEnv(%q, %q) = %q, %v: want the key unchanged", env1, key1, s1, err1)
 			}
+		} else if (strings.ContainsAny(env1, ":\x00") || !utf8.ValidString(env1)) && err1 == nil {
+			t.Fatalf("InEnv(%q, %q) = %q: env must be valid text without ':' or NUL", env1, key1, s1)
 		}
 		if err1 != nil && !errors.Is(err1, dedupe.ErrInvalid) {
 			t.Fatalf("error does not wrap ErrInvalid: %v", err1)
@@ -664,6 +682,27 @@ func FuzzInEnv(f *testing.F) {
 }
 
 // ------------------------------------------------------------------ helpers
+
+// holdsNUL reports whether a decoded JSON value has NUL in a string or key.
+func holdsNUL(v any) bool {
+	switch x := v.(type) {
+	case string:
+		return strings.IndexByte(x, 0) >= 0
+	case []any:
+		for _, e := range x {
+			if holdsNUL(e) {
+				return true
+			}
+		}
+	case map[string]any:
+		for k, e := range x {
+			if strings.IndexByte(k, 0) >= 0 || holdsNUL(e) {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 func ptr[T any](v T) *T { return &v }
 

@@ -214,6 +214,15 @@ const (
 	ClassRecoveryExhausted = "recovery_exhausted"
 )
 
+// Definition is what a node records of one registered expectation when it
+// starts (leasehold_agent_definitions), so that nodes without the actor's
+// code and operators know its policy.
+type Definition struct {
+	ActorID, ExpectationID string
+	RecoveryPolicy         string // restart | fail
+	MaxAttempts            int32  // 0: not recorded
+}
+
 // GrantedClaim builds the claim a granting statement (CreateEpisode,
 // ClaimForRecovery, DispatchTriggerRequest) returns from its result columns;
 // fence 0 (no grant) gives the zero Claim. sent is the local time taken
@@ -235,13 +244,16 @@ func GrantedClaim(sent time.Time, key, owner string, fence int64, attempt int32,
 
 // CheckID says why id cannot name an actor, expectation, workflow or step
 // (what), or returns nil. IDs are parts of dedupe keys, which ':'
-// separates, and fill varchar(255) columns.
+// separates, and fill varchar(255) / nvarchar(255) columns, which hold
+// neither NUL (Postgres refuses it, SQLSTATE 22021) nor invalid UTF-8.
 func CheckID(what, id string) error {
 	switch {
 	case id == "":
 		return fmt.Errorf("%s has no ID", what)
 	case strings.Contains(id, ":"):
 		return fmt.Errorf("%s ID %q contains ':', the dedupe key separator", what, id)
+	case strings.IndexByte(id, 0) >= 0:
+		return fmt.Errorf("%s ID %q contains NUL (U+0000), which the database cannot store", what, id)
 	case utf8.RuneCountInString(id) > 255 || !utf8.ValidString(id):
 		return fmt.Errorf("%s ID %q is not valid text of at most 255 characters", what, id)
 	}

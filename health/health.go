@@ -9,8 +9,10 @@
 package health
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
+	"time"
 )
 
 // Readier reports whether a node takes work (a *runner.Node).
@@ -50,6 +52,32 @@ func Readiness(r Readier) http.Handler {
 			}
 		}
 		write(w, status, body)
+	})
+}
+
+// SchemaChecker can tell whether the database's leasehold schema is
+// current: a *runner.Node, or an adapter (*postgres.Store, *sqlserver.Store).
+type SchemaChecker interface {
+	CheckSchema(ctx context.Context) error
+}
+
+// SchemaTimeout bounds each check Schema runs.
+const SchemaTimeout = 5 * time.Second
+
+// Schema returns a handler (a startup probe) that answers 200 "schema
+// current" when the database holds every leasehold migration this binary
+// needs, and 503 with the reason otherwise: the schema missing or older
+// (errors.Is(err, schema.ErrSchema): run the migrations) or the database
+// unreachable. Each request runs one read, bounded by SchemaTimeout.
+func Schema(c SchemaChecker) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), SchemaTimeout)
+		defer cancel()
+		if err := c.CheckSchema(ctx); err != nil {
+			write(w, http.StatusServiceUnavailable, err.Error())
+			return
+		}
+		write(w, http.StatusOK, "schema current")
 	})
 }
 

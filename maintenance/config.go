@@ -16,7 +16,6 @@ var ErrInvalid = errors.New("maintenance: invalid")
 const (
 	DefaultRetention      = 7 * 24 * time.Hour
 	DefaultClaimHorizon   = 30 * 24 * time.Hour
-	DefaultRequestTTL     = time.Hour
 	DefaultNodeStaleAfter = 24 * time.Hour
 	DefaultBatch          = 1000
 	DefaultInterval       = 10 * time.Minute
@@ -52,10 +51,14 @@ type Config struct {
 	// keeps the claims table smaller; there is no other gain. Default 30
 	// days.
 	ClaimHorizon time.Duration
-	// RequestTTL: open trigger requests (every env) created longer ago that
-	// no poller holds live are expired, and their still-unclaimed episodes
-	// canceled (error class trigger_expired). Shorter gives up sooner on
-	// deferred work when no full node runs its actor. Default 1 hour.
+	// RequestTTL is opt-in. Zero (the default): deferred work never
+	// expires; an open trigger request waits for a full node however long
+	// the outage lasts. Set: open trigger requests (every env) created
+	// longer ago that no poller holds live are expired, and their
+	// still-unclaimed episodes canceled (status canceled, error class
+	// trigger_expired): that work never runs unless triggered again. Only
+	// for work that is worthless late (a stale health check), never for
+	// payments.
 	RequestTTL time.Duration
 	// NodeStaleAfter: membership rows not heartbeated for this long are
 	// deleted (their nodes died without draining). At least Lease, since
@@ -83,7 +86,6 @@ func DefaultConfig() Config {
 	return Config{
 		Retention:      DefaultRetention,
 		ClaimHorizon:   DefaultClaimHorizon,
-		RequestTTL:     DefaultRequestTTL,
 		NodeStaleAfter: DefaultNodeStaleAfter,
 		Batch:          DefaultBatch,
 		Interval:       DefaultInterval,
@@ -101,7 +103,6 @@ func (c Config) withDefaults() Config {
 	}
 	orDefault(&c.Retention, d.Retention)
 	orDefault(&c.ClaimHorizon, d.ClaimHorizon)
-	orDefault(&c.RequestTTL, d.RequestTTL)
 	orDefault(&c.NodeStaleAfter, d.NodeStaleAfter)
 	orDefault(&c.Interval, d.Interval)
 	orDefault(&c.Lease, d.Lease)

@@ -17,7 +17,6 @@ func TestConfigDefaults(t *testing.T) {
 	require.Equal(t, maintenance.Config{
 		Retention:      7 * 24 * time.Hour,
 		ClaimHorizon:   30 * 24 * time.Hour,
-		RequestTTL:     time.Hour,
 		NodeStaleAfter: 24 * time.Hour,
 		Batch:          1000,
 		Interval:       10 * time.Minute,
@@ -25,7 +24,7 @@ func TestConfigDefaults(t *testing.T) {
 	}, r.Config())
 	require.Equal(t, maintenance.DefaultConfig(), r.Config())
 	require.Equal(t, maintenance.Plan{
-		Retention: 7 * 24 * time.Hour, ClaimHorizon: 30 * 24 * time.Hour, RequestTTL: time.Hour,
+		Retention: 7 * 24 * time.Hour, ClaimHorizon: 30 * 24 * time.Hour,
 		NodeStaleAfter: 24 * time.Hour, Batch: 1000,
 	}, r.Plan())
 
@@ -35,6 +34,7 @@ func TestConfigDefaults(t *testing.T) {
 	require.Equal(t, time.Hour, r.Plan().Retention)
 	require.Equal(t, 7, r.Plan().Batch)
 	require.Equal(t, 30*24*time.Hour, r.Plan().ClaimHorizon)
+	require.Zero(t, r.Plan().RequestTTL, "deferred work never expires unless a TTL is set")
 }
 
 func TestConfigValidation(t *testing.T) {

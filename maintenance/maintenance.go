@@ -16,7 +16,9 @@ type Plan struct {
 	// lease ended longer ago are deleted. Far beyond any lease, so no
 	// zombie of the old grant can be writing when its fence is forgotten.
 	ClaimHorizon time.Duration
-	// RequestTTL: open trigger requests older than this expire, every env.
+	// RequestTTL: open trigger requests older than this expire, every env,
+	// and their still-unclaimed episodes are canceled. Zero: nothing
+	// expires (the step is skipped).
 	RequestTTL time.Duration
 	// NodeStaleAfter: membership rows not heartbeated for this long are
 	// deleted.

@@ -68,7 +68,9 @@ type Options struct {
 	// Limit bounds the orphans handled by one sweep. Default DefaultLimit.
 	Limit int
 	// Resolve, when set, decides the policy first; ok false defers to the
-	// registry, then the agent-definitions table, then fail.
+	// registry, then to the definitions the nodes recorded
+	// (leasehold_agent_definitions). When none knows, the orphan is left
+	// alone (skipped, not claimed) for a node that does.
 	Resolve func(ep episodes.Episode) (p Policy, ok bool)
 	// DryRun lists what the sweep would do and why, claiming nothing.
 	DryRun bool
@@ -90,10 +92,22 @@ type Decision struct {
 	ActorID       string
 	ExpectationID string
 	Action        Action
-	Policy        Policy
-	PolicySource  string // resolver, registry, table, default
-	Reason        string
+	// Policy is empty when PolicySource is SourceUnknown.
+	Policy       Policy
+	PolicySource string // resolver, registry, table, unknown
+	Reason       string
 }
+
+// Where a policy came from (Decision.PolicySource).
+const (
+	SourceResolver = "resolver" // Options.Resolve
+	SourceRegistry = "registry" // the expectation registered on this node
+	SourceTable    = "table"    // leasehold_agent_definitions: recorded by the nodes that run it
+	// SourceUnknown: nobody here knows the policy. The orphan is left
+	// alone (not claimed), for a node that registers the actor or once a
+	// node has recorded its definition; it counts as skipped.
+	SourceUnknown = "unknown"
+)
 
 // Report counts a sweep's outcomes.
 type Report struct {
@@ -109,10 +123,14 @@ type Recoverer struct {
 	obs   telemetry.Observer
 }
 
-// New returns a Recoverer; logger and observer may be nil.
+// ErrInvalid: a constructor or sweep argument was rejected.
+var ErrInvalid = errors.New("recovery: invalid")
+
+// New returns a Recoverer; logger and observer may be nil. A nil store or
+// node is ErrInvalid.
 func New(store Store, node Node, logger *slog.Logger, obs telemetry.Observer) (*Recoverer, error) {
 	if store == nil || node == nil {
-		return nil, fmt.Errorf("recovery.New: store and node are required")
+		return nil, fmt.Errorf("%w: recovery.New: store and node are required", ErrInvalid)
 	}
 	if logger == nil {
 		logger = slog.Default()
@@ -133,7 +151,7 @@ func (r *Recoverer) Sweep(ctx context.Context, opts Options) (Report, error) {
 		opts.Limit = DefaultLimit
 	}
 	if opts.StaleAfter < 0 || opts.Limit < 0 {
-		return Report{}, fmt.Errorf("recovery: stale after %v and limit %d must not be negative", opts.StaleAfter, opts.Limit)
+		return Report{}, fmt.Errorf("%w: stale after %v and limit %d must not be negative", ErrInvalid, opts.StaleAfter, opts.Limit)
 	}
 	// The recovery claim is a takeover: the server bounds how long it waits
 	// for a holder frozen inside a transaction (claims.TxBound).
@@ -173,16 +191,34 @@ func (r *Recoverer) recoverOne(ctx context.Context, o episodes.Orphan, opts Opti
 	ep := o.Episode
 	d := Decision{EpisodeID: ep.ID, ActorID: ep.ActorID, ExpectationID: ep.ExpectationID}
 	why := orphanReason(o)
+	// The policy is resolved before anything is claimed: a sweeper that
+	// cannot tell what the nodes would do leaves the orphan alone rather
+	// than failing restartable work (a rolling deploy that adds an actor,
+	// two services sharing a database). Exhausted work fails whatever the
+	// policy.
+	d.Policy, d.PolicySource = r.policy(ctx, ep, opts)
+	exhausted := ep.Attempts+1 > ep.MaxAttempts
+	unknown := func() Decision {
+		d.Action = ActionSkip
+		d.Reason = fmt.Sprintf("%s; no recovery policy for %s/%s is known here (not registered on this node, none recorded "+
+			"in leasehold_agent_definitions): left for a node that runs it", why, ep.ActorID, ep.ExpectationID)
+		return d
+	}
 	if opts.DryRun {
-		d.Policy, d.PolicySource = r.policy(ctx, ep, opts)
 		d.Action, d.Reason = ActionFail, why
 		switch {
-		case ep.Attempts+1 > ep.MaxAttempts:
+		case exhausted:
 			d.Action, d.Reason = ActionExhausted, fmt.Sprintf("%s; would be recovery %d of at most %d", why, ep.Attempts+1, ep.MaxAttempts)
+		case d.PolicySource == SourceUnknown:
+			return unknown()
 		case d.Policy == PolicyRestart:
 			d.Action = ActionRestart
 		}
 		return d
+	}
+	if d.PolicySource == SourceUnknown && !exhausted {
+		rep.Skipped++
+		return unknown()
 	}
 
 	ep, claim, err := r.store.ClaimForRecovery(ctx, ep.ID, r.node.ID(), r.node.Lease(), opts.StaleAfter)
@@ -200,7 +236,15 @@ func (r *Recoverer) recoverOne(ctx context.Context, o episodes.Orphan, opts Opti
 		r.fail(ctx, ep, claim, episodes.ClassRecoveryExhausted, d.Reason, rep)
 		return d
 	}
-	d.Policy, d.PolicySource = r.policy(ctx, ep, opts)
+	if d.PolicySource == SourceUnknown {
+		// Listed as exhausted, but its attempts changed meanwhile: hand it
+		// back at once for a node that knows its policy.
+		if rerr := r.store.Release(ctx, claim.Token); rerr != nil {
+			r.log.WarnContext(ctx, "leasehold: release of an orphan with no known policy", slog.Int64("episode", ep.ID), slog.Any("error", rerr))
+		}
+		rep.Skipped++
+		return unknown()
+	}
 	if d.Policy == PolicyRestart {
 		if err := r.node.Resume(ep, claim); err != nil {
 			// No code for this actor here: let a node that has it take over.
@@ -232,24 +276,25 @@ func (r *Recoverer) fail(ctx context.Context, ep episodes.Episode, c claims.Clai
 }
 
 // policy resolves in order: the caller's resolver, the compiled registry,
-// the agent-definitions table, then fail.
+// the definitions the nodes recorded (leasehold_agent_definitions); else
+// SourceUnknown, and the orphan is left for a node that knows.
 func (r *Recoverer) policy(ctx context.Context, ep episodes.Episode, opts Options) (Policy, string) {
 	if opts.Resolve != nil {
 		if p, ok := opts.Resolve(ep); ok {
-			return p, "resolver"
+			return p, SourceResolver
 		}
 	}
 	if p, ok := r.node.RecoveryPolicy(ep.ActorID, ep.ExpectationID); ok {
-		return Policy(p), "registry"
+		return Policy(p), SourceRegistry
 	}
 	p, found, err := r.store.AgentRecoveryPolicy(ctx, ep.ActorID, ep.ExpectationID)
 	if err != nil {
-		r.log.WarnContext(ctx, "leasehold: agent definition lookup failed; using fail", slog.Int64("episode", ep.ID), slog.Any("error", err))
+		r.log.WarnContext(ctx, "leasehold: definition lookup failed; leaving the orphan alone", slog.Int64("episode", ep.ID), slog.Any("error", err))
 	}
 	if found && err == nil {
-		return Policy(p), "table"
+		return Policy(p), SourceTable
 	}
-	return PolicyFail, "default"
+	return "", SourceUnknown
 }
 
 func orphanReason(o episodes.Orphan) string {

@@ -195,8 +195,8 @@ func TestPolicyResolutionOrder(t *testing.T) {
 	}}
 	c := nodetest.Start(t, 1, nil, registered)
 	store := postgres.New(c.Pool)
-	require.NoError(t, store.PutAgentDefinition(t.Context(), "dynamic", "restarts", "restart"))
-	require.NoError(t, store.PutAgentDefinition(t.Context(), "compiled", "fails", "restart")) // registry wins
+	require.NoError(t, store.PutAgentDefinition(t.Context(), episodes.Definition{ActorID: "dynamic", ExpectationID: "restarts", RecoveryPolicy: "restart"}))
+	require.NoError(t, store.PutAgentDefinition(t.Context(), episodes.Definition{ActorID: "compiled", ExpectationID: "fails", RecoveryPolicy: "restart"})) // registry wins
 	for _, a := range [][2]string{{"compiled", "restarts"}, {"compiled", "fails"}, {"dynamic", "restarts"}, {"unknown", "x"}, {"resolved", "x"}} {
 		insertOrphans(t, c.Pool, orphanSpec{n: 1, actor: a[0], expectation: a[1]})
 	}
@@ -213,7 +213,7 @@ func TestPolicyResolutionOrder(t *testing.T) {
 		"compiled/restarts": "restart from resolver",
 		"compiled/fails":    "fail from registry",
 		"dynamic/restarts":  "restart from resolver",
-		"unknown/x":         "fail from default",
+		"unknown/x":         " from unknown",
 		"resolved/x":        "restart from resolver",
 	}, got)
 	require.Equal(t, 5, c.Count(t, "status = 'running' AND attempts = 0"), "a dry run claims nothing")
@@ -226,22 +226,24 @@ func TestPolicyResolutionOrder(t *testing.T) {
 	}
 	require.Equal(t, "restart from registry", got["compiled/restarts"])
 	require.Equal(t, "restart from table", got["dynamic/restarts"])
-	require.Equal(t, "fail from default", got["resolved/x"])
+	require.Equal(t, " from unknown", got["resolved/x"])
 
-	// For real: unknown actors fail as orphaned; the dynamic actor's restart
-	// is not possible here (no code for it), so its claim is released.
+	// For real: orphans whose policy nobody here knows are left alone, not
+	// claimed (a node that runs them will); the dynamic actor's restart is
+	// not possible here (no code for it), so its claim is released at once.
 	rep, err = newRecoverer(t, c, 0).Sweep(t.Context(), recovery.Options{})
 	require.NoError(t, err)
-	require.Equal(t, recovery.Report{Found: 5, Claimed: 5, Restarted: 1, Failed: 3, Skipped: 1}, withoutDecisions(rep))
+	require.Equal(t, recovery.Report{Found: 5, Claimed: 3, Restarted: 1, Failed: 1, Skipped: 3}, withoutDecisions(rep))
 	nodetest.WaitEnded(t, 1, c.Sigs...)
-	require.Equal(t, 3, c.Count(t, "status = 'failed' AND error_class = 'orphaned'"))
+	require.Equal(t, 1, c.Count(t, "status = 'failed' AND error_class = 'orphaned'"))
+	require.Equal(t, 2, c.Count(t, "status = 'running' AND attempts = 0 AND actor_id IN ('unknown', 'resolved')"), "unknown policy: untouched")
 	var last telemetry.Event
 	for _, e := range c.Sigs[0].Events() {
 		if e.Name == recovery.EventSweep {
 			last = e
 		}
 	}
-	require.Equal(t, map[string]int{"found": 5, "claimed": 5, "restarted": 1, "failed": 3, "skipped": 1}, last.Counts)
+	require.Equal(t, map[string]int{"found": 5, "claimed": 3, "restarted": 1, "failed": 1, "skipped": 3}, last.Counts)
 	require.Equal(t, 1, c.Count(t, "status = 'done' AND actor_id = 'compiled'"))
 }
 
@@ -332,7 +334,8 @@ func TestScopeByStackAndEnv(t *testing.T) {
 	require.ElementsMatch(t, []string{"b/", "/"}, swept(recovery.Options{Stack: str("b")}))
 	require.ElementsMatch(t, []string{"a/", "b/", "/"}, swept(recovery.Options{Stack: str("")}), "no stack: every stack")
 
-	rep, err := newRecoverer(t, c, 0).Sweep(t.Context(), recovery.Options{})
+	failAll := func(episodes.Episode) (recovery.Policy, bool) { return recovery.PolicyFail, true }
+	rep, err := newRecoverer(t, c, 0).Sweep(t.Context(), recovery.Options{Resolve: failAll})
 	require.NoError(t, err)
 	require.Equal(t, 2, rep.Failed)
 	require.Equal(t, 4, c.Count(t, "status = 'running'"))

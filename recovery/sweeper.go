@@ -34,7 +34,7 @@ func NewSweeper(r *Recoverer, cfg SweeperConfig) (*Sweeper, error) {
 		cfg.Interval = time.Minute
 	}
 	if r == nil || cfg.InitialDelay < 0 || cfg.Interval <= 0 {
-		return nil, fmt.Errorf("recovery.NewSweeper: a recoverer, a non-negative initial delay and a positive interval are required")
+		return nil, fmt.Errorf("%w: recovery.NewSweeper: a recoverer, a non-negative initial delay and a positive interval are required", ErrInvalid)
 	}
 	cfg.Options.DryRun = false
 	return &Sweeper{r: r, cfg: cfg}, nil

@@ -4,10 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"time"
-
-	"github.com/robfig/cron/v3"
 
 	"github.com/leasehold/leasehold/claims"
 	"github.com/leasehold/leasehold/episodes"
@@ -49,15 +46,28 @@ type Expectation struct {
 // Trigger is one of Schedule, Event or Manual.
 type Trigger interface{ triggerType() episodes.TriggerType }
 
-// Schedule fires on a cron expression (standard five fields, UTC) or at a
-// fixed interval; exactly one of Cron and Every is set. Interval windows are
-// aligned to the interval itself from the Unix epoch.
+// Schedule fires on a cron expression or at a fixed interval; exactly one of
+// Cron and Every is set. Each firing is one window, named in the dedupe key,
+// so every node creates the same one episode for it.
 type Schedule struct {
-	Cron  string
+	// Cron is a standard five-field expression (minute hour day-of-month
+	// month day-of-week) or one of @yearly, @annually, @monthly, @weekly,
+	// @daily, @midnight and @hourly, evaluated in UTC. Its window is the
+	// planned minute in UTC. Register refuses what that cannot represent:
+	// a CRON_TZ= or TZ= prefix (cron is always UTC: write the expression
+	// in UTC), @every (its ticks count from each node's start, so nodes
+	// would disagree on the windows, and a period under a minute would run
+	// once a minute: use Every), and an expression that never fires
+	// ("0 0 30 2 *").
+	Cron string
+	// Every is a positive whole number of seconds. Its windows are aligned
+	// to the interval itself from the Unix epoch in UTC, so every node maps
+	// an instant to the same window whenever it started.
 	Every time.Duration
 }
 
-// Event fires when the host application calls Node.Fire with this name.
+// Event fires when the host application calls Node.Fire with this name,
+// which must be valid UTF-8 without NUL (it is stored in trigger_ref).
 type Event struct{ Name string }
 
 // Manual fires only when an operator calls Node.RunManual.
@@ -132,78 +142,4 @@ type StepResult struct {
 	Done bool
 	// Result is stored on the episode when Done, as JSON.
 	Result any
-}
-
-// validID checks an actor or expectation id (episodes.CheckID).
-func validID(what, id string) error {
-	if err := episodes.CheckID(what, id); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalid, err)
-	}
-	return nil
-}
-
-func (a Actor) validate() error {
-	if err := validID("actor", a.ID); err != nil {
-		return err
-	}
-	if a.MaxConcurrent < 0 {
-		return fmt.Errorf("%w: actor %q: max concurrent %d is negative", ErrInvalid, a.ID, a.MaxConcurrent)
-	}
-	if len(a.Expectations) == 0 {
-		return fmt.Errorf("%w: actor %q has no expectations", ErrInvalid, a.ID)
-	}
-	seen := map[string]bool{}
-	for _, e := range a.Expectations {
-		if err := e.validate(); err != nil {
-			return fmt.Errorf("actor %q: %w", a.ID, err)
-		}
-		if seen[e.ID] {
-			return fmt.Errorf("%w: actor %q: expectation %q registered twice", ErrInvalid, a.ID, e.ID)
-		}
-		seen[e.ID] = true
-	}
-	return nil
-}
-
-func (e Expectation) validate() error {
-	if err := validID("expectation", e.ID); err != nil {
-		return err
-	}
-	switch {
-	case e.Strategy == nil:
-		return fmt.Errorf("%w: expectation %q has no strategy", ErrInvalid, e.ID)
-	case e.Budget.MaxWall < 0 || e.Budget.MaxSteps < 0:
-		return fmt.Errorf("%w: expectation %q: negative budget", ErrInvalid, e.ID)
-	case e.MaxAttempts < 0:
-		return fmt.Errorf("%w: expectation %q: negative max attempts", ErrInvalid, e.ID)
-	}
-	switch e.Recovery {
-	case "", RecoveryFail, RecoveryRestart:
-	default:
-		return fmt.Errorf("%w: expectation %q: unknown recovery policy %q", ErrInvalid, e.ID, e.Recovery)
-	}
-	switch t := e.Trigger.(type) {
-	case Schedule:
-		if (t.Cron == "") == (t.Every == 0) {
-			return fmt.Errorf("%w: expectation %q: a schedule needs exactly one of Cron and Every", ErrInvalid, e.ID)
-		}
-		if t.Every < 0 || (t.Every > 0 && t.Every%time.Second != 0) {
-			return fmt.Errorf("%w: expectation %q: interval %v must be a positive whole number of seconds", ErrInvalid, e.ID, t.Every)
-		}
-		if t.Cron != "" {
-			if _, err := cron.ParseStandard(t.Cron); err != nil {
-				return fmt.Errorf("%w: expectation %q: cron %q: %v", ErrInvalid, e.ID, t.Cron, err)
-			}
-		}
-	case Event:
-		if t.Name == "" {
-			return fmt.Errorf("%w: expectation %q: event trigger has no name", ErrInvalid, e.ID)
-		}
-	case Manual:
-	case nil:
-		return fmt.Errorf("%w: expectation %q has no trigger", ErrInvalid, e.ID)
-	default:
-		return fmt.Errorf("%w: expectation %q: unknown trigger %T", ErrInvalid, e.ID, t)
-	}
-	return nil
 }

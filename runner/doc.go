@@ -118,6 +118,15 @@
 // env folds it in front: env:{env}:{key}; the unset env leaves keys as they
 // are.
 //
+// # Start
+//
+// Start refuses a database whose leasehold schema is missing or older than
+// the binary (ErrSchema, the one sentinel of every dialect; health.Schema
+// serves the same check as a probe), then records the recovery policy and
+// max attempts of every registered expectation (PutAgentDefinition), so the
+// sweepers of nodes without an actor's code, and the operator CLI, apply
+// the policy this node would.
+//
 // # Modes and deferred execution
 //
 // Each node has a mode, full (the default), trigger_only or disabled, and
@@ -142,10 +151,13 @@
 // A poller that dies between the two statements leaves a claimed request
 // whose claim lapses (PollConfig.ClaimLease) and another poller takes it;
 // one that dies after the hand-over leaves an ordinary claimed episode for
-// recovery. Requests nobody picks up within PollConfig.TTL expire
-// (ExpireTriggerRequests) and their episodes end canceled, class
-// trigger_expired, so nothing waits forever unseen. A deferred episode is
-// queued without a claim, which recovery never mistakes for an orphan.
+// recovery. Requests wait for a full node however long it takes: expiry
+// is opt-in. With PollConfig.TTL (or maintenance's RequestTTL) set,
+// requests nobody picks up within it expire (ExpireTriggerRequests) and
+// their episodes end canceled, class trigger_expired: that work never runs
+// unless triggered again, so set a TTL only for work that is worthless
+// late. A deferred episode is queued without a claim, which recovery never
+// mistakes for an orphan.
 //
 // # Stacks and envs
 //

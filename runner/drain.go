@@ -132,14 +132,14 @@ func (n *Node) Drain(ctx context.Context) (DrainSummary, error) {
 		stopHard()
 	}()
 
-	n.mu.Lock()
-	running := len(n.running)
-	n.mu.Unlock()
+	// No job is submitted from here on (intake is closed), so every episode
+	// held now is counted: queued, running, or between the two.
+	tracked := int(n.jobs.Load())
 	var queued []*job
 	for _, as := range n.actors {
 		queued = append(queued, as.exec.drain()...)
 	}
-	tracked := running + len(queued)
+	running := tracked - len(queued)
 	n.emit(ctx, telemetry.Event{Name: EventDrainStarted, Owner: n.id, Count: tracked})
 	n.log.InfoContext(ctx, "leasehold: draining", slog.Int("running", running), slog.Int("queued", len(queued)))
 
@@ -150,6 +150,7 @@ func (n *Node) Drain(ctx context.Context) (DrainSummary, error) {
 		n.log.WarnContext(ctx, "leasehold: drain: renewing leases failed; continuing", slog.Any("error", err))
 	}
 	n.handOverAll(queued)
+	n.jobs.Add(-int32(len(queued)))
 
 	if !waitFor(ctx, &n.runs) {
 		n.mu.Lock()
@@ -159,9 +160,7 @@ func (n *Node) Drain(ctx context.Context) (DrainSummary, error) {
 		n.mu.Unlock()
 		waitFor(hard, &n.runs)
 	}
-	n.mu.Lock()
-	abandoned := len(n.running)
-	n.mu.Unlock()
+	abandoned := int(n.jobs.Load())
 	forced := int(n.drainCounts.forced.Load())
 	sum := DrainSummary{
 		Tracked: tracked, Graceful: tracked - forced - abandoned, Forced: forced, Abandoned: abandoned,
@@ -300,6 +299,9 @@ func (n *Node) refreshMembership(ctx context.Context) {
 		case <-t.C:
 		}
 		n.heartbeatMember(ctx, n.stopping())
+		if !n.dbFailing.Load() {
+			n.recordDefinitions(ctx) // if Start could not
+		}
 		wait := n.memberPeriod()
 		if n.dbFailing.Load() {
 			wait = min(wait, n.hb.RetryInterval())

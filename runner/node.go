@@ -67,6 +67,11 @@ type Store interface {
 
 	// Membership (advisory): the node's row, refreshed with the heartbeat.
 	membership.Store
+
+	// PutAgentDefinition records an expectation's recovery policy and max
+	// attempts; Start records every registered one, so sweepers on nodes
+	// without the actor's code know what to do with its orphans.
+	PutAgentDefinition(ctx context.Context, d episodes.Definition) error
 }
 
 // TriggerWaker wakes the trigger-request poller as soon as a request is
@@ -187,6 +192,12 @@ type Node struct {
 	// dbFailing: the last statement that probes the database (a lease
 	// renewal or the membership refresh) failed; readiness is degraded.
 	dbFailing atomic.Bool
+	// jobs counts the episodes this node holds: submitted to an executor
+	// (queued for a slot, about to run, or running) and not yet ended.
+	jobs atomic.Int32
+	// definitionsRecorded: Start (or a later membership refresh) recorded
+	// every registered expectation's definition.
+	definitionsRecorded atomic.Bool
 
 	// running holds the cancel of every run in progress. Keyed by run, not
 	// episode: a zombie run of an episode this node has re-acquired since is
@@ -321,8 +332,8 @@ func (n *Node) PollNow() { n.pollWake() }
 // characters), and env is part of dedupe keys, whose parts ':' separates.
 func validScope(stack, env string) error {
 	for what, v := range map[string]string{"stack slug": stack, "env": env} {
-		if utf8.RuneCountInString(v) > 255 || !utf8.ValidString(v) {
-			return fmt.Errorf("%w: %s %q is not valid text of at most 255 characters", ErrInvalid, what, v)
+		if utf8.RuneCountInString(v) > 255 || !utf8.ValidString(v) || strings.IndexByte(v, 0) >= 0 {
+			return fmt.Errorf("%w: %s %q is not valid text of at most 255 characters without NUL", ErrInvalid, what, v)
 		}
 	}
 	if strings.Contains(env, ":") {
@@ -418,11 +429,19 @@ func (n *Node) Start(ctx context.Context) error {
 	if lifecycle(n.state.Load()) != stateNew {
 		return fmt.Errorf("%w: Start called twice", ErrInvalid)
 	}
+	if err := n.CheckSchema(ctx); errors.Is(err, ErrSchema) {
+		return fmt.Errorf("runner: start %s: %w", n.id, err)
+	} else if err != nil {
+		// Unreachable now, perhaps: the node starts degraded and its
+		// statements fail loudly if the schema is really missing.
+		n.log.WarnContext(ctx, "leasehold: could not check the schema; starting anyway", slog.Any("error", err))
+	}
 	n.base, n.cancelBase = context.WithCancel(context.Background())
 	life, cancelLife := context.WithCancel(n.base)
 	intake, cancelIntake := context.WithCancel(n.base)
 	n.cancelLife, n.cancelIntake = cancelLife, cancelIntake
 	n.register(ctx)
+	n.recordDefinitions(ctx)
 	n.state.Store(int32(stateRunning))
 	n.lifeBg.Go(func() { _ = n.hb.Run(life) })
 	n.lifeBg.Go(func() { n.refreshMembership(life) })
@@ -476,9 +495,12 @@ func (n *Node) Fire(ctx context.Context, actorID, event string, payload any, opt
 	if err != nil {
 		return nil, err
 	}
-	raw, err := dedupe.Canonical(payload)
+	if err := checkEventName(event); err != nil {
+		return nil, invalid("fire "+actorID, err)
+	}
+	raw, err := canonicalPayload(fmt.Sprintf("fire %s/%s", actorID, event), payload)
 	if err != nil {
-		return nil, fmt.Errorf("fire %s/%s: %w", actorID, event, err)
+		return nil, err
 	}
 	env := n.cfg.Env
 	if opts.Env != nil {
@@ -497,7 +519,7 @@ func (n *Node) Fire(ctx context.Context, actorID, event string, payload any, opt
 			key, err = dedupe.InEnv(env, key)
 		}
 		if err != nil {
-			return out, fmt.Errorf("fire %s/%s: %w", actorID, e.ID, err)
+			return out, invalid(fmt.Sprintf("fire %s/%s", actorID, e.ID), err)
 		}
 		ref, _ := json.Marshal(map[string]string{"event": event, "event_id": opts.EventID})
 		o, err := n.trigger(ctx, as, as.exps[e.ID], env, key, ref, raw, n.cfg.EventJitter)
@@ -535,7 +557,7 @@ func (n *Node) Tick(ctx context.Context, actorID, expectationID string, at time.
 		key, err = dedupe.InEnv(n.cfg.Env, key)
 	}
 	if err != nil {
-		return Outcome{}, fmt.Errorf("tick %s/%s: %w", actorID, expectationID, err)
+		return Outcome{}, invalid(fmt.Sprintf("tick %s/%s", actorID, expectationID), err)
 	}
 	ref, _ := json.Marshal(map[string]time.Time{"window": window})
 	return n.trigger(ctx, as, e, n.cfg.Env, key, ref, nil, n.cfg.Jitter)
@@ -550,9 +572,9 @@ func (n *Node) RunManual(ctx context.Context, actorID, expectationID string, pay
 	if err != nil {
 		return Outcome{}, err
 	}
-	raw, err := dedupe.Canonical(payload)
+	raw, err := canonicalPayload(fmt.Sprintf("run %s/%s", actorID, expectationID), payload)
 	if err != nil {
-		return Outcome{}, fmt.Errorf("run %s/%s: %w", actorID, expectationID, err)
+		return Outcome{}, err
 	}
 	ref, _ := json.Marshal(map[string]string{"manual": n.id})
 	return n.trigger(ctx, as, e, n.cfg.Env, "", ref, raw, 0)

@@ -26,8 +26,12 @@ type PollConfig struct {
 	// and handing it over, default 30s: a poller that dies in between
 	// leaves the request claimable again after it.
 	ClaimLease time.Duration
-	// TTL: open requests older than this expire and their episodes are
-	// canceled (class trigger_expired), default 1h.
+	// TTL is opt-in. Zero (the default): requests never expire, and
+	// deferred work waits for a full node however long an outage lasts.
+	// Set: open requests of this poller's scope older than TTL are expired
+	// and their still-unclaimed episodes canceled (status canceled, class
+	// trigger_expired), so that work never runs unless triggered again.
+	// Only for work that is worthless late; never for payments.
 	TTL time.Duration
 	// SourceStack selects whose requests this node runs; nil means the
 	// node's own stack (plus unstamped rows), "" every stack.
@@ -48,9 +52,6 @@ func (p *PollConfig) defaults() error {
 	}
 	if p.ClaimLease == 0 {
 		p.ClaimLease = 30 * time.Second
-	}
-	if p.TTL == 0 {
-		p.TTL = time.Hour
 	}
 	switch {
 	case p.Interval < 0, p.Batch < 0, p.ClaimLease < 0, p.TTL < 0:
@@ -97,7 +98,7 @@ func (n *Node) poll(ctx context.Context) {
 	var lastExpiry time.Time
 	for {
 		if n.Mode() == ModeFull {
-			if time.Since(lastExpiry) >= min(n.cfg.Poll.TTL/4, time.Minute) {
+			if n.cfg.Poll.TTL > 0 && time.Since(lastExpiry) >= min(n.cfg.Poll.TTL/4, time.Minute) {
 				n.expireRequests(ctx)
 				lastExpiry = time.Now()
 			}

@@ -39,6 +39,7 @@ type executor struct {
 }
 
 func (x *executor) submit(j *job) {
+	x.node.jobs.Add(1) // until execute returns, or the drain hands it over unstarted
 	x.mu.Lock()
 	if x.active >= x.max {
 		x.queue = append(x.queue, j)
@@ -95,6 +96,7 @@ func (p *panicError) Error() string { return fmt.Sprintf("strategy panicked: %v"
 // claim's token; a write that matches nothing ends the run without another
 // write, because the episode now belongs to someone else.
 func (n *Node) execute(j *job) {
+	defer n.jobs.Add(-1)
 	defer j.unhold()
 	ctx, cancel := context.WithCancelCause(j.ctx)
 	defer cancel(nil)

@@ -11,6 +11,9 @@
 #   3. a throwaway server started from the local PostgreSQL binaries in a
 #      temp dir, stopped and deleted when this script exits (also on failure,
 #      Ctrl-C and SIGTERM).
+# DATABASE_URL is never read: a developer's own database is not used for
+# tests or the demo unless named in TEST_DATABASE_URL. internal/pgtest and
+# `leasehold demo` follow the same order (TEST_DATABASE_URL first).
 #
 # Environment:
 #   TEST_DATABASE_URL               use this server; fail if it is unreachable.

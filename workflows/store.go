@@ -3,6 +3,7 @@ package workflows
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/leasehold/leasehold/claims"
@@ -76,8 +77,14 @@ type Stalled struct {
 	EpisodeStatus episodes.Status
 }
 
+// ErrNoInstance: no workflow instance matched. Every adapter returns it from
+// GetWorkflowInstance, GetRunningWorkflowInstance and LockWorkflowInstance
+// (so from Engine.Instance), whichever the dialect.
+var ErrNoInstance = errors.New("workflows: no such workflow instance")
+
 // Store is what workflows need from a dialect adapter
-// (sql/queries/<dialect>/workflows.sql).
+// (sql/queries/<dialect>/workflows.sql). The methods that read one
+// instance return ErrNoInstance when there is none.
 type Store interface {
 	// InTx runs fn in one transaction: committed if fn returns nil, rolled
 	// back otherwise.

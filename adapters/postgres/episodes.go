@@ -199,8 +199,14 @@ func (s *Store) AgentRecoveryPolicy(ctx context.Context, actorID, expectationID 
 }
 
 // PutAgentDefinition runs PutAgentDefinition.
-func (s *Store) PutAgentDefinition(ctx context.Context, actorID, expectationID, policy string) error {
-	err := s.q.PutAgentDefinition(ctx, s.conn, db.PutAgentDefinitionParams{ActorID: actorID, ExpectationID: expectationID, RecoveryPolicy: policy})
+func (s *Store) PutAgentDefinition(ctx context.Context, d episodes.Definition) error {
+	var maxAttempts *int32
+	if d.MaxAttempts > 0 {
+		maxAttempts = &d.MaxAttempts
+	}
+	err := s.q.PutAgentDefinition(ctx, s.conn, db.PutAgentDefinitionParams{
+		ActorID: d.ActorID, ExpectationID: d.ExpectationID, RecoveryPolicy: d.RecoveryPolicy, MaxAttempts: maxAttempts,
+	})
 	if err != nil {
 		return dbError("PutAgentDefinition", err)
 	}

@@ -84,16 +84,18 @@ func (s *Store) maintain(ctx context.Context, tx pgx.Tx, p maintenance.Plan) (ma
 	if res.JournalsMarked, err = s.q.MarkJournalsPurged(ctx, tx, batch); err != nil {
 		return res, dbError("MarkJournalsPurged", err)
 	}
-	expired, err := s.q.ExpireTriggerRequests(ctx, tx, db.ExpireTriggerRequestsParams{
-		AllEnvs: true, TtlMs: p.RequestTTL.Milliseconds(),
-	})
-	if err != nil {
-		return res, dbError("ExpireTriggerRequests", err)
-	}
-	res.RequestsExpired = int64(len(expired))
-	for _, r := range expired {
-		if r.EpisodeCanceled {
-			res.EpisodesCanceled++
+	if p.RequestTTL > 0 { // opt-in: without a TTL deferred work never expires
+		expired, err := s.q.ExpireTriggerRequests(ctx, tx, db.ExpireTriggerRequestsParams{
+			AllEnvs: true, TtlMs: p.RequestTTL.Milliseconds(),
+		})
+		if err != nil {
+			return res, dbError("ExpireTriggerRequests", err)
+		}
+		res.RequestsExpired = int64(len(expired))
+		for _, r := range expired {
+			if r.EpisodeCanceled {
+				res.EpisodesCanceled++
+			}
 		}
 	}
 	res.ClaimsDeleted, err = s.q.DeleteSpentClaims(ctx, tx, db.DeleteSpentClaimsParams{

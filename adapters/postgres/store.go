@@ -1,7 +1,9 @@
 // Package postgres is leasehold's Postgres adapter: it implements the stores
 // the core packages declare (claims.Store, ...) on pgx/v5 with the statements
-// that sqlc compiled from sql/queries/postgres into package db. It adds no SQL
-// of its own; read the .sql files to audit what it does.
+// that sqlc compiled from sql/queries/postgres into package db; read the .sql
+// files to audit what it does. The only SQL beside them is not coordination
+// and sits next to the code that sends it: migrate.sql (the migrator's
+// privilege check) and schema.sql (the schema version CheckSchema reads).
 package postgres
 
 import (

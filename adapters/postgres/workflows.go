@@ -19,8 +19,10 @@ var (
 	_ workflows.Tx    = (*Store)(nil)
 )
 
-// ErrNoInstance: no workflow instance matched.
-var ErrNoInstance = errors.New("postgres: no such workflow instance")
+// ErrNoInstance is workflows.ErrNoInstance, which every adapter returns.
+//
+// Deprecated: test errors.Is(err, workflows.ErrNoInstance).
+var ErrNoInstance = workflows.ErrNoInstance
 
 // InTx runs fn on a Store bound to one transaction, committed when fn
 // returns nil. The Store's connection must begin transactions
@@ -66,7 +68,7 @@ func toInstance(r db.LeaseholdWorkflowInstance) workflows.Instance {
 
 func instanceResult(query string, r db.LeaseholdWorkflowInstance, err error) (workflows.Instance, error) {
 	if errors.Is(err, pgx.ErrNoRows) {
-		return workflows.Instance{}, ErrNoInstance
+		return workflows.Instance{}, workflows.ErrNoInstance
 	}
 	if err != nil {
 		return workflows.Instance{}, dbError(query, err)

@@ -102,14 +102,16 @@ func (s *Store) maintain(ctx context.Context, p maintenance.Plan) (maintenance.R
 	); err != nil {
 		return maintenance.Result{}, err
 	}
-	expired, err := s.ExpireTriggerRequests(ctx, episodes.ExpireQuery{AllEnvs: true, TTL: p.RequestTTL})
-	if err != nil {
-		return maintenance.Result{}, err
-	}
-	res.RequestsExpired = int64(len(expired))
-	for _, e := range expired {
-		if e.EpisodeCanceled {
-			res.EpisodesCanceled++
+	if p.RequestTTL > 0 { // opt-in: without a TTL deferred work never expires
+		expired, err := s.ExpireTriggerRequests(ctx, episodes.ExpireQuery{AllEnvs: true, TTL: p.RequestTTL})
+		if err != nil {
+			return maintenance.Result{}, err
+		}
+		res.RequestsExpired = int64(len(expired))
+		for _, e := range expired {
+			if e.EpisodeCanceled {
+				res.EpisodesCanceled++
+			}
 		}
 	}
 	if res.ClaimsDeleted, err = s.execRows(ctx, "DeleteSpentClaims",

@@ -94,10 +94,15 @@ func (s *Store) AgentRecoveryPolicy(ctx context.Context, actorID, expectationID 
 }
 
 // PutAgentDefinition runs PutAgentDefinition.
-func (s *Store) PutAgentDefinition(ctx context.Context, actorID, expectationID, policy string) error {
+func (s *Store) PutAgentDefinition(ctx context.Context, d episodes.Definition) error {
+	var maxAttempts any // nil: NULL, not recorded
+	if d.MaxAttempts > 0 {
+		maxAttempts = d.MaxAttempts
+	}
 	return s.exec(ctx, "PutAgentDefinition",
-		sql.Named("actor_id", actorID),
-		sql.Named("expectation_id", expectationID),
-		sql.Named("recovery_policy", policy),
+		sql.Named("actor_id", d.ActorID),
+		sql.Named("expectation_id", d.ExpectationID),
+		sql.Named("recovery_policy", d.RecoveryPolicy),
+		sql.Named("max_attempts", maxAttempts),
 	)
 }

@@ -407,7 +407,7 @@ func TestUnitParamsMatchPostgres(t *testing.T) {
 	_, _ = s.ListOrphans(ctx, episodes.OrphanQuery{Limit: 5})
 	_, _, _ = s.ClaimForRecovery(ctx, 1, "a", time.Second, time.Minute)
 	_, _, _ = s.AgentRecoveryPolicy(ctx, "x", "y")
-	_ = s.PutAgentDefinition(ctx, "x", "y", "retry")
+	_ = s.PutAgentDefinition(ctx, episodes.Definition{ActorID: "x", ExpectationID: "y", RecoveryPolicy: "retry", MaxAttempts: 3})
 	_, _ = s.ListClaims(ctx, claims.ListQuery{Owner: "a", ExpiredOnly: true, Limit: 10})
 	_, _ = s.ListEpisodes(ctx, episodes.ListQuery{Status: episodes.StatusRunning, StaleOnly: true, StaleAfter: time.Minute, Limit: 10})
 	_, _ = s.CreateDeferredEpisode(ctx, episodes.Deferred{New: episodes.New{ActorID: "x", MaxAttempts: 3}, SourceNode: "t"})
@@ -691,7 +691,7 @@ func TestUnitPersistentDeadlockIsRetryable(t *testing.T) {
 		require.Equal(t, maxAttempts, f.calls("AcquireClaim"))
 		require.ErrorContains(t, err, "sqlserver: AcquireClaim: ")
 
-		err = f.store.PutAgentDefinition(context.Background(), "x", "y", "p")
+		err = f.store.PutAgentDefinition(context.Background(), episodes.Definition{ActorID: "x", ExpectationID: "y", RecoveryPolicy: "p"})
 		require.ErrorIs(t, err, claims.ErrRetryable)
 		require.Equal(t, maxAttempts, f.calls("PutAgentDefinition"), "exec retries too")
 	}

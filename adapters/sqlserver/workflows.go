@@ -17,8 +17,10 @@ var (
 	_ workflows.Tx    = (*Store)(nil)
 )
 
-// ErrNoInstance: no workflow instance matched.
-var ErrNoInstance = errors.New("sqlserver: no such workflow instance")
+// ErrNoInstance is workflows.ErrNoInstance, which every adapter returns.
+//
+// Deprecated: test errors.Is(err, workflows.ErrNoInstance).
+var ErrNoInstance = workflows.ErrNoInstance
 
 // InTx runs fn on a copy of the Store bound to one READ COMMITTED
 // transaction on one pooled connection, committed when fn returns nil and
@@ -90,7 +92,7 @@ func (s *Store) CreateWorkflowInstance(ctx context.Context, n workflows.NewInsta
 	return id, true, nil
 }
 
-// GetRunningWorkflowInstance runs GetRunningWorkflowInstance; ErrNoInstance
+// GetRunningWorkflowInstance runs GetRunningWorkflowInstance; workflows.ErrNoInstance
 // when none is running.
 func (s *Store) GetRunningWorkflowInstance(ctx context.Context, workflowID, subject, env string) (workflows.Instance, error) {
 	return scanInstance(s.queryRow(ctx, "GetRunningWorkflowInstance",
@@ -124,7 +126,7 @@ func scanInstance(r scanner) (workflows.Instance, error) {
 	err := r.Scan(&in.ID, &in.WorkflowID, &in.Subject, &in.Env, &in.SourceStack, &in.Status,
 		&payload, &detail, &in.CreatedAt, &finished)
 	if errors.Is(err, sql.ErrNoRows) {
-		return workflows.Instance{}, ErrNoInstance
+		return workflows.Instance{}, workflows.ErrNoInstance
 	}
 	if err != nil {
 		return workflows.Instance{}, err

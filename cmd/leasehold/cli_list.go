@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"text/tabwriter"
+	"unicode/utf8"
 
 	"github.com/leasehold/leasehold/claims"
 	"github.com/leasehold/leasehold/episodes"
@@ -99,8 +100,8 @@ func claimsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "KEY\tSTATE\tOWNER\tFENCE\tATTEMPT\tLEASE UNTIL\tCLAIMED AT\tGRANT\tWORK TYPE")
 	for _, c := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", c.Key, c.State, dash(c.Owner), c.Fence, c.Attempt,
-			utc(c.LeaseUntil), utc(c.ClaimedAt), c.Grant, dash(c.WorkType))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", cell(c.Key), cell(string(c.State)), dash(cell(c.Owner)),
+			c.Fence, c.Attempt, utc(c.LeaseUntil), utc(c.ClaimedAt), cell(string(c.Grant)), dash(cell(c.WorkType)))
 	}
 	if err := tw.Flush(); err != nil {
 		return exitCode(stderr, "claims ls", err)
@@ -205,15 +206,36 @@ func episodesCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTATUS\tACTOR\tEXPECTATION\tATTEMPTS\tOWNER\tSTACK\tENV\tCREATED AT\tLAST STEP AT\tFINISHED AT")
 	for _, e := range list {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.ID, e.Status, e.ActorID, dash(e.ExpectationID),
-			strconv.Itoa(int(e.Attempts))+"/"+strconv.Itoa(int(e.MaxAttempts)), dash(e.OwnerNode), dash(e.SourceStack),
-			dash(e.SourceEnv), utc(e.CreatedAt), dash(utcPtr(e.LastStepAt)), dash(utcPtr(e.FinishedAt)))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.ID, cell(string(e.Status)), cell(e.ActorID),
+			dash(cell(e.ExpectationID)), strconv.Itoa(int(e.Attempts))+"/"+strconv.Itoa(int(e.MaxAttempts)), dash(cell(e.OwnerNode)),
+			dash(cell(e.SourceStack)), dash(cell(e.SourceEnv)), utc(e.CreatedAt), dash(utcPtr(e.LastStepAt)), dash(utcPtr(e.FinishedAt)))
 	}
 	if err := tw.Flush(); err != nil {
 		return exitCode(stderr, "episodes ls", err)
 	}
 	fmt.Fprintf(stderr, "%d episode(s)\n", len(list))
 	return 0
+}
+
+// cell is s as one cell of a listing's text output: as it is, unless it
+// could fake a row or a column or hide what it holds (a control character
+// such as a newline or a tab, another non-printable rune, invalid UTF-8) or
+// starts with '"'; then Go-quoted (strconv.Quote), so "a\nb" prints with
+// its quotes and escape. JSON output stays verbatim.
+func cell(s string) string {
+	if s == "" || (s[0] != '"' && printable(s)) {
+		return s
+	}
+	return strconv.Quote(s)
+}
+
+func printable(s string) bool {
+	for _, r := range s {
+		if !strconv.IsPrint(r) {
+			return false
+		}
+	}
+	return utf8.ValidString(s)
 }
 
 // onlyLs accepts the one subcommand the list commands have, ls; otherwise it

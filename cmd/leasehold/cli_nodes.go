@@ -83,7 +83,7 @@ func nodesCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tSTACK\tENV\tMODE\tDRAINING\tSTARTED AT\tLAST HEARTBEAT\tLIVE LEASES")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%v\t%s\t%s ago\t%d\n", r.ID, dash(r.Stack), dash(r.Env), r.Mode, r.Draining,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%v\t%s\t%s ago\t%d\n", cell(r.ID), dash(cell(r.Stack)), dash(cell(r.Env)), cell(r.Mode), r.Draining,
 			utc(r.StartedAt), r.HeartbeatAge.Round(time.Millisecond), r.LiveLeases)
 	}
 	if err := tw.Flush(); err != nil {

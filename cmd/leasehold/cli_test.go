@@ -378,7 +378,9 @@ func TestCLISweepDryRun(t *testing.T) {
 	code, out, errOut := runCLI(t, sweepCmd, "-dry-run", "-url", url)
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "dry run")
-	require.Regexp(t, `(?m)^\d+\s+billing/charge\s+fail\s+fail\s+default\s+.+$`, out)
+	// No node has recorded billing/charge's policy: the CLI cannot know
+	// it, and a sweeper would leave the orphan alone.
+	require.Regexp(t, `(?m)^\d+\s+billing/charge\s+skip\s+-\s+unknown\s+.+$`, out)
 	require.Contains(t, out, "found 1, claimed 0, restarted 0, failed 0, skipped 0")
 
 	code, out, errOut = runCLI(t, sweepCmd, "-dry-run", "-json", "-url", url)
@@ -391,9 +393,17 @@ func TestCLISweepDryRun(t *testing.T) {
 	require.Len(t, rep[0].Decisions, 1)
 	d := rep[0].Decisions[0]
 	require.Equal(t, id, d.EpisodeID)
-	require.Equal(t, "fail", d.Action)
-	require.Equal(t, "default", d.PolicySource)
+	require.Equal(t, "skip", d.Action)
+	require.Equal(t, "unknown", d.PolicySource)
 	require.NotEmpty(t, d.Reason)
+
+	// A node that runs billing records its policy when it starts: the dry
+	// run then reports what the nodes will really do.
+	require.NoError(t, store.PutAgentDefinition(ctx, episodes.Definition{ActorID: "billing", ExpectationID: "charge",
+		RecoveryPolicy: "restart", MaxAttempts: 3}))
+	code, out, errOut = runCLI(t, sweepCmd, "-dry-run", "-url", url)
+	require.Equal(t, 0, code, errOut)
+	require.Regexp(t, `(?m)^\d+\s+billing/charge\s+restart\s+restart\s+table\s+.+$`, out)
 
 	// Nothing changed: the episode is still running under the dead node's
 	// expired claim.

@@ -24,8 +24,8 @@ import (
 	"github.com/leasehold/leasehold/adapters/postgres"
 )
 
-// fallbackURL is the Postgres URL when neither DATABASE_URL nor
-// TEST_DATABASE_URL is set.
+// fallbackURL is the Postgres URL when neither TEST_DATABASE_URL nor
+// DATABASE_URL is set.
 const fallbackURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 
 // Demo timings.
@@ -41,24 +41,43 @@ const (
 	stopTimeout     = 10 * time.Second
 )
 
-// defaultURL returns DATABASE_URL, else TEST_DATABASE_URL, else the local
+// demoURLEnv lists the variables the demo's server comes from, first set
+// wins: the test harness's precedence (internal/pgtest.URL), so `make demo`
+// runs on the server scripts/with-postgres.sh chose and exported as
+// TEST_DATABASE_URL, never on a developer's own DATABASE_URL beside it.
+var demoURLEnv = []string{"TEST_DATABASE_URL", "DATABASE_URL"}
+
+// defaultURL returns TEST_DATABASE_URL, else DATABASE_URL, else the local
 // default server.
 func defaultURL() string {
-	for _, v := range []string{"DATABASE_URL", "TEST_DATABASE_URL"} {
+	u, _ := defaultURLFrom()
+	return u
+}
+
+// defaultURLFrom is defaultURL and the variable it came from.
+func defaultURLFrom() (url, from string) {
+	for _, v := range demoURLEnv {
 		if u := os.Getenv(v); u != "" {
-			return u
+			return u, v
 		}
 	}
-	return fallbackURL
+	return fallbackURL, "the default"
 }
 
 // runDemo is the demo command: see demo.
 func runDemo(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	url := fs.String("url", defaultURL(), "Postgres URL; the default is DATABASE_URL, else TEST_DATABASE_URL, else a local server")
+	def, from := defaultURLFrom()
+	url := fs.String("url", "", "Postgres URL; the default is TEST_DATABASE_URL, else DATABASE_URL, else "+fallbackURL)
 	if err := fs.Parse(args); err != nil {
 		return parseExit(err)
 	}
+	if *url == "" {
+		*url = def
+	} else {
+		from = "-url"
+	}
+	fmt.Printf("database %s (from %s)\n", redact(*url), from)
 	start := time.Now()
 	ok, err := demo(ctx, *url)
 	if err != nil {
@@ -83,14 +102,14 @@ func demo(ctx context.Context, url string) (ok bool, err error) {
 	}
 	admin, err := pgxpool.New(ctx, url)
 	if err != nil {
-		return false, fmt.Errorf("connect to %s: %w", url, err)
+		return false, fmt.Errorf("connect to %s: %w", redact(url), err)
 	}
 	defer admin.Close()
 	schema, err := createDemoSchema(ctx, admin)
 	if err != nil {
 		return false, err
 	}
-	fmt.Printf("schema %s on %s\n", schema, url)
+	fmt.Printf("schema %s on %s\n", schema, redact(url))
 	defer func() {
 		// Also after SIGINT: ctx is cancelled then, the drop still runs.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)

@@ -167,14 +167,19 @@ RETURNING e.id, e.actor_id, e.expectation_id, e.trigger_type, e.dedupe_key,
     grant_row.grant_kind;
 
 -- name: GetAgentRecoveryPolicy :one
--- The recovery policy of a dynamic actor's expectation, if defined.
+-- The recovery policy of an expectation, as the nodes that run it recorded
+-- it when they started (or as set for a dynamic actor), if any. A sweeper
+-- on a node without the actor's code applies it; without a row it leaves
+-- the orphan for a node that knows the policy.
 SELECT recovery_policy
 FROM leasehold_agent_definitions
 WHERE actor_id = sqlc.arg(actor_id) AND expectation_id = sqlc.arg(expectation_id);
 
 -- name: PutAgentDefinition :exec
--- Records (or changes) a dynamic actor's recovery policy.
-INSERT INTO leasehold_agent_definitions (actor_id, expectation_id, recovery_policy)
-VALUES (sqlc.arg(actor_id), sqlc.arg(expectation_id), sqlc.arg(recovery_policy))
+-- Records (or changes) an expectation's recovery policy and max attempts:
+-- every node upserts those of its registered expectations when it starts,
+-- the last start winning (nodes of one deploy register the same actors).
+INSERT INTO leasehold_agent_definitions (actor_id, expectation_id, recovery_policy, max_attempts)
+VALUES (sqlc.arg(actor_id), sqlc.arg(expectation_id), sqlc.arg(recovery_policy), sqlc.arg(max_attempts))
 ON CONFLICT (actor_id, expectation_id) DO UPDATE
-SET recovery_policy = excluded.recovery_policy, updated_at = now();
+SET recovery_policy = excluded.recovery_policy, max_attempts = excluded.max_attempts, updated_at = now();

@@ -309,13 +309,18 @@ FROM @recovered AS r
 CROSS JOIN @grant AS g;
 
 -- name: GetAgentRecoveryPolicy :one
--- The recovery policy of a dynamic actor's expectation, if defined.
+-- The recovery policy of an expectation, as the nodes that run it recorded
+-- it when they started (or as set for a dynamic actor), if any. A sweeper
+-- on a node without the actor's code applies it; without a row it leaves
+-- the orphan for a node that knows the policy.
 SELECT recovery_policy
 FROM leasehold_agent_definitions
 WHERE actor_id = @actor_id AND expectation_id = @expectation_id;
 
 -- name: PutAgentDefinition :exec
--- Records (or changes) a dynamic actor's recovery policy: the upsert of
+-- Records (or changes) an expectation's recovery policy and max attempts
+-- (every node upserts those of its registered expectations when it starts,
+-- the last start winning): the upsert of
 -- Postgres's ON CONFLICT DO UPDATE, without MERGE (whose match phase is not
 -- isolated). UPDLOCK, HOLDLOCK on the UPDATE inside the transaction keep the
 -- key (present or absent) update-locked until COMMIT: concurrent writers of
@@ -332,11 +337,12 @@ BEGIN TRANSACTION;
 
 UPDATE leasehold_agent_definitions WITH (UPDLOCK, HOLDLOCK)
 SET recovery_policy = @recovery_policy,
+    max_attempts    = @max_attempts,
     updated_at      = SYSUTCDATETIME()
 WHERE actor_id = @actor_id AND expectation_id = @expectation_id;
 
 IF @@ROWCOUNT = 0
-    INSERT INTO leasehold_agent_definitions (actor_id, expectation_id, recovery_policy)
-    VALUES (@actor_id, @expectation_id, @recovery_policy);
+    INSERT INTO leasehold_agent_definitions (actor_id, expectation_id, recovery_policy, max_attempts)
+    VALUES (@actor_id, @expectation_id, @recovery_policy, @max_attempts);
 
 COMMIT TRANSACTION;

@@ -1,0 +1,8 @@
+-- The schema check of postgres.Store.CheckSchema: not a coordination
+-- statement, and not compiled by sqlc (the goose version table is goose's,
+-- not in the migrations sqlc reads), so it is embedded here.
+
+-- name: SchemaVersion :one
+-- The newest leasehold migration applied: goose's own query on leasehold's
+-- version table (0 when none; the table missing is SQLSTATE 42P01).
+SELECT coalesce(max(version_id), 0)::bigint FROM leasehold_schema_version;

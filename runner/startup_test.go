@@ -1,0 +1,99 @@
+package runner_test
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasehold/leasehold/adapters/postgres"
+	"github.com/leasehold/leasehold/episodes"
+	"github.com/leasehold/leasehold/health"
+	"github.com/leasehold/leasehold/internal/nodetest"
+	"github.com/leasehold/leasehold/internal/pgtest"
+	"github.com/leasehold/leasehold/recovery"
+	"github.com/leasehold/leasehold/runner"
+	"github.com/leasehold/leasehold/sql/schema"
+)
+
+// Start refuses a database whose leasehold schema is missing or older than
+// the binary, with one sentinel for every dialect, instead of starting and
+// failing the first trigger with "relation does not exist"; the health
+// package serves the same check as a probe.
+func TestStartRefusesAMissingOrOlderSchema(t *testing.T) {
+	t.Parallel()
+	for name, breakIt := range map[string]string{
+		"missing": `DROP TABLE leasehold_schema_version`,
+		"older":   `DELETE FROM leasehold_schema_version WHERE version_id = (SELECT max(version_id) FROM leasehold_schema_version)`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			pool := pgtest.Schema(t)
+			store := postgres.New(pool)
+			probe := httptest.NewRecorder()
+			health.Schema(store).ServeHTTP(probe, httptest.NewRequest(http.MethodGet, "/startupz", nil))
+			require.Equal(t, http.StatusOK, probe.Code, "current schema")
+
+			pgtest.Exec(t, pool, breakIt)
+			node, err := runner.NewNode(runner.Config{Store: store, Identity: "n", Logger: slog.New(slog.DiscardHandler)})
+			require.NoError(t, err)
+			require.NoError(t, node.Register(eventActor(oneStep, 1)))
+			err = node.Start(context.Background())
+			require.ErrorIs(t, err, runner.ErrSchema)
+			require.ErrorIs(t, err, schema.ErrSchema)
+			require.ErrorIs(t, node.CheckSchema(context.Background()), runner.ErrSchema)
+
+			probe = httptest.NewRecorder()
+			health.Schema(node).ServeHTTP(probe, httptest.NewRequest(http.MethodGet, "/startupz", nil))
+			require.Equal(t, http.StatusServiceUnavailable, probe.Code)
+			require.Contains(t, probe.Body.String(), "migrate")
+			_, err = node.Fire(context.Background(), "monitor", "resource.updated", nil, runner.FireOptions{})
+			require.ErrorIs(t, err, runner.ErrStopped, "the node never started")
+		})
+	}
+}
+
+// Every node records its expectations' recovery policy and max attempts
+// when it starts, so a sweeper on a node that lacks the actor (a rolling
+// deploy that adds it) applies the policy the actor's nodes would: it
+// hands a restartable orphan back at once instead of failing it for good.
+func TestNodesRecordDefinitionsForSweepersWithoutTheActor(t *testing.T) {
+	t.Parallel()
+	billing := runner.Actor{ID: "billing", Expectations: []runner.Expectation{{ID: "charge", Trigger: runner.Manual{},
+		Strategy: oneStep, Recovery: runner.RecoveryRestart, MaxAttempts: 7}}}
+	pool := pgtest.Schema(t)
+	nodetest.StartOn(t, pool, 1, nil, nil, billing) // a node of the new release
+	var policy string
+	var maxAttempts int32
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT recovery_policy, max_attempts
+		FROM leasehold_agent_definitions WHERE actor_id = 'billing' AND expectation_id = 'charge'`).Scan(&policy, &maxAttempts))
+	require.Equal(t, "restart", policy)
+	require.EqualValues(t, 7, maxAttempts)
+
+	// A node of the old release, without billing, sweeps billing's orphan.
+	old := nodetest.StartOn(t, pool, 1, func(_ int, cfg *runner.Config) { cfg.Identity = "old-node" }, nil, eventActor(oneStep, 1))
+	store := postgres.New(pool)
+	c, err := store.CreateEpisode(context.Background(), episodes.New{ActorID: "billing", ExpectationID: "charge",
+		TriggerType: episodes.TriggerManual, DedupeKey: "charge:42", MaxAttempts: 7, Owner: "dead", Lease: time.Minute})
+	require.NoError(t, err)
+	_, err = store.StartEpisode(context.Background(), c.Episode.ID, c.Claim.Token)
+	require.NoError(t, err)
+	pgtest.ExpireClaim(t, pool, "charge:42")
+	rcv, err := recovery.New(store, old.Nodes[0], slog.New(slog.DiscardHandler), nil)
+	require.NoError(t, err)
+	rep, err := rcv.Sweep(context.Background(), recovery.Options{})
+	require.NoError(t, err)
+	require.Equal(t, 0, rep.Failed, "restartable work is never failed by a node that lacks its code")
+	require.Equal(t, 1, rep.Skipped)
+	require.Equal(t, recovery.SourceTable, rep.Decisions[0].PolicySource)
+	got, err := store.GetEpisode(context.Background(), c.Episode.ID)
+	require.NoError(t, err)
+	require.Contains(t, []episodes.Status{episodes.StatusQueued, episodes.StatusRunning, episodes.StatusDone}, got.Status)
+	var state string
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT state FROM leasehold_work_claims WHERE dedupe_key = 'charge:42'`).Scan(&state))
+	require.Contains(t, []string{"released", "claimed", "done"}, state, "handed back, for a node that runs billing")
+}
