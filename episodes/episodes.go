@@ -119,20 +119,25 @@ type Episode struct {
 	DedupeKey     string
 	Status        Status
 	Phase         string
-	Attempts      int32
-	MaxAttempts   int32
-	SourceStack   string
-	SourceEnv     string
-	OwnerNode     string
-	Payload       json.RawMessage
-	Result        json.RawMessage
-	ErrorClass    string
-	ErrorDetail   json.RawMessage
-	CreatedAt     time.Time
-	StartedAt     *time.Time
-	FinishedAt    *time.Time
-	LastStepAt    *time.Time
-	ArchivedAt    *time.Time
+	// Attempts is the stored count of recovery restarts (column attempts):
+	// 0 until recovery first restarts the episode. The attempt a run is,
+	// everywhere leasehold shows or bounds one, is Attempt().
+	Attempts int32
+	// MaxAttempts is the most attempts (runs) the episode gets; see
+	// Attempt.
+	MaxAttempts int32
+	SourceStack string
+	SourceEnv   string
+	OwnerNode   string
+	Payload     json.RawMessage
+	Result      json.RawMessage
+	ErrorClass  string
+	ErrorDetail json.RawMessage
+	CreatedAt   time.Time
+	StartedAt   *time.Time
+	FinishedAt  *time.Time
+	LastStepAt  *time.Time
+	ArchivedAt  *time.Time
 }
 
 // ClaimKey is the work-claim key a run of the episode holds: its dedupe key,
@@ -213,6 +218,14 @@ const (
 	ClassOrphaned          = "orphaned"
 	ClassRecoveryExhausted = "recovery_exhausted"
 )
+
+// Attempt is the episode's current (or next) attempt, the one definition
+// of "attempt" everywhere: 1 for its first run, one more for each restart
+// by recovery (Attempts + 1). Run.Attempt, telemetry's Attempt of episode
+// events, `leasehold episodes ls` (attempt/max) and the recovery bound use
+// it: a recovery that would start attempt MaxAttempts + 1 fails the episode
+// (recovery_exhausted) instead.
+func (e Episode) Attempt() int32 { return e.Attempts + 1 }
 
 // Definition is what a node records of one registered expectation when it
 // starts (leasehold_agent_definitions), so that nodes without the actor's

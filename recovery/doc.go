@@ -30,7 +30,9 @@
 //
 // # What happens next
 //
-//	attempts > max_attempts      -> failed, error_class recovery_exhausted
+//	attempt > max_attempts       -> failed, error_class recovery_exhausted
+//	  (the attempt this recovery would start: the first run is attempt 1,
+//	  each restart the next; episodes.Episode.Attempt)
 //	policy restart               -> queued on the local actor (its max concurrency
 //	                                applies; never dropped), holding the claim
 //	policy fail                  -> failed, error_class orphaned, with the reason

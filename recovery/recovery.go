@@ -197,7 +197,9 @@ func (r *Recoverer) recoverOne(ctx context.Context, o episodes.Orphan, opts Opti
 	// two services sharing a database). Exhausted work fails whatever the
 	// policy.
 	d.Policy, d.PolicySource = r.policy(ctx, ep, opts)
-	exhausted := ep.Attempts+1 > ep.MaxAttempts
+	// The attempt a recovery would start: one more than the current.
+	next := ep.Attempt() + 1
+	exhausted := next > ep.MaxAttempts
 	unknown := func() Decision {
 		d.Action = ActionSkip
 		d.Reason = fmt.Sprintf("%s; no recovery policy for %s/%s is known here (not registered on this node, none recorded "+
@@ -208,7 +210,7 @@ func (r *Recoverer) recoverOne(ctx context.Context, o episodes.Orphan, opts Opti
 		d.Action, d.Reason = ActionFail, why
 		switch {
 		case exhausted:
-			d.Action, d.Reason = ActionExhausted, fmt.Sprintf("%s; would be recovery %d of at most %d", why, ep.Attempts+1, ep.MaxAttempts)
+			d.Action, d.Reason = ActionExhausted, fmt.Sprintf("%s; would be attempt %d of at most %d", why, next, ep.MaxAttempts)
 		case d.PolicySource == SourceUnknown:
 			return unknown()
 		case d.Policy == PolicyRestart:
@@ -231,8 +233,8 @@ func (r *Recoverer) recoverOne(ctx context.Context, o episodes.Orphan, opts Opti
 		return d
 	}
 	rep.Claimed++
-	if ep.Attempts > ep.MaxAttempts {
-		d.Action, d.Reason = ActionExhausted, fmt.Sprintf("%s; recovery %d exceeds max attempts %d", why, ep.Attempts, ep.MaxAttempts)
+	if ep.Attempt() > ep.MaxAttempts { // the claim counted this recovery
+		d.Action, d.Reason = ActionExhausted, fmt.Sprintf("%s; attempt %d exceeds max attempts %d", why, ep.Attempt(), ep.MaxAttempts)
 		r.fail(ctx, ep, claim, episodes.ClassRecoveryExhausted, d.Reason, rep)
 		return d
 	}

@@ -287,22 +287,35 @@ func TestPoisonEpisodeStopsAtMaxAttempts(t *testing.T) {
 		return runner.StepResult{}, ctx.Err()
 	}}
 	c := nodetest.Start(t, 1, nil, worker(runner.RecoveryRestart, hang, 4))
-	id := insertOrphans(t, c.Pool, orphanSpec{n: 1, maxAttempts: 2})[0]
+	// MaxAttempts 3: the dead node's run was attempt 1; recovery starts
+	// attempts 2 and 3, and fails the episode rather than start a fourth.
+	id := insertOrphans(t, c.Pool, orphanSpec{n: 1, maxAttempts: 3})[0]
 	key := ""
 	require.NoError(t, c.Pool.QueryRow(t.Context(), `SELECT dedupe_key FROM leasehold_episodes WHERE id = $1`, id).Scan(&key))
 	r := newRecoverer(t, c, 0)
-	for attempt := 1; attempt <= 2; attempt++ {
+	seen := make(chan int32, 4)
+	for attempt := int32(2); attempt <= 3; attempt++ {
 		rep, err := r.Sweep(t.Context(), recovery.Options{})
 		require.NoError(t, err)
 		require.Equal(t, 1, rep.Restarted, "attempt %d", attempt)
 		<-started
+		got, err := postgres.New(c.Pool).GetEpisode(t.Context(), id)
+		require.NoError(t, err)
+		seen <- got.Attempt()
 		_, err = c.Pool.Exec(t.Context(), `UPDATE leasehold_work_claims SET lease_until = now() - interval '1 second' WHERE dedupe_key = $1`, key)
 		require.NoError(t, err)
 	}
+	require.Equal(t, int32(2), <-seen)
+	require.Equal(t, int32(3), <-seen)
+	dry, err := r.Sweep(t.Context(), recovery.Options{DryRun: true})
+	require.NoError(t, err)
+	require.Equal(t, recovery.ActionExhausted, dry.Decisions[0].Action)
+	require.Contains(t, dry.Decisions[0].Reason, "would be attempt 4 of at most 3")
 	rep, err := r.Sweep(t.Context(), recovery.Options{})
 	require.NoError(t, err)
 	require.Equal(t, 1, rep.Failed)
-	require.Equal(t, 1, c.Count(t, "id = $1 AND status = 'failed' AND error_class = 'recovery_exhausted' AND attempts = 3", id))
+	require.Equal(t, 1, c.Count(t, "id = $1 AND status = 'failed' AND error_class = 'recovery_exhausted' AND attempts = 3", id),
+		"the stored count of restarts is 3: the recovery that found it exhausted counted itself")
 }
 
 func TestScopeByStackAndEnv(t *testing.T) {

@@ -39,7 +39,11 @@ type Expectation struct {
 	Recovery RecoveryPolicy
 	// Budget bounds each run. Zero fields are unlimited.
 	Budget Budget
-	// MaxAttempts bounds how often recovery restarts an episode. Default 3.
+	// MaxAttempts bounds the attempts (runs) of each episode: the first
+	// run is attempt 1 and each restart by recovery starts the next; a
+	// recovery that would start attempt MaxAttempts+1 fails the episode
+	// with error class recovery_exhausted instead (episodes.Episode.Attempt).
+	// Default 3: the first run and two restarts.
 	MaxAttempts int32
 }
 
@@ -112,8 +116,9 @@ type Strategy interface {
 // Run is one run of an episode, as a strategy sees it.
 type Run struct {
 	Episode episodes.Episode
-	// Attempt of the work claim this run holds: 1 on the first run, higher
-	// after a steal or a restart.
+	// Attempt is this run's attempt: 1 on the first run, one more for each
+	// restart by recovery (episodes.Episode.Attempt), at most the
+	// expectation's MaxAttempts.
 	Attempt int32
 	// StepNo is the journal number the next step will get.
 	StepNo int32

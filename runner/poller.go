@@ -224,7 +224,7 @@ func (n *Node) dispatch(ctx context.Context, r episodes.TriggerRequest) bool {
 	}
 	runCtx, unhold := n.hb.Hold(n.base, claim)
 	as.exec.submit(&job{ep: ep, exp: e, claim: claim, ctx: runCtx, unhold: unhold})
-	n.emit(ctx, telemetry.Event{Name: EventRequestDispatched, Key: claim.Key, Owner: n.id, Fence: claim.Fence, Attempt: claim.Attempt})
+	n.emit(ctx, telemetry.Event{Name: EventRequestDispatched, Key: claim.Key, Owner: n.id, Fence: claim.Fence, Attempt: ep.Attempt()})
 	return true
 }
 

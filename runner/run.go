@@ -125,9 +125,9 @@ func (n *Node) execute(j *job) {
 		_ = n.release(j) // logged
 		return
 	}
-	n.emit(ctx, telemetry.Event{Name: EventStarted, Key: j.claim.Key, Owner: n.id, Fence: j.claim.Fence, Attempt: j.claim.Attempt})
+	n.emit(ctx, telemetry.Event{Name: EventStarted, Key: j.claim.Key, Owner: n.id, Fence: j.claim.Fence, Attempt: j.ep.Attempt()})
 
-	run := &Run{Episode: j.ep, Attempt: j.claim.Attempt, StepNo: next, token: j.claim.Token}
+	run := &Run{Episode: j.ep, Attempt: j.ep.Attempt(), StepNo: next, token: j.claim.Token}
 	run.Episode.Status, run.Episode.OwnerNode = episodes.StatusRunning, n.id
 	if w := j.exp.Budget.MaxWall; w > 0 {
 		var cancelWall context.CancelFunc
@@ -256,7 +256,7 @@ func (n *Node) finish(ctx context.Context, j *job, f episodes.Finish) {
 	case episodes.StatusCanceled:
 		name = EventCanceled
 	}
-	n.emit(ctx, telemetry.Event{Name: name, Key: j.claim.Key, Owner: n.id, Fence: j.claim.Fence, Attempt: j.claim.Attempt})
+	n.emit(ctx, telemetry.Event{Name: name, Key: j.claim.Key, Owner: n.id, Fence: j.claim.Fence, Attempt: j.ep.Attempt()})
 }
 
 // handOver gives j's episode up so that any node can take it at once; the

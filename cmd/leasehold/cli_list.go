@@ -120,7 +120,7 @@ type episodeJSON struct {
 	Phase         string `json:"phase,omitempty"`
 	TriggerType   string `json:"trigger_type"`
 	DedupeKey     string `json:"dedupe_key,omitempty"`
-	Attempts      int32  `json:"attempts"`
+	Attempt       int32  `json:"attempt"` // episodes.Episode.Attempt: 1 for the first run
 	MaxAttempts   int32  `json:"max_attempts"`
 	Owner         string `json:"owner,omitempty"`
 	Stack         string `json:"stack"`
@@ -193,7 +193,7 @@ func episodesCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		for i, e := range list {
 			out[i] = episodeJSON{
 				ID: e.ID, ActorID: e.ActorID, ExpectationID: e.ExpectationID, Status: string(e.Status), Phase: e.Phase,
-				TriggerType: string(e.TriggerType), DedupeKey: e.DedupeKey, Attempts: e.Attempts, MaxAttempts: e.MaxAttempts,
+				TriggerType: string(e.TriggerType), DedupeKey: e.DedupeKey, Attempt: e.Attempt(), MaxAttempts: e.MaxAttempts,
 				Owner: e.OwnerNode, Stack: e.SourceStack, Env: e.SourceEnv, CreatedAt: utc(e.CreatedAt),
 				StartedAt: utcPtr(e.StartedAt), FinishedAt: utcPtr(e.FinishedAt), LastStepAt: utcPtr(e.LastStepAt),
 			}
@@ -204,10 +204,10 @@ func episodesCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		return 0
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATUS\tACTOR\tEXPECTATION\tATTEMPTS\tOWNER\tSTACK\tENV\tCREATED AT\tLAST STEP AT\tFINISHED AT")
+	fmt.Fprintln(tw, "ID\tSTATUS\tACTOR\tEXPECTATION\tATTEMPT\tOWNER\tSTACK\tENV\tCREATED AT\tLAST STEP AT\tFINISHED AT")
 	for _, e := range list {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.ID, cell(string(e.Status)), cell(e.ActorID),
-			dash(cell(e.ExpectationID)), strconv.Itoa(int(e.Attempts))+"/"+strconv.Itoa(int(e.MaxAttempts)), dash(cell(e.OwnerNode)),
+			dash(cell(e.ExpectationID)), strconv.Itoa(int(e.Attempt()))+"/"+strconv.Itoa(int(e.MaxAttempts)), dash(cell(e.OwnerNode)),
 			dash(cell(e.SourceStack)), dash(cell(e.SourceEnv)), utc(e.CreatedAt), dash(utcPtr(e.LastStepAt)), dash(utcPtr(e.FinishedAt)))
 	}
 	if err := tw.Flush(); err != nil {

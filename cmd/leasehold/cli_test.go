@@ -330,8 +330,8 @@ func TestCLIEpisodesLs(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	require.Len(t, lines, 3, out)
 	require.Regexp(t, `^ID\s+STATUS\s+ACTOR`, lines[0])
-	require.Regexp(t, `^\d+\s+running\s+billing\s+charge\s+0/3\s+node-dead`, lines[1], "newest first")
-	require.Regexp(t, `^\d+\s+queued\s+mailer\s+send\s+0/3\s+-`, lines[2])
+	require.Regexp(t, `^\d+\s+running\s+billing\s+charge\s+1/3\s+node-dead`, lines[1], "newest first")
+	require.Regexp(t, `^\d+\s+queued\s+mailer\s+send\s+1/3\s+-`, lines[2])
 
 	code, out, errOut = runCLI(t, episodesCmd, "ls", "-url", url, "-json", "-status", "running")
 	require.Equal(t, 0, code, errOut)
