@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"embed"
 	"fmt"
-	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pressly/goose/v3"
@@ -49,17 +48,7 @@ const (
 var migrateSQL embed.FS
 
 // migrationSchema is MigrationSchema of migrate.sql.
-var migrationSchema = sync.OnceValues(func() (string, error) {
-	qs, err := queries.Parse(migrateSQL, "migrate.sql")
-	if err != nil {
-		return "", err
-	}
-	q, ok := qs["MigrationSchema"]
-	if !ok {
-		return "", fmt.Errorf("postgres: MigrationSchema missing from migrate.sql")
-	}
-	return q.SQL, nil
-})
+var migrationSchema = queries.Statement(migrateSQL, "migrate.sql", "MigrationSchema")
 
 // NewMigrator returns a goose Provider over leasehold's embedded Postgres
 // migrations, tracking versions in leasehold_schema_version (never the

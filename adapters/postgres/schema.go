@@ -5,7 +5,6 @@ import (
 	"embed"
 	"errors"
 
-	"sync"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -16,17 +15,7 @@ import (
 //go:embed schema.sql
 var schemaSQL embed.FS
 
-var schemaVersion = sync.OnceValues(func() (string, error) {
-	qs, err := queries.Parse(schemaSQL, "schema.sql")
-	if err != nil {
-		return "", err
-	}
-	q, ok := qs["SchemaVersion"]
-	if !ok {
-		return "", errors.New("postgres: SchemaVersion missing from schema.sql")
-	}
-	return q.SQL, nil
-})
+var schemaVersion = queries.Statement(schemaSQL, "schema.sql", "SchemaVersion")
 
 // CheckSchema reports, wrapping schema.ErrSchema, when the leasehold schema
 // the connection's search_path selects is missing or older than the

@@ -3,8 +3,6 @@ package sqlserver
 import (
 	"context"
 	"embed"
-	"errors"
-	"sync"
 
 	"github.com/leasehold/leasehold/sql/queries"
 	"github.com/leasehold/leasehold/sql/schema"
@@ -13,17 +11,7 @@ import (
 //go:embed schema.sql
 var schemaSQL embed.FS
 
-var schemaVersion = sync.OnceValues(func() (string, error) {
-	qs, err := queries.Parse(schemaSQL, "schema.sql")
-	if err != nil {
-		return "", err
-	}
-	q, ok := qs["SchemaVersion"]
-	if !ok {
-		return "", errors.New("sqlserver: SchemaVersion missing from schema.sql")
-	}
-	return q.SQL, nil
-})
+var schemaVersion = queries.Statement(schemaSQL, "schema.sql", "SchemaVersion")
 
 // errInvalidObject is SQL Server's "Invalid object name": the version table
 // does not exist, so the schema was never migrated.

@@ -9,9 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasehold/leasehold/adapters/postgres"
@@ -35,20 +32,7 @@ func TestServerRestartDoesNotRestartLiveWork(t *testing.T) {
 	)
 	srv := startServer(t)
 	ctx := t.Context()
-	admin, err := pgx.Connect(ctx, srv.URL(""))
-	require.NoError(t, err)
-	_, err = admin.Exec(ctx, "CREATE SCHEMA "+schema)
-	require.NoError(t, err)
-	require.NoError(t, admin.Close(ctx))
-	cfg, err := pgxpool.ParseConfig(srv.URL(schema))
-	require.NoError(t, err)
-	cfg.ConnConfig.ConnectTimeout = time.Second
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	sqlDB := stdlib.OpenDBFromPool(pool)
-	require.NoError(t, postgres.Migrate(ctx, sqlDB))
-	require.NoError(t, sqlDB.Close())
+	pool := newDatabase(t, ctx, srv)
 
 	halfway := make(chan struct{}, episodes)
 	var once sync.Map

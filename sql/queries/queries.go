@@ -22,6 +22,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 )
 
 // Query is one named statement.
@@ -159,4 +160,23 @@ func (q Query) Statement() string {
 		}
 	}
 	return strings.TrimSuffix(strings.TrimSpace(strings.Join(lines, "\n")), ";")
+}
+
+// Statement returns a func that parses the files of fsys matching glob on
+// its first call and returns the SQL of the statement called name; later
+// calls return the same result. Adapters use it for the few statements
+// that live beside their code (a migrator's privilege check, the schema
+// version read), which are no coordination and have no twin here.
+func Statement(fsys fs.FS, glob, name string) func() (string, error) {
+	return sync.OnceValues(func() (string, error) {
+		qs, err := Parse(fsys, glob)
+		if err != nil {
+			return "", err
+		}
+		q, ok := qs[name]
+		if !ok {
+			return "", fmt.Errorf("queries: statement %s missing from %s", name, glob)
+		}
+		return q.SQL, nil
+	})
 }
