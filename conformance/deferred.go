@@ -245,6 +245,30 @@ func RunDeferred(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		require.False(t, got.Claim.LocalStart().After(time.Now()))
 	})
 
+	t.Run("DelayedRequestIsClaimedOnlyWhenDue", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		n := newEpisode("event:a:e:later")
+		n.ActorID, n.ExpectationID = "a", "e"
+		later, err := b.Store.CreateDeferredEpisode(ctx(t), episodes.Deferred{New: n, SourceNode: "trigger-node", Delay: time.Hour})
+		require.NoError(t, err)
+		require.True(t, later.Created)
+		now := deferEpisode(t, b, "event:a:e:now", "", "")
+		reqs := claimRequests(t, b, "poller", "", "", 10)
+		require.Len(t, reqs, 1, "the delayed request is not due for an hour")
+		require.Equal(t, now.RequestID, reqs[0].ID)
+
+		// Expiry counts from when a request was due, not from its creation.
+		expired, err := b.Store.ExpireTriggerRequests(ctx(t), episodes.ExpireQuery{TTL: time.Minute})
+		require.NoError(t, err)
+		require.Empty(t, expired)
+
+		b.AgeRequest(t, later.RequestID, time.Hour+time.Second)
+		reqs = claimRequests(t, b, "poller", "", "", 10)
+		require.Len(t, reqs, 1, "due now")
+		require.Equal(t, later.RequestID, reqs[0].ID)
+	})
+
 	t.Run("ExpiryCancelsUnclaimedEpisodesInScope", func(t *testing.T) {
 		t.Parallel()
 		b := newBackend(t)

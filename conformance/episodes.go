@@ -353,6 +353,34 @@ func RunEpisodes(t *testing.T, newBackend func(t *testing.T) EpisodesBackend) {
 		within("ClaimForRecovery", rc, before, time.Now())
 	})
 
+	t.Run("RecoveredEpisodeKeepsEveryField", func(t *testing.T) {
+		// The episode ClaimForRecovery hands the restarted run is the one
+		// CreateEpisode handed the first run, field by field, except what
+		// recovery changes on purpose; and it is the row as stored.
+		t.Parallel()
+		b := newBackend(t)
+		n := newEpisode("workflow:7:extract:1")
+		n.TriggerType, n.TriggerRef = episodes.TriggerWorkflow, json.RawMessage(`{"workflow":"w","instance":7,"step":"extract","attempt":1}`)
+		n.SourceStack, n.SourceEnv, n.MaxAttempts = "hatch", "rc", 7
+		n.Owner, n.Lease = "node-a", time.Minute
+		res, err := b.Store.CreateEpisode(ctx(t), n)
+		require.NoError(t, err)
+		_, err = b.Store.StartEpisode(ctx(t), res.Episode.ID, res.Claim.Token)
+		require.NoError(t, err)
+		b.ExpireClaim(t, n.DedupeKey)
+		got, _, err := b.Store.ClaimForRecovery(ctx(t), res.Episode.ID, "sweeper", time.Minute, time.Minute)
+		require.NoError(t, err)
+
+		want := res.Episode
+		want.Phase, want.Attempts, want.OwnerNode = "recovering", want.Attempts+1, "sweeper" // recovery's own changes
+		requireSameEpisode(t, want, got)
+		stored := get(t, b, got.ID)
+		// The run history the row keeps (started, last step) is not handed
+		// to a run by any grant, the first one included.
+		stored.StartedAt, stored.LastStepAt = nil, nil
+		requireSameEpisode(t, stored, got)
+	})
+
 	t.Run("EpisodeWhoseClaimAnotherGrantFinishedIsOrphaned", func(t *testing.T) {
 		t.Parallel()
 		for _, finish := range []string{"complete", "fail"} {
@@ -404,6 +432,26 @@ func RunEpisodes(t *testing.T, newBackend func(t *testing.T) EpisodesBackend) {
 		b.ExpireClaim(t, ep.ClaimKey())
 		require.Equal(t, []int64{ep.ID}, orphans(t, b, 1), "episode:{id} keys are claims like any other")
 	})
+}
+
+// requireSameEpisode compares two episodes field by field, JSON fields as
+// JSON (a dialect may re-encode them) and times to the microsecond.
+func requireSameEpisode(t testing.TB, want, got episodes.Episode) {
+	t.Helper()
+	for name, pair := range map[string][2]json.RawMessage{
+		"TriggerRef": {want.TriggerRef, got.TriggerRef}, "Payload": {want.Payload, got.Payload},
+		"Result": {want.Result, got.Result}, "ErrorDetail": {want.ErrorDetail, got.ErrorDetail},
+	} {
+		if len(pair[0]) == 0 || len(pair[1]) == 0 {
+			require.Equal(t, len(pair[0]) == 0, len(pair[1]) == 0, "%s: want %s, got %s", name, pair[0], pair[1])
+			continue
+		}
+		require.JSONEq(t, string(pair[0]), string(pair[1]), name)
+	}
+	require.WithinDuration(t, want.CreatedAt, got.CreatedAt, time.Microsecond, "CreatedAt")
+	want.TriggerRef, want.Payload, want.Result, want.ErrorDetail, want.CreatedAt = nil, nil, nil, nil, time.Time{}
+	got.TriggerRef, got.Payload, got.Result, got.ErrorDetail, got.CreatedAt = nil, nil, nil, nil, time.Time{}
+	require.Equal(t, want, got)
 }
 
 func newEpisode(key string) episodes.New {

@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -194,6 +195,67 @@ func RunWorkflows(t *testing.T, newBackend func(t *testing.T) WorkflowsBackend) 
 		require.Equal(t, workflows.InstanceFailed, inst.Status)
 		require.JSONEq(t, `{"why":"test"}`, string(inst.ErrorDetail))
 		require.NotNil(t, inst.FinishedAt)
+	})
+
+	t.Run("ParkedInstancesAreListedLastAndCleared", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		s := b.Store
+		var ids []int64
+		for i, subject := range []string{"parked", "healthy"} {
+			id, created, err := s.CreateWorkflowInstance(ctx(t), workflows.NewInstance{WorkflowID: "w", Subject: subject, Env: "rc"})
+			require.NoError(t, err)
+			require.True(t, created)
+			require.NoError(t, s.InsertWorkflowStep(ctx(t), id, "a", 1))
+			ep := mustCreate(t, b, fmt.Sprintf("workflow:%d:a:1", i))
+			ok, err := s.StartWorkflowStep(ctx(t), id, "a", workflows.StepPending, 0, ep)
+			require.NoError(t, err)
+			require.True(t, ok)
+			b.SetEpisodeStatus(t, ep, episodes.StatusDone)
+			ids = append(ids, id)
+		}
+		err := s.InTx(ctx(t), func(tx workflows.Tx) error {
+			if _, err := tx.LockWorkflowInstance(ctx(t), ids[0]); err != nil {
+				return err
+			}
+			ok, err := tx.ParkWorkflowInstance(ctx(t), ids[0], "step b renamed")
+			require.True(t, ok)
+			return err
+		})
+		require.NoError(t, err)
+		stalled, err := s.ListStalledWorkflowSteps(ctx(t), workflows.StalledQuery{Env: "rc", Limit: 1})
+		require.NoError(t, err)
+		require.Len(t, stalled, 1)
+		require.Equal(t, ids[1], stalled[0].InstanceID, "a parked instance never crowds the limit")
+
+		rc := "rc"
+		list, err := s.ListWorkflowInstances(ctx(t), workflows.ListQuery{ParkedOnly: true, Env: &rc, Limit: 10})
+		require.NoError(t, err)
+		require.Len(t, list, 1)
+		require.Equal(t, "step b renamed", list[0].ParkedReason)
+		list, err = s.ListWorkflowInstances(ctx(t), workflows.ListQuery{WorkflowID: "w", Status: workflows.InstanceRunning, Limit: 10})
+		require.NoError(t, err)
+		require.Equal(t, []int64{ids[1], ids[0]}, []int64{list[0].ID, list[1].ID}, "newest first")
+		list, err = s.ListWorkflowInstances(ctx(t), workflows.ListQuery{Subject: "healthy", Env: new(string), Limit: 10})
+		require.NoError(t, err)
+		require.Empty(t, list, "the unset env is its own world")
+
+		ok, err := s.ParkWorkflowInstance(ctx(t), ids[0], "")
+		require.NoError(t, err)
+		require.True(t, ok)
+		inst, err := s.GetWorkflowInstance(ctx(t), ids[0])
+		require.NoError(t, err)
+		require.Empty(t, inst.ParkedReason, "cleared")
+		ok, err = s.FinishWorkflowInstance(ctx(t), ids[0], workflows.InstanceCanceled, nil)
+		require.NoError(t, err)
+		require.True(t, ok, "canceled is an instance status")
+		ok, err = s.ParkWorkflowInstance(ctx(t), ids[0], "late")
+		require.NoError(t, err)
+		require.False(t, ok, "only a running instance is parked")
+
+		_, found, err := s.GetAgentMaxAttempts(ctx(t), "nobody", "nothing")
+		require.NoError(t, err)
+		require.False(t, found)
 	})
 }
 

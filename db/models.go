@@ -100,6 +100,7 @@ type LeaseholdTriggerRequest struct {
 	CreatedAt     time.Time
 	ClaimedAt     *time.Time
 	FinishedAt    *time.Time
+	RunAfter      time.Time
 }
 
 type LeaseholdWorkClaim struct {
@@ -118,16 +119,17 @@ type LeaseholdWorkClaim struct {
 }
 
 type LeaseholdWorkflowInstance struct {
-	ID          int64
-	WorkflowID  string
-	Subject     string
-	Env         string
-	SourceStack string
-	Status      string
-	Payload     []byte
-	ErrorDetail []byte
-	CreatedAt   time.Time
-	FinishedAt  *time.Time
+	ID           int64
+	WorkflowID   string
+	Subject      string
+	Env          string
+	SourceStack  string
+	Status       string
+	Payload      []byte
+	ErrorDetail  []byte
+	CreatedAt    time.Time
+	FinishedAt   *time.Time
+	ParkedReason *string
 }
 
 type LeaseholdWorkflowStep struct {

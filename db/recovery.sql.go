@@ -69,7 +69,7 @@ FROM grant_row
 WHERE e.id = $1
   AND e.status IN ('running', 'queued')
   AND e.archived_at IS NULL
-RETURNING e.id, e.actor_id, e.expectation_id, e.trigger_type, e.dedupe_key,
+RETURNING e.id, e.actor_id, e.expectation_id, e.trigger_type, e.trigger_ref, e.dedupe_key,
     e.attempts, e.max_attempts, e.source_stack, e.source_env, e.payload,
     e.created_at, grant_row.dedupe_key AS claim_key, grant_row.fence,
     grant_row.attempt AS claim_attempt, grant_row.lease_until, grant_row.claimed_at,
@@ -88,6 +88,7 @@ type ClaimForRecoveryRow struct {
 	ActorID       string
 	ExpectationID string
 	TriggerType   string
+	TriggerRef    []byte
 	DedupeKey     *string
 	Attempts      int32
 	MaxAttempts   int32
@@ -140,6 +141,7 @@ func (q *Queries) ClaimForRecovery(ctx context.Context, db DBTX, arg ClaimForRec
 		&i.ActorID,
 		&i.ExpectationID,
 		&i.TriggerType,
+		&i.TriggerRef,
 		&i.DedupeKey,
 		&i.Attempts,
 		&i.MaxAttempts,

@@ -15,11 +15,11 @@ WITH picked AS (
     SELECT r.id
     FROM leasehold_trigger_requests AS r
     WHERE r.status IN ('pending', 'claimed')
-      AND (r.status = 'pending' OR r.claim_until <= now())
+      AND ((r.status = 'pending' AND r.run_after <= now()) OR r.claim_until <= now())
       AND r.source_env = $3::text
       AND ($4::text = '' OR r.source_stack IN ($4::text, ''))
       AND r.actor_id = ANY ($5::text[])
-    ORDER BY r.created_at, r.id
+    ORDER BY r.run_after, r.id
     LIMIT $6::integer
     FOR UPDATE SKIP LOCKED
 )
@@ -31,7 +31,7 @@ SET status      = 'claimed',
     fence       = r.fence + 1
 FROM picked
 WHERE r.id = picked.id
-  AND (r.status = 'pending' OR (r.status = 'claimed' AND r.claim_until <= now()))
+  AND ((r.status = 'pending' AND r.run_after <= now()) OR (r.status = 'claimed' AND r.claim_until <= now()))
 RETURNING r.id, r.episode_id, r.actor_id, r.expectation_id, r.source_node,
     r.fence, r.opts
 `
@@ -55,10 +55,12 @@ type ClaimTriggerRequestsRow struct {
 	Opts          []byte
 }
 
-// Claims up to max_rows open requests for owner_node, oldest first: pending
-// ones, and claimed ones whose poller let the claim lapse (it died between
-// claiming and handing over). Only requests for actor_ids (the actors this
-// node runs in full mode) are taken.
+// Claims up to max_rows open requests for owner_node, due first: pending
+// ones whose run_after has come (database clock), and claimed ones whose
+// poller let the claim lapse (it died between claiming and handing over).
+// Only requests for actor_ids (the actors this node runs in full mode) are
+// taken; a node asks for no more than it has free slots for, so work flows
+// to the nodes with capacity instead of waiting in one node's memory.
 //
 // Guarantee: each request goes to exactly one poller per claim. FOR UPDATE
 // SKIP LOCKED locks the picked rows, so concurrent pollers take disjoint
@@ -118,11 +120,12 @@ WITH created AS (
 ), request AS (
     INSERT INTO leasehold_trigger_requests (
         episode_id, actor_id, expectation_id, source_node, source_stack,
-        source_env, opts, status, created_at
+        source_env, opts, status, created_at, run_after
     )
     SELECT created.id, created.actor_id, created.expectation_id,
         $11::text, created.source_stack, created.source_env,
-        $12::jsonb, 'pending', created.created_at
+        $12::jsonb, 'pending', created.created_at,
+        created.created_at + ($13::bigint * interval '1 millisecond')
     FROM created
     RETURNING id, episode_id
 )
@@ -144,6 +147,7 @@ type CreateDeferredEpisodeParams struct {
 	Payload       []byte
 	SourceNode    string
 	Opts          []byte
+	DelayMs       int64
 }
 
 type CreateDeferredEpisodeRow struct {
@@ -163,7 +167,9 @@ type CreateDeferredEpisodeRow struct {
 // one statement: neither row can exist without the other, so no crash
 // leaves a deferred episode that no poller will ever see. Deduplicated on
 // dedupe_key exactly like CreateEpisode (the same index and predicate); a
-// duplicate writes nothing and returns no row.
+// duplicate writes nothing and returns no row. The request is due at
+// now() + delay_ms on the database clock (0: at once): no poller claims it
+// earlier, whatever the nodes' clocks say.
 func (q *Queries) CreateDeferredEpisode(ctx context.Context, db DBTX, arg CreateDeferredEpisodeParams) (CreateDeferredEpisodeRow, error) {
 	row := db.QueryRow(ctx, createDeferredEpisode,
 		arg.ActorID,
@@ -178,6 +184,7 @@ func (q *Queries) CreateDeferredEpisode(ctx context.Context, db DBTX, arg Create
 		arg.Payload,
 		arg.SourceNode,
 		arg.Opts,
+		arg.DelayMs,
 	)
 	var i CreateDeferredEpisodeRow
 	err := row.Scan(&i.ID, &i.CreatedAt, &i.RequestID)
@@ -291,7 +298,7 @@ WITH expired AS (
       AND ($1::boolean OR r.source_env = $2::text)
       AND ($1::boolean OR $3::text = ''
            OR r.source_stack IN ($3::text, ''))
-      AND r.created_at < now() - ($4::bigint * interval '1 millisecond')
+      AND r.run_after < now() - ($4::bigint * interval '1 millisecond')
     RETURNING r.id, r.episode_id
 ), canceled AS (
     UPDATE leasehold_episodes AS e
@@ -325,8 +332,9 @@ type ExpireTriggerRequestsRow struct {
 	EpisodeCanceled bool
 }
 
-// Expires the open requests of one env (and stack scope) created more than
-// ttl_ms ago that no poller holds live, and cancels their episodes (error
+// Expires the open requests of one env (and stack scope) due (run_after)
+// more than ttl_ms ago that no poller holds live (a delayed run is never
+// expired before it was even due), and cancels their episodes (error
 // class trigger_expired) when they are still queued and unclaimed, so an
 // expired request never leaves an episode queued forever. An episode whose
 // claim is live (a node took it) is left to that node. all_envs (database

@@ -100,7 +100,9 @@ type FinishWorkflowInstanceParams struct {
 	ID          int64
 }
 
-// Ends a running instance with done or failed; its key is free again.
+// Ends a running instance with done, failed or canceled (an operator's
+// cancel, under the instance lock like every advance); its key is free
+// again.
 func (q *Queries) FinishWorkflowInstance(ctx context.Context, db DBTX, arg FinishWorkflowInstanceParams) (int64, error) {
 	result, err := db.Exec(ctx, finishWorkflowInstance, arg.Status, arg.ErrorDetail, arg.ID)
 	if err != nil {
@@ -109,9 +111,33 @@ func (q *Queries) FinishWorkflowInstance(ctx context.Context, db DBTX, arg Finis
 	return result.RowsAffected(), nil
 }
 
+const getAgentMaxAttempts = `-- name: GetAgentMaxAttempts :one
+SELECT max_attempts::integer AS max_attempts
+FROM leasehold_agent_definitions
+WHERE actor_id = $1
+  AND expectation_id = $2
+  AND max_attempts IS NOT NULL
+`
+
+type GetAgentMaxAttemptsParams struct {
+	ActorID       string
+	ExpectationID string
+}
+
+// The max attempts of an expectation as the nodes that register it
+// recorded it when they started (PutAgentDefinition): what a workflow
+// step's episode gets, so that it is bounded like every other episode of
+// the expectation, whichever node starts the step.
+func (q *Queries) GetAgentMaxAttempts(ctx context.Context, db DBTX, arg GetAgentMaxAttemptsParams) (int32, error) {
+	row := db.QueryRow(ctx, getAgentMaxAttempts, arg.ActorID, arg.ExpectationID)
+	var max_attempts int32
+	err := row.Scan(&max_attempts)
+	return max_attempts, err
+}
+
 const getRunningWorkflowInstance = `-- name: GetRunningWorkflowInstance :one
 SELECT id, workflow_id, subject, env, source_stack, status, payload, error_detail,
-    created_at, finished_at
+    created_at, finished_at, parked_reason
 FROM leasehold_workflow_instances
 WHERE workflow_id = $1
   AND subject = $2
@@ -140,13 +166,14 @@ func (q *Queries) GetRunningWorkflowInstance(ctx context.Context, db DBTX, arg G
 		&i.ErrorDetail,
 		&i.CreatedAt,
 		&i.FinishedAt,
+		&i.ParkedReason,
 	)
 	return i, err
 }
 
 const getWorkflowInstance = `-- name: GetWorkflowInstance :one
 SELECT id, workflow_id, subject, env, source_stack, status, payload, error_detail,
-    created_at, finished_at
+    created_at, finished_at, parked_reason
 FROM leasehold_workflow_instances
 WHERE id = $1
 `
@@ -165,6 +192,7 @@ func (q *Queries) GetWorkflowInstance(ctx context.Context, db DBTX, id int64) (L
 		&i.ErrorDetail,
 		&i.CreatedAt,
 		&i.FinishedAt,
+		&i.ParkedReason,
 	)
 	return i, err
 }
@@ -229,7 +257,7 @@ WHERE i.status = 'running'
   AND ($2::text = '' OR i.source_stack IN ($2::text, ''))
   AND s.status = 'running'
   AND e.status IN ('done', 'failed', 'partially_failed', 'canceled')
-ORDER BY s.instance_id, s.step_id
+ORDER BY (i.parked_reason IS NOT NULL), s.instance_id, s.step_id
 LIMIT $3::integer
 `
 
@@ -251,6 +279,9 @@ type ListStalledWorkflowStepsRow struct {
 // partially_failed or canceled) — an advance that never happened, e.g. an
 // episode failed by recovery. Read-only: the advancing transaction
 // re-checks everything under the instance lock.
+// Parked instances last: however many cannot be advanced (a definition
+// that no longer matches), they never fill the batch ahead of those that
+// can.
 func (q *Queries) ListStalledWorkflowSteps(ctx context.Context, db DBTX, arg ListStalledWorkflowStepsParams) ([]ListStalledWorkflowStepsRow, error) {
 	rows, err := db.Query(ctx, listStalledWorkflowSteps, arg.Env, arg.SourceStack, arg.MaxRows)
 	if err != nil {
@@ -265,6 +296,69 @@ func (q *Queries) ListStalledWorkflowSteps(ctx context.Context, db DBTX, arg Lis
 			&i.StepID,
 			&i.EpisodeID,
 			&i.EpisodeStatus,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const listWorkflowInstances = `-- name: ListWorkflowInstances :many
+SELECT id, workflow_id, subject, env, source_stack, status, payload, error_detail,
+    created_at, finished_at, parked_reason
+FROM leasehold_workflow_instances
+WHERE ($1::text = '' OR workflow_id = $1::text)
+  AND ($2::text = '' OR subject = $2::text)
+  AND ($3::text = '' OR status = $3::text)
+  AND ($4::text IS NULL OR env = $4::text)
+  AND (NOT $5::boolean OR parked_reason IS NOT NULL)
+ORDER BY id DESC
+LIMIT $6::integer
+`
+
+type ListWorkflowInstancesParams struct {
+	WorkflowID string
+	Subject    string
+	Status     string
+	Env        *string
+	ParkedOnly bool
+	MaxRows    int32
+}
+
+// An operator read (Engine.List, `leasehold workflows ls`), newest first:
+// every filter is optional (” / NULL / false is any). Locks nothing.
+func (q *Queries) ListWorkflowInstances(ctx context.Context, db DBTX, arg ListWorkflowInstancesParams) ([]LeaseholdWorkflowInstance, error) {
+	rows, err := db.Query(ctx, listWorkflowInstances,
+		arg.WorkflowID,
+		arg.Subject,
+		arg.Status,
+		arg.Env,
+		arg.ParkedOnly,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []LeaseholdWorkflowInstance{}
+	for rows.Next() {
+		var i LeaseholdWorkflowInstance
+		if err := rows.Scan(
+			&i.ID,
+			&i.WorkflowID,
+			&i.Subject,
+			&i.Env,
+			&i.SourceStack,
+			&i.Status,
+			&i.Payload,
+			&i.ErrorDetail,
+			&i.CreatedAt,
+			&i.FinishedAt,
+			&i.ParkedReason,
 		); err != nil {
 			return nil, err
 		}
@@ -324,7 +418,7 @@ func (q *Queries) ListWorkflowSteps(ctx context.Context, db DBTX, instanceID int
 
 const lockWorkflowInstance = `-- name: LockWorkflowInstance :one
 SELECT id, workflow_id, subject, env, source_stack, status, payload, error_detail,
-    created_at, finished_at
+    created_at, finished_at, parked_reason
 FROM leasehold_workflow_instances
 WHERE id = $1
 FOR UPDATE
@@ -347,8 +441,33 @@ func (q *Queries) LockWorkflowInstance(ctx context.Context, db DBTX, id int64) (
 		&i.ErrorDetail,
 		&i.CreatedAt,
 		&i.FinishedAt,
+		&i.ParkedReason,
 	)
 	return i, err
+}
+
+const parkWorkflowInstance = `-- name: ParkWorkflowInstance :execrows
+UPDATE leasehold_workflow_instances
+SET parked_reason = $1
+WHERE id = $2
+  AND status = 'running'
+`
+
+type ParkWorkflowInstanceParams struct {
+	ParkedReason *string
+	ID           int64
+}
+
+// Records (reason) or clears (NULL) why the instance's advance could not
+// apply the registered definition, e.g. a rolling deploy renamed a step.
+// Run under the instance lock, in the transaction that keeps the step's
+// episode finished; only a running instance is parked.
+func (q *Queries) ParkWorkflowInstance(ctx context.Context, db DBTX, arg ParkWorkflowInstanceParams) (int64, error) {
+	result, err := db.Exec(ctx, parkWorkflowInstance, arg.ParkedReason, arg.ID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const skipPendingWorkflowSteps = `-- name: SkipPendingWorkflowSteps :execrows

@@ -28,6 +28,10 @@ type Deferred struct {
 	SourceNode string
 	// Opts is handed to the running node with the request, as JSON.
 	Opts json.RawMessage
+	// Delay makes the request due that long after its creation on the
+	// database clock (run_after); no poller claims it earlier. Zero: due
+	// at once. Millisecond precision; negative is refused.
+	Delay time.Duration
 }
 
 // DeferredCreated is what CreateDeferredEpisode did.

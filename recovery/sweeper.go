@@ -16,6 +16,16 @@ type SweeperConfig struct {
 	Interval time.Duration
 	// Options for every sweep (DryRun is ignored).
 	Options Options
+	// AfterSweep, when set, runs after each sweep this Sweeper runs,
+	// whether the sweep succeeded or not (not on the intervals it skips
+	// because the node runs nothing), before the next interval starts:
+	// the place to reconcile what the sweep ended, e.g.
+	//
+	//	AfterSweep: func(ctx context.Context) { _, _ = engine.Reconcile(ctx, workflows.ReconcileOptions{}) }
+	//
+	// It runs on the Sweeper's goroutine with Run's context, so a slow
+	// hook delays the next sweep. Default none.
+	AfterSweep func(ctx context.Context)
 }
 
 // Sweeper runs Sweep periodically on one node. Every node runs one; the
@@ -59,6 +69,9 @@ func (s *Sweeper) Run(ctx context.Context) error {
 		}
 		if _, err := s.r.Sweep(ctx, s.cfg.Options); err != nil && ctx.Err() == nil {
 			s.r.log.ErrorContext(ctx, "leasehold: recovery sweep failed", slog.Any("error", err))
+		}
+		if s.cfg.AfterSweep != nil && ctx.Err() == nil {
+			s.cfg.AfterSweep(ctx)
 		}
 		t.Reset(s.cfg.Interval)
 	}

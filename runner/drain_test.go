@@ -60,6 +60,10 @@ func TestDrainHandsOverAtOnce(t *testing.T) {
 	}}}
 	drainStarted := make(chan telemetry.Event, 1)
 	c := nodetest.Start(t, 2, func(i int, cfg *runner.Config) {
+		// No pollers: the sixth episode waits in node A's slot queue (as
+		// recovered work does) instead of flowing to B, and the drain hands
+		// that queue over.
+		cfg.Poll.Disabled = true
 		if i == 0 {
 			cfg.Observer = watch{Observer: cfg.Observer, name: runner.EventDrainStarted, ch: drainStarted}
 		}

@@ -31,7 +31,8 @@ const (
 	EventCanceled  = "episode.canceled"   // canceled
 	EventLeaseLost = "episode.lease_lost" // a fenced write matched nothing; the run stopped
 	EventReleased  = "episode.released"   // handed over on stop; still running for recovery
-	EventDeferred  = "episode.deferred"   // trigger_only: episode and trigger request written
+	EventDeferred  = "episode.deferred"   // episode and trigger request written: trigger_only, delayed, or overflow
+	EventOverflow  = "episode.overflow"   // no free slot here: the episode is created available to the cluster
 	// Trigger-request poller (full nodes).
 	EventRequestDispatched = "trigger_request.dispatched" // claimed and handed to a local run
 	EventRequestSkipped    = "trigger_request.skipped"    // completed, but the episode was not ours to run
@@ -469,8 +470,11 @@ type Outcome struct {
 	// Duplicate: another node (or an earlier trigger) already created the
 	// live episode for this dedupe key; nothing was done here.
 	Duplicate bool
-	// Deferred: the actor is trigger_only here, so the episode was created
-	// with a trigger request for a full node to run.
+	// Deferred: the episode was created available to the cluster, with a
+	// trigger request that any full node with a free slot for the actor
+	// takes, instead of running here: the actor is trigger_only here, the
+	// trigger asked for a delay (FireOptions.Delay), or the actor had no
+	// free slot on this node (episode.overflow).
 	Deferred bool
 }
 
@@ -483,6 +487,13 @@ type FireOptions struct {
 	// node's (an operator seeding another env's work: "" is the unset
 	// env). The key, the claim and the episode's source_env follow it.
 	Env *string
+	// Delay, when positive, creates the episode available to the cluster
+	// and due Delay after its creation on the database clock (the trigger
+	// request's run_after): no node runs it earlier, whatever the nodes'
+	// clocks say; then whichever full node has a free slot for the actor
+	// does. Millisecond precision. The dedupe key is taken at once, so the
+	// same trigger fired again while the episode waits is a duplicate.
+	Delay time.Duration
 }
 
 // Fire delivers event to actorID: every expectation of the actor triggered
@@ -509,6 +520,9 @@ func (n *Node) Fire(ctx context.Context, actorID, event string, payload any, opt
 		}
 		env = *opts.Env
 	}
+	if opts.Delay < 0 {
+		return nil, fmt.Errorf("%w: fire %s/%s: delay %v is negative", ErrInvalid, actorID, event, opts.Delay)
+	}
 	var out []Outcome
 	for _, e := range as.actor.Expectations {
 		if t, ok := e.Trigger.(Event); !ok || t.Name != event {
@@ -522,7 +536,7 @@ func (n *Node) Fire(ctx context.Context, actorID, event string, payload any, opt
 			return out, invalid(fmt.Sprintf("fire %s/%s", actorID, e.ID), err)
 		}
 		ref, _ := json.Marshal(map[string]string{"event": event, "event_id": opts.EventID})
-		o, err := n.trigger(ctx, as, as.exps[e.ID], env, key, ref, raw, n.cfg.EventJitter)
+		o, err := n.trigger(ctx, as, as.exps[e.ID], env, key, ref, raw, n.cfg.EventJitter, opts.Delay)
 		if err != nil {
 			return out, err
 		}
@@ -560,7 +574,7 @@ func (n *Node) Tick(ctx context.Context, actorID, expectationID string, at time.
 		return Outcome{}, invalid(fmt.Sprintf("tick %s/%s", actorID, expectationID), err)
 	}
 	ref, _ := json.Marshal(map[string]time.Time{"window": window})
-	return n.trigger(ctx, as, e, n.cfg.Env, key, ref, nil, n.cfg.Jitter)
+	return n.trigger(ctx, as, e, n.cfg.Env, key, ref, nil, n.cfg.Jitter, 0)
 }
 
 // RunManual creates and runs a new episode of actorID's expectation, whatever
@@ -577,7 +591,7 @@ func (n *Node) RunManual(ctx context.Context, actorID, expectationID string, pay
 		return Outcome{}, err
 	}
 	ref, _ := json.Marshal(map[string]string{"manual": n.id})
-	return n.trigger(ctx, as, e, n.cfg.Env, "", ref, raw, 0)
+	return n.trigger(ctx, as, e, n.cfg.Env, "", ref, raw, 0, 0)
 }
 
 // Cancel stops a running episode of this node; it ends with status canceled.
@@ -636,7 +650,8 @@ func (n *Node) lookup(actorID, expectationID string) (*actorState, *Expectation,
 // insert won, claims it and queues it on the actor's executor; in
 // trigger_only it writes the episode with its trigger request instead.
 // Callers hold intake.
-func (n *Node) trigger(ctx context.Context, as *actorState, e *Expectation, env, key string, ref, payload json.RawMessage, jitter time.Duration) (Outcome, error) {
+func (n *Node) trigger(ctx context.Context, as *actorState, e *Expectation, env, key string, ref, payload json.RawMessage, jitter, delay time.Duration) (Outcome, error) {
+	reserved := false
 	mode := n.ActorMode(as.actor.ID)
 	if mode == ModeDisabled {
 		return Outcome{}, fmt.Errorf("%w: actor %q on node %s", ErrDisabled, as.actor.ID, n.id)
@@ -650,9 +665,28 @@ func (n *Node) trigger(ctx context.Context, as *actorState, e *Expectation, env,
 		DedupeKey: key, MaxAttempts: e.MaxAttempts, Budget: budget,
 		SourceStack: n.cfg.StackSlug, SourceEnv: env, Payload: payload,
 	}
-	if mode == ModeTriggerOnly {
-		return n.deferTrigger(ctx, ne)
+	switch {
+	case mode == ModeTriggerOnly:
+		return n.deferTrigger(ctx, ne, delay)
+	case delay > 0:
+		return n.deferTrigger(ctx, ne, delay) // due later, on whichever node has a slot then
+	case n.cfg.Poll.Disabled:
+		// No poller here to take the work back from the cluster: queue it
+		// in this node's slot queue, under its claim (the seed's behaviour).
+	case !as.exec.reserve():
+		// No free slot here: the episode is created available, and the
+		// nodes that have a slot take it (woken by NOTIFY; their poll
+		// interval is the fallback), this one included once a slot frees.
+		n.emit(ctx, telemetry.Event{Name: EventOverflow, Key: key, Owner: n.id})
+		return n.deferTrigger(ctx, ne, 0)
+	default:
+		reserved = true
 	}
+	defer func() {
+		if reserved {
+			as.exec.unreserve()
+		}
+	}()
 	ne.Owner, ne.Lease = n.id, n.gate.Lease()
 	res, err := n.store.CreateEpisode(claims.WithTxBound(ctx, claims.TxBound(n.gate.Lease())), ne)
 	if err != nil {
@@ -673,7 +707,13 @@ func (n *Node) trigger(ctx context.Context, as *actorState, e *Expectation, env,
 		return Outcome{ExpectationID: e.ID, EpisodeID: ep.ID}, nil
 	}
 	runCtx, unhold := n.hb.Hold(n.base, claim)
-	as.exec.submit(&job{ep: ep, exp: e, claim: claim, ctx: runCtx, unhold: unhold})
+	j := &job{ep: ep, exp: e, claim: claim, ctx: runCtx, unhold: unhold}
+	if reserved {
+		reserved = false
+		as.exec.startReserved(j)
+	} else {
+		as.exec.submit(j)
+	}
 	return Outcome{ExpectationID: e.ID, EpisodeID: ep.ID}, nil
 }
 

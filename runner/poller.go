@@ -68,9 +68,10 @@ func (p *PollConfig) defaults() error {
 }
 
 // deferTrigger writes the episode and its trigger request in one statement
-// (CreateDeferredEpisode), for a full node to run. Callers hold intake.
-func (n *Node) deferTrigger(ctx context.Context, ne episodes.New) (Outcome, error) {
-	res, err := n.store.CreateDeferredEpisode(ctx, episodes.Deferred{New: ne, SourceNode: n.id})
+// (CreateDeferredEpisode), due delay after its creation on the database
+// clock, for a full node with a free slot to run. Callers hold intake.
+func (n *Node) deferTrigger(ctx context.Context, ne episodes.New, delay time.Duration) (Outcome, error) {
+	res, err := n.store.CreateDeferredEpisode(ctx, episodes.Deferred{New: ne, SourceNode: n.id, Delay: delay})
 	if err != nil {
 		return Outcome{}, fmt.Errorf("create deferred episode %s/%s: %w", ne.ActorID, ne.ExpectationID, err)
 	}
@@ -124,9 +125,13 @@ func (n *Node) pollScope() (stack, env string) {
 	return stack, env
 }
 
-// PollOnce claims and dispatches the trigger requests this node may run
-// now, batch after batch until none is left, and returns how many it
-// dispatched to local runs. The poller calls it; tests and operators may.
+// PollOnce claims and dispatches the due trigger requests this node may
+// run now, for each actor that is full here at most as many as the actor
+// has free slots (so available work goes to the nodes with capacity rather
+// than waiting in one node's slot queue), batch after batch until none is
+// left or the slots are taken, and returns how many it dispatched to local
+// runs. The poller calls it on every wake-up (a request written, a slot
+// freed here) and interval; tests and operators may.
 func (n *Node) PollOnce(ctx context.Context) (int, error) {
 	if n.Mode() != ModeFull {
 		return 0, nil
@@ -138,31 +143,35 @@ func (n *Node) PollOnce(ctx context.Context) (int, error) {
 			actorIDs = append(actorIDs, id)
 		}
 	}
-	if len(actorIDs) == 0 {
-		return 0, nil
-	}
 	slices.Sort(actorIDs)
 	stack, env := n.pollScope()
 	dispatched := 0
-	for ctx.Err() == nil && !n.stopping() {
-		var reqs []episodes.TriggerRequest
-		err := n.retryingUntil(ctx, func(wctx context.Context) (err error) {
-			reqs, err = n.store.ClaimTriggerRequests(wctx, episodes.RequestQuery{
-				Owner: n.id, Lease: n.cfg.Poll.ClaimLease, Env: env, Stack: stack,
-				ActorIDs: actorIDs, Limit: n.cfg.Poll.Batch,
-			})
-			return err
-		})
-		if err != nil {
-			return dispatched, fmt.Errorf("claim trigger requests: %w", err)
-		}
-		for _, r := range reqs {
-			if n.dispatch(ctx, r) {
-				dispatched++
+	for _, id := range actorIDs {
+		as := n.actors[id]
+		for ctx.Err() == nil && !n.stopping() {
+			limit := min(as.exec.free(), n.cfg.Poll.Batch)
+			if limit == 0 {
+				break
 			}
-		}
-		if len(reqs) < n.cfg.Poll.Batch {
-			break
+			var reqs []episodes.TriggerRequest
+			err := n.retryingUntil(ctx, func(wctx context.Context) (err error) {
+				reqs, err = n.store.ClaimTriggerRequests(wctx, episodes.RequestQuery{
+					Owner: n.id, Lease: n.cfg.Poll.ClaimLease, Env: env, Stack: stack,
+					ActorIDs: []string{id}, Limit: limit,
+				})
+				return err
+			})
+			if err != nil {
+				return dispatched, fmt.Errorf("claim trigger requests: %w", err)
+			}
+			for _, r := range reqs {
+				if n.dispatch(ctx, r) {
+					dispatched++
+				}
+			}
+			if len(reqs) < limit {
+				break
+			}
 		}
 	}
 	return dispatched, nil

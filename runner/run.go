@@ -29,7 +29,11 @@ type job struct {
 
 // executor runs one actor's episodes, at most max at once on this node, the
 // rest in FIFO order. Waiting episodes are status queued in the database and
-// keep their claim, renewed by the heartbeat, so no other node runs them.
+// keep their claim, renewed by the heartbeat, so no other node runs them;
+// only work that reached this node anyway waits here (recovered, dispatched
+// in a race for the last slot, or with the poller off): a trigger that finds
+// no free slot creates its episode available to the cluster instead
+// (reserve).
 type executor struct {
 	node   *Node
 	max    int
@@ -51,8 +55,50 @@ func (x *executor) submit(j *job) {
 	x.node.runs.Go(func() { x.work(j) })
 }
 
+// reserve takes a free slot for an episode this node is about to create
+// and run; false when none is free (or jobs already wait for one).
+func (x *executor) reserve() bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.active >= x.max || len(x.queue) > 0 {
+		return false
+	}
+	x.active++
+	return true
+}
+
+// startReserved runs j in the slot reserve took.
+func (x *executor) startReserved(j *job) {
+	x.node.jobs.Add(1)
+	x.node.runs.Go(func() { x.work(j) })
+}
+
+// unreserve gives back a slot reserve took for nothing (a duplicate, an
+// error, a busy claim), to a waiting job if there is one.
+func (x *executor) unreserve() {
+	x.mu.Lock()
+	if len(x.queue) > 0 && !x.node.stopping() {
+		j := x.queue[0]
+		x.queue = x.queue[1:]
+		x.mu.Unlock()
+		x.node.runs.Go(func() { x.work(j) })
+		return
+	}
+	x.active--
+	x.mu.Unlock()
+	x.node.pollWake() // the slot is free for the cluster's available work
+}
+
+// free returns how many more episodes could start here now.
+func (x *executor) free() int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return max(0, x.max-x.active-len(x.queue))
+}
+
 // work runs j, then the queued jobs, until the queue is empty or the node
-// stops (then Stop hands the queue over).
+// stops (then Stop hands the queue over). A slot left free wakes the
+// poller, so the cluster's available work flows to it.
 func (x *executor) work(j *job) {
 	for j != nil {
 		x.node.execute(j)
@@ -65,6 +111,7 @@ func (x *executor) work(j *job) {
 		}
 		x.mu.Unlock()
 	}
+	x.node.pollWake()
 }
 
 // waiting returns how many jobs wait for a slot.

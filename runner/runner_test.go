@@ -384,7 +384,7 @@ func TestStopDeadlineCancelsStepsAndReleasesClaims(t *testing.T) {
 		return runner.StepResult{}, ctx.Err()
 	}}
 	c := setup(t, 1, nil, eventActor(stuck, 1))
-	for i := range 2 { // one running, one queued
+	for i := range 2 { // one running; the other finds no free slot and is created available
 		_, err := c.Nodes[0].Fire(t.Context(), "monitor", "resource.updated", i, runner.FireOptions{})
 		require.NoError(t, err)
 	}
@@ -393,11 +393,13 @@ func TestStopDeadlineCancelsStepsAndReleasesClaims(t *testing.T) {
 	cancel() // no grace at all
 	require.ErrorIs(t, c.Nodes[0].Stop(ctx), context.Canceled)
 
-	var released, claimed int
+	var released, claimed, pending int
 	require.NoError(t, c.Pool.QueryRow(t.Context(), `SELECT count(*) FILTER (WHERE state = 'released'),
 		count(*) FILTER (WHERE state = 'claimed') FROM leasehold_work_claims`).Scan(&released, &claimed))
-	require.Equal(t, 2, released)
+	require.NoError(t, c.Pool.QueryRow(t.Context(), `SELECT count(*) FROM leasehold_trigger_requests WHERE status = 'pending'`).Scan(&pending))
+	require.Equal(t, 1, released, "the running one, handed over")
 	require.Zero(t, claimed)
+	require.Equal(t, 1, pending, "the other holds no claim: it is available to any node")
 	require.Equal(t, 1, c.Count(t, "status = 'running'"))
 	require.Equal(t, 1, c.Count(t, "status = 'queued'"))
 }

@@ -3,6 +3,9 @@ package workflows
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/leasehold/leasehold/episodes"
 )
@@ -41,6 +44,37 @@ type Step struct {
 	// partially failed or canceled episode is retried until then. Default 1.
 	MaxAttempts int32
 	OnError     OnError
+}
+
+// Column sizes of leasehold_workflow_instances, in characters.
+const (
+	maxSubjectLen = 512
+	maxEnvLen     = 255
+)
+
+// checkText says why v cannot be stored as the text column what of at most
+// max characters (no NUL, valid UTF-8), or returns nil.
+func checkText(what, v string, max int) error {
+	switch {
+	case strings.IndexByte(v, 0) >= 0:
+		return fmt.Errorf("%s %q contains NUL (U+0000), which the database cannot store", what, v)
+	case !utf8.ValidString(v):
+		return fmt.Errorf("%s %q is not valid UTF-8", what, v)
+	case utf8.RuneCountInString(v) > max:
+		return fmt.Errorf("%s has %d characters, more than %d", what, utf8.RuneCountInString(v), max)
+	}
+	return nil
+}
+
+// clone returns a deep copy of d: Register keeps no slice the caller can
+// still change.
+func (d Definition) clone() Definition {
+	c := Definition{ID: d.ID, Steps: make([]Step, len(d.Steps))}
+	for i, s := range d.Steps {
+		s.After = slices.Clone(s.After)
+		c.Steps[i] = s
+	}
+	return c
 }
 
 func validID(what, id string) error {

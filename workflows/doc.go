@@ -15,6 +15,8 @@
 //	                 steps' CreateDeferredEpisode + StartWorkflowStep,
 //	                 FinishWorkflowInstance: the same transaction
 //	Reconcile        ListStalledWorkflowSteps, then the same transaction per step
+//	Cancel           LockWorkflowInstance, SkipPendingWorkflowSteps,
+//	                 FinishWorkflowInstance (canceled): one transaction
 //
 // All statements are in sql/queries/<dialect>/workflows.sql; every time is
 // the database's. Because an episode's terminal write and its workflow's
@@ -40,11 +42,52 @@
 // recovery sweep, advances it through the normal path; partially failed
 // episodes included, so no workflow hangs.
 //
+// # What Reconcile cannot advance
+//
+// Each stalled step is advanced in its own transaction, and one that fails
+// holds up no other: Reconcile goes on, and reports the step in
+// ReconcileReport.Stuck and StuckSteps (with the reason), logs it, and
+// counts it in the workflows.reconcile telemetry event. Its error is only
+// for the listing failing or ctx ending. Two kinds of stuck step:
+//
+//   - a transient failure (a lock timeout, a lost connection): the next
+//     Reconcile tries again;
+//   - a definition that does not match the instance: the instance runs the
+//     steps it was started with, and a node whose registered definition
+//     renamed, added or removed one (a rolling deploy) cannot advance it.
+//     The instance is parked: it stays running, Instance.ParkedReason (and
+//     `leasehold workflows ls`, -parked) says why, and parked instances are
+//     listed after the others so they never fill Reconcile's Limit. A node
+//     with the instance's steps advances it (and clears the reason), or an
+//     operator cancels it (Cancel, `leasehold workflows cancel`).
+//
+// An episode's own finish is never undone by such a definition: when the
+// advance cannot apply, the finish is written in a transaction of its own
+// and the instance is parked, so the step's work is neither lost nor run
+// again.
+//
+// # Attempts
+//
+// Two counts, both bounded: a step runs at most its Step.MaxAttempts
+// episodes (a retry is a new episode), and each of those episodes gets the
+// max attempts of its expectation (runs across recovery restarts), exactly
+// as a manual, scheduled or event episode of that expectation does: the
+// value the nodes that register it recorded (leasehold_agent_definitions),
+// else DefaultEpisodeMaxAttempts, the runner's default.
+//
+// # Steps learn who they are
+//
+// A step episode's trigger_ref names its workflow, instance, step and
+// attempt; every path that hands a run its episode (creation, the poller's
+// dispatch, recovery) carries it, and StepOf(run) decodes it.
+//
 // # Events
 //
 // Subscribe receives episode.completed / failed / canceled for every episode
-// the node finishes and workflow.completed / failed for every instance its
-// transactions end, after commit.
+// this node finishes and workflow.completed / failed / canceled for every
+// instance this node's transactions end, after commit. It never sees
+// another node's events: a workflow started here may end on another node,
+// so wait on the database (Instance, List), not on Subscribe, for that.
 //
 // # Wiring
 //
@@ -52,5 +95,7 @@
 //	engine.Register(definition)                      // on every node that runs or reconciles it
 //	node.Start(ctx)
 //	engine.Start(ctx, "report", "customer-42", input, workflows.StartOptions{})
-//	engine.Reconcile(ctx, workflows.ReconcileOptions{}) // after each recovery sweep
+//	recovery.NewSweeper(recoverer, recovery.SweeperConfig{  // Reconcile after each recovery sweep
+//		AfterSweep: func(ctx context.Context) { engine.Reconcile(ctx, workflows.ReconcileOptions{}) },
+//	})
 package workflows

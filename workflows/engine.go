@@ -6,17 +6,31 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/leasehold/leasehold/claims"
+	"github.com/leasehold/leasehold/dedupe"
 	"github.com/leasehold/leasehold/episodes"
 	"github.com/leasehold/leasehold/runner"
+	"github.com/leasehold/leasehold/telemetry"
 )
 
-// errConflict: a conditional step update matched nothing under the
+// errConflict: the registered definition does not match the instance's
+// step rows, or a conditional step update matched nothing under the
 // instance lock, which only a definition changed under a running instance
-// can cause; the advancing transaction is rolled back.
-var errConflict = errors.New("workflows: step state changed under the instance lock")
+// can cause. The advancing transaction is rolled back and the instance is
+// parked (see park); the episode's finish is written on its own.
+var errConflict = errors.New("workflows: the registered definition does not match the instance")
+
+// DefaultEpisodeMaxAttempts is a step episode's max attempts when no node
+// has recorded its expectation's: runner.Expectation.MaxAttempts's default.
+const DefaultEpisodeMaxAttempts = 3
+
+// EventReconcile is the telemetry event of each Reconcile: Counts found,
+// advanced, skipped and stuck.
+const EventReconcile = "workflows.reconcile"
 
 // ErrUnknown: no workflow with that ID is registered on this engine.
 var ErrUnknown = errors.New("workflows: unknown workflow")
@@ -28,11 +42,14 @@ const (
 	EpisodeCanceled   = "episode.canceled"
 	WorkflowCompleted = "workflow.completed"
 	WorkflowFailed    = "workflow.failed"
+	WorkflowCanceled  = "workflow.canceled"
 )
 
 // Event is what subscribers receive, after the transaction that caused it
-// committed. Episode events come for every episode this node finishes;
-// workflow events for every instance this node's transaction ended.
+// committed. Episode events come for every episode this engine's node
+// finishes; workflow events for every instance this engine's transactions
+// ended (Start, an episode's end, Reconcile, Cancel). Events of other nodes
+// are not delivered: read the database (Instance, List) for those.
 type Event struct {
 	Kind       string
 	EpisodeID  int64  // episode events, and the step's episode for workflow events
@@ -52,6 +69,7 @@ type Engine struct {
 	store Store
 	node  *runner.Node
 	log   *slog.Logger
+	obs   telemetry.Observer
 
 	mu   sync.RWMutex
 	defs map[string]*Definition
@@ -60,7 +78,8 @@ type Engine struct {
 	subs   map[int]func(Event)
 	next   int
 
-	failAfterFinish func() error // tests: fail the advancing transaction
+	failAfterFinish   func() error // tests: fail the advancing transaction
+	beforeReadRunning func()       // tests: between a start that lost to a running instance and its read
 }
 
 // New returns an Engine for node over store and makes it node's Finisher;
@@ -72,17 +91,27 @@ func New(store Store, node *runner.Node, logger *slog.Logger) (*Engine, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	e := &Engine{store: store, node: node, log: logger, defs: map[string]*Definition{}, subs: map[int]func(Event){}}
+	e := &Engine{store: store, node: node, log: logger, obs: telemetry.Nop{}, defs: map[string]*Definition{}, subs: map[int]func(Event){}}
 	if err := node.SetFinisher(e); err != nil {
 		return nil, err
 	}
 	return e, nil
 }
 
+// SetObserver sends the engine's telemetry (EventReconcile) to obs; call it
+// before the engine is used. The default discards.
+func (e *Engine) SetObserver(obs telemetry.Observer) {
+	if obs == nil {
+		obs = telemetry.Nop{}
+	}
+	e.obs = obs
+}
+
 // Register adds a workflow definition. Every node that runs a workflow's
-// steps or may reconcile it registers the same definition.
+// steps or may reconcile it registers the same definition. d is copied:
+// changing it afterwards changes nothing registered.
 func (e *Engine) Register(d Definition) error {
-	d.Steps = append([]Step(nil), d.Steps...)
+	d = d.clone()
 	if err := d.validate(); err != nil {
 		return err
 	}
@@ -102,9 +131,10 @@ func (e *Engine) def(id string) (*Definition, bool) {
 	return d, ok
 }
 
-// Subscribe calls fn with every event until the returned func is called.
-// fn runs on the goroutine that committed the change and must return
-// quickly.
+// Subscribe calls fn with every event of this engine (see Event: only what
+// this node committed, never another node's) until the returned func is
+// called. fn runs on the goroutine that committed the change and must
+// return quickly.
 func (e *Engine) Subscribe(fn func(Event)) (unsubscribe func()) {
 	e.subsMu.Lock()
 	defer e.subsMu.Unlock()
@@ -143,34 +173,41 @@ type StartOptions struct {
 // to every step's episode), unless an instance for the same workflow,
 // subject and env is running: then it returns that one with created false.
 // The instance, its step rows and the first steps' episodes are written in
-// one transaction.
+// one transaction. A running instance that ends while Start looks at it is
+// not an error: Start tries again and starts a new one.
+//
+// Refused with ErrInvalid before the database, naming the field: an empty
+// subject, a subject over 512 characters, an env over 255 or containing
+// ':', NUL or invalid UTF-8 in either, and a payload that dedupe.Canonical
+// refuses (NUL, invalid UTF-8, not JSON-encodable). The payload is stored
+// as its canonical JSON.
+//
+// Retries: an error from Start may come after its transaction committed
+// (the connection dropped during COMMIT). Calling Start again with the same
+// arguments is safe while the instance runs: it returns that instance with
+// created false. Once that instance has ended, the same call starts a
+// second one, as any later Start does: Start does not remember callers. A
+// caller that must not run a workflow twice for one subject checks List
+// (WorkflowID and Subject) before retrying.
 func (e *Engine) Start(ctx context.Context, workflowID, subject string, payload any, opts StartOptions) (inst Instance, created bool, err error) {
 	d, ok := e.def(workflowID)
 	if !ok {
 		return Instance{}, false, fmt.Errorf("%w: %q", ErrUnknown, workflowID)
 	}
-	if subject == "" {
-		return Instance{}, false, fmt.Errorf("%w: start %q: empty subject", ErrInvalid, workflowID)
-	}
 	env := e.node.Env()
 	if opts.Env != nil {
 		env = *opts.Env
 	}
-	raw, err := json.Marshal(payload)
+	raw, err := checkStart(workflowID, subject, env, payload)
 	if err != nil {
-		return Instance{}, false, fmt.Errorf("%w: start %q: payload: %v", ErrInvalid, workflowID, err)
+		return Instance{}, false, err
 	}
 	var evs []Event
 	err = e.store.InTx(ctx, func(tx Tx) error {
 		evs, created = nil, false
-		id, ok, err := tx.CreateWorkflowInstance(ctx, NewInstance{
-			WorkflowID: workflowID, Subject: subject, Env: env, SourceStack: e.node.Stack(), Payload: raw,
-		})
-		if err != nil {
-			return err
-		}
-		if !ok {
-			inst, err = tx.GetRunningWorkflowInstance(ctx, workflowID, subject, env)
+		n := NewInstance{WorkflowID: workflowID, Subject: subject, Env: env, SourceStack: e.node.Stack(), Payload: raw}
+		id, err := e.createOrRunning(ctx, tx, n, &inst)
+		if err != nil || id == 0 {
 			return err
 		}
 		created = true
@@ -193,6 +230,57 @@ func (e *Engine) Start(ctx context.Context, workflowID, subject string, payload 
 		e.node.PollNow()
 	}
 	return inst, created, nil
+}
+
+// maxStartRaces bounds how often one Start may find a running instance
+// that has ended by the time it reads it; each round needs another
+// instance to start and end in between.
+const maxStartRaces = 100
+
+// createOrRunning creates n's instance and returns its id, or reads the
+// running one into inst and returns 0. The instance that made the insert
+// lose may end before the read (on Postgres the read is a new statement,
+// READ COMMITTED): then the insert is tried again, in the same transaction.
+func (e *Engine) createOrRunning(ctx context.Context, tx Tx, n NewInstance, inst *Instance) (int64, error) {
+	for range maxStartRaces {
+		id, created, err := tx.CreateWorkflowInstance(ctx, n)
+		if err != nil || created {
+			return id, err
+		}
+		if e.beforeReadRunning != nil {
+			e.beforeReadRunning()
+		}
+		*inst, err = tx.GetRunningWorkflowInstance(ctx, n.WorkflowID, n.Subject, n.Env)
+		if !errors.Is(err, ErrNoInstance) {
+			return 0, err
+		}
+	}
+	return 0, fmt.Errorf("the running instance ended under %d starts in a row; try again", maxStartRaces)
+}
+
+// checkStart refuses what the database would (or what no node could run)
+// and returns the payload's canonical JSON.
+func checkStart(workflowID, subject, env string, payload any) (json.RawMessage, error) {
+	invalid := func(field string, err error) error {
+		return fmt.Errorf("%w: start %q: %s: %v", ErrInvalid, workflowID, field, err)
+	}
+	if subject == "" {
+		return nil, invalid("subject", errors.New("empty"))
+	}
+	if err := checkText("subject", subject, maxSubjectLen); err != nil {
+		return nil, invalid("subject", err)
+	}
+	if err := checkText("env", env, maxEnvLen); err != nil {
+		return nil, invalid("env", err)
+	}
+	if strings.Contains(env, ":") {
+		return nil, invalid("env", fmt.Errorf("env %q contains ':', the dedupe key separator", env))
+	}
+	raw, err := dedupe.Canonical(payload)
+	if err != nil {
+		return nil, invalid("payload", err)
+	}
+	return raw, nil
 }
 
 // FinishEpisode implements runner.Finisher: the fenced terminal write of
@@ -228,6 +316,22 @@ func (e *Engine) FinishEpisode(ctx context.Context, ep episodes.Episode, t claim
 		evs, _, err = e.advance(ctx, tx, step.InstanceID, ep.ID, f.Status)
 		return err
 	})
+	if errors.Is(err, errConflict) {
+		// A definition change must not undo the episode's finish: write it
+		// on its own and park the instance, for Reconcile to report.
+		reason := err.Error()
+		evs = nil
+		err = e.store.InTx(ctx, func(tx Tx) error {
+			if err := tx.FinishEpisode(ctx, ep.ID, t, f); err != nil {
+				return err
+			}
+			return park(ctx, tx, step.InstanceID, reason)
+		})
+		if err == nil {
+			e.log.WarnContext(ctx, "leasehold: workflow instance parked", slog.Int64("instance", step.InstanceID),
+				slog.String("step", step.StepID), slog.Int64("episode", ep.ID), slog.String("reason", reason))
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -272,12 +376,57 @@ func (e *Engine) advance(ctx context.Context, tx Tx, instanceID, episodeID int64
 	if err != nil || !found || step.Status != StepRunning || step.EpisodeID != episodeID {
 		return nil, false, err
 	}
-	sd, ok := d.step(step.StepID)
-	if !ok {
-		return nil, false, fmt.Errorf("%w: workflow %q has no step %q any more", errConflict, d.ID, step.StepID)
+	rows, err := tx.ListWorkflowSteps(ctx, inst.ID)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := matches(d, &inst, rows); err != nil {
+		return nil, false, err
+	}
+	sd, _ := d.step(step.StepID)
+	if inst.ParkedReason != "" {
+		if _, err := tx.ParkWorkflowInstance(ctx, inst.ID, ""); err != nil {
+			return nil, false, err
+		}
 	}
 	evs, err = e.move(ctx, tx, &inst, d, sd, step, episodeID, status)
 	return evs, err == nil, err
+}
+
+// matches checks that d has exactly the steps inst was started with: an
+// instance runs the steps it has rows for, and a definition that renamed,
+// added or removed one (a rolling deploy) cannot advance it.
+func matches(d *Definition, inst *Instance, rows []StepState) error {
+	have := make(map[string]bool, len(rows))
+	for _, r := range rows {
+		have[r.StepID] = true
+	}
+	var missing, extra []string
+	for _, s := range d.Steps {
+		if !have[s.ID] {
+			missing = append(missing, s.ID)
+		}
+		delete(have, s.ID)
+	}
+	for id := range have {
+		extra = append(extra, id)
+	}
+	if len(missing) == 0 && len(extra) == 0 {
+		return nil
+	}
+	slices.Sort(extra)
+	return fmt.Errorf("%w: workflow %q as registered here has steps %q that instance %d was not started with "+
+		"and lacks its steps %q (the definition changed while it ran); the instance is parked until a node "+
+		"registering its steps advances it, or it is canceled", errConflict, d.ID, missing, inst.ID, extra)
+}
+
+// park records reason on the instance, under its lock.
+func park(ctx context.Context, tx Tx, instanceID int64, reason string) error {
+	if _, err := tx.LockWorkflowInstance(ctx, instanceID); err != nil {
+		return err
+	}
+	_, err := tx.ParkWorkflowInstance(ctx, instanceID, reason)
+	return err
 }
 
 // move applies the end of the step's current episode, under the lock.
@@ -386,12 +535,19 @@ func (e *Engine) startReady(ctx context.Context, tx Tx, inst *Instance, d *Defin
 // full node of the instance's env polls it) and points the step at it.
 func (e *Engine) startStep(ctx context.Context, tx Tx, inst *Instance, sd *Step, st StepState) error {
 	attempt := st.Attempts + 1
-	ref, _ := json.Marshal(map[string]any{"workflow": inst.WorkflowID, "instance": inst.ID, "step": sd.ID, "attempt": attempt})
+	ref, _ := json.Marshal(StepRef{WorkflowID: inst.WorkflowID, InstanceID: inst.ID, StepID: sd.ID, Attempt: attempt})
+	maxAttempts, found, err := tx.GetAgentMaxAttempts(ctx, sd.Actor, sd.Expectation)
+	if err != nil {
+		return err
+	}
+	if !found || maxAttempts <= 0 {
+		maxAttempts = DefaultEpisodeMaxAttempts
+	}
 	res, err := tx.CreateDeferredEpisode(ctx, episodes.Deferred{
 		New: episodes.New{
 			ActorID: sd.Actor, ExpectationID: sd.Expectation, TriggerType: episodes.TriggerWorkflow, TriggerRef: ref,
 			DedupeKey:   fmt.Sprintf("workflow:%d:%s:%d", inst.ID, sd.ID, attempt),
-			MaxAttempts: 3, SourceStack: inst.SourceStack, SourceEnv: inst.Env, Payload: inst.Payload,
+			MaxAttempts: maxAttempts, SourceStack: inst.SourceStack, SourceEnv: inst.Env, Payload: inst.Payload,
 		},
 		SourceNode: e.node.ID(),
 	})
@@ -421,12 +577,36 @@ type ReconcileReport struct {
 	Found    int // running steps whose episode had ended
 	Advanced int // advanced through the normal path
 	Skipped  int // workflow not registered here, or advanced meanwhile
+	// Stuck counts the steps Reconcile could not advance, StuckSteps says
+	// which and why; Reconcile went on with the others.
+	Stuck      int
+	StuckSteps []StuckStep
+}
+
+// StuckStep is a step Reconcile could not advance.
+type StuckStep struct {
+	InstanceID int64
+	StepID     string
+	EpisodeID  int64
+	// Parked: the registered definition does not match the instance (see
+	// Instance.ParkedReason); otherwise the advancing transaction failed
+	// (a lock timeout, a lost connection) and the next Reconcile retries.
+	Parked bool
+	Reason string
 }
 
 // Reconcile finds running steps of running instances whose episode already
 // ended (done, failed, partially failed or canceled) and advances each
-// through the same transaction an ending episode runs. Run it after the
-// recovery sweep, on nodes that register the workflows.
+// through the same transaction an ending episode runs, each in its own
+// transaction. A step it cannot advance holds up nothing else: a definition
+// that does not match the instance parks the instance (its reason stored,
+// reported by List and `leasehold workflows ls`), any other failure is
+// retried on the next call; both are counted in the report (Stuck,
+// StuckSteps), logged and counted in the EventReconcile telemetry event,
+// and the error is nil. The error is only for the listing failing or ctx
+// ending. Parked instances are listed after the others, so they never crowd
+// the Limit. Run it after the recovery sweep (recovery.SweeperConfig's
+// AfterSweep), on nodes that register the workflows.
 func (e *Engine) Reconcile(ctx context.Context, opts ReconcileOptions) (ReconcileReport, error) {
 	q := StalledQuery{Env: e.node.Env(), Stack: e.node.Stack(), Limit: opts.Limit}
 	if opts.Env != nil {
@@ -443,7 +623,18 @@ func (e *Engine) Reconcile(ctx context.Context, opts ReconcileOptions) (Reconcil
 		return ReconcileReport{}, fmt.Errorf("reconcile: %w", err)
 	}
 	rep := ReconcileReport{Found: len(stalled)}
+	defer func() {
+		e.obs.Observe(ctx, telemetry.Event{Name: EventReconcile, Owner: e.node.ID(), Count: rep.Found, Counts: map[string]int{
+			"found": rep.Found, "advanced": rep.Advanced, "skipped": rep.Skipped, "stuck": rep.Stuck,
+		}})
+		if rep.Advanced > 0 {
+			e.node.PollNow()
+		}
+	}()
 	for _, s := range stalled {
+		if err := ctx.Err(); err != nil {
+			return rep, fmt.Errorf("reconcile: %w", err)
+		}
 		var (
 			evs      []Event
 			advanced bool
@@ -452,18 +643,29 @@ func (e *Engine) Reconcile(ctx context.Context, opts ReconcileOptions) (Reconcil
 			evs, advanced, err = e.advance(ctx, tx, s.InstanceID, s.EpisodeID, s.EpisodeStatus)
 			return err
 		})
-		if err != nil {
-			return rep, fmt.Errorf("reconcile instance %d step %q: %w", s.InstanceID, s.StepID, err)
-		}
-		if !advanced {
+		switch {
+		case err == nil && advanced:
+			rep.Advanced++
+			e.publish(evs...)
+			continue
+		case err == nil:
 			rep.Skipped++
 			continue
+		case ctx.Err() != nil:
+			return rep, fmt.Errorf("reconcile: %w", ctx.Err())
 		}
-		rep.Advanced++
-		e.publish(evs...)
-	}
-	if rep.Advanced > 0 {
-		e.node.PollNow()
+		stuck := StuckStep{InstanceID: s.InstanceID, StepID: s.StepID, EpisodeID: s.EpisodeID, Reason: err.Error()}
+		if errors.Is(err, errConflict) {
+			stuck.Parked = true
+			if perr := e.store.InTx(ctx, func(tx Tx) error { return park(ctx, tx, s.InstanceID, stuck.Reason) }); perr != nil {
+				stuck.Reason += "; recording the reason failed: " + perr.Error()
+			}
+		}
+		rep.Stuck++
+		rep.StuckSteps = append(rep.StuckSteps, stuck)
+		e.log.WarnContext(ctx, "leasehold: reconcile could not advance a workflow step", slog.Int64("instance", s.InstanceID),
+			slog.String("step", s.StepID), slog.Int64("episode", s.EpisodeID), slog.Bool("parked", stuck.Parked),
+			slog.String("reason", stuck.Reason))
 	}
 	return rep, nil
 }

@@ -15,6 +15,8 @@ const (
 	InstanceRunning = "running"
 	InstanceDone    = "done"
 	InstanceFailed  = "failed"
+	// InstanceCanceled: ended by Cancel (an operator); see Cancel.
+	InstanceCanceled = "canceled"
 )
 
 // Step statuses.
@@ -38,6 +40,13 @@ type Instance struct {
 	ErrorDetail json.RawMessage
 	CreatedAt   time.Time
 	FinishedAt  *time.Time
+	// ParkedReason says why the last advance could not apply the
+	// definition registered where it ran (a rolling deploy that renamed,
+	// added or removed a step): the step's episode kept its finish and the
+	// instance waits, running, for a node whose definition has the
+	// instance's steps, or for Cancel. "" when not parked; the next advance
+	// that succeeds clears it.
+	ParkedReason string
 }
 
 // StepState is a step row.
@@ -77,9 +86,21 @@ type Stalled struct {
 	EpisodeStatus episodes.Status
 }
 
+// ListQuery selects instances for List, newest first. Every filter is
+// optional: "" (and nil Env) is any.
+type ListQuery struct {
+	WorkflowID string
+	Subject    string
+	Status     string // running, done, failed or canceled
+	Env        *string
+	ParkedOnly bool // only instances with a ParkedReason
+	Limit      int  // default 100
+}
+
 // ErrNoInstance: no workflow instance matched. Every adapter returns it from
 // GetWorkflowInstance, GetRunningWorkflowInstance and LockWorkflowInstance
-// (so from Engine.Instance), whichever the dialect.
+// (so from Engine.Instance and Cancel), whichever the dialect: it is the one
+// instance-not-found error.
 var ErrNoInstance = errors.New("workflows: no such workflow instance")
 
 // Store is what workflows need from a dialect adapter
@@ -95,6 +116,7 @@ type Store interface {
 	GetWorkflowInstance(ctx context.Context, id int64) (Instance, error)
 	ListWorkflowSteps(ctx context.Context, instanceID int64) ([]StepState, error)
 	ListStalledWorkflowSteps(ctx context.Context, q StalledQuery) ([]Stalled, error)
+	ListWorkflowInstances(ctx context.Context, q ListQuery) ([]Instance, error)
 }
 
 // Tx is the statements one advancing transaction runs.
@@ -114,4 +136,10 @@ type Tx interface {
 	EndWorkflowStep(ctx context.Context, instanceID int64, stepID string, episodeID int64, status string) (bool, error)
 	SkipPendingWorkflowSteps(ctx context.Context, instanceID int64) (int64, error)
 	FinishWorkflowInstance(ctx context.Context, id int64, status string, detail json.RawMessage) (bool, error)
+	// ParkWorkflowInstance records reason on a running instance ("" clears
+	// it); false when the instance is not running.
+	ParkWorkflowInstance(ctx context.Context, id int64, reason string) (bool, error)
+	// GetAgentMaxAttempts is the expectation's max attempts as recorded by
+	// the nodes that register it; found false when none did.
+	GetAgentMaxAttempts(ctx context.Context, actorID, expectationID string) (n int32, found bool, err error)
 }

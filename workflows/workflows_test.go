@@ -26,21 +26,30 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // steps runs every step of the test workflows: it counts runs per step and
 // fails as told.
 type steps struct {
-	mu   sync.Mutex
-	runs map[string]int
-	fail func(step string, attempt int) error
+	mu    sync.Mutex
+	runs  map[string]int
+	fail  func(step string, attempt int) error
+	onRun func(r *runner.Run) // sees every run, before fail
 }
 
 func (s *steps) actor() runner.Actor {
 	a := runner.Actor{ID: "wf", MaxConcurrent: 8}
-	for _, id := range []string{"extract", "enrich", "score", "publish", "flaky", "bad"} {
+	for _, id := range []string{"extract", "enrich", "score", "publish", "flaky", "bad", "ship", "seven"} {
+		var maxAttempts int32
+		if id == "seven" {
+			maxAttempts = 7
+		}
 		a.Expectations = append(a.Expectations, runner.Expectation{
-			ID: id, Trigger: runner.Manual{}, Recovery: runner.RecoveryRestart,
+			ID: id, Trigger: runner.Manual{}, Recovery: runner.RecoveryRestart, MaxAttempts: maxAttempts,
 			Strategy: nodetest.Strategy{StepFunc: func(_ context.Context, r *runner.Run) (runner.StepResult, error) {
 				s.mu.Lock()
 				s.runs[id]++
 				n := s.runs[id]
+				onRun := s.onRun
 				s.mu.Unlock()
+				if onRun != nil {
+					onRun(r)
+				}
 				if s.fail != nil {
 					if err := s.fail(id, n); err != nil {
 						return runner.StepResult{}, err
@@ -78,25 +87,32 @@ func pipeline(id string, tune func(*workflows.Step)) workflows.Definition {
 type cluster struct {
 	nodetest.Cluster
 	engines []*workflows.Engine
-	ended   chan workflows.Event // workflow.completed and workflow.failed, from every engine
+	ended   chan workflows.Event // workflow.completed, failed and canceled, from every engine
 }
 
 // start runs n nodes, each with an engine registering defs.
 func start(t *testing.T, n int, s *steps, defs ...workflows.Definition) cluster {
+	t.Helper()
+	return startEach(t, n, s, func(int) []workflows.Definition { return defs })
+}
+
+// startEach runs n nodes, node i's engine registering defs(i): nodes in
+// the middle of a rolling deploy.
+func startEach(t *testing.T, n int, s *steps, defs func(i int) []workflows.Definition) cluster {
 	t.Helper()
 	c := cluster{ended: make(chan workflows.Event, 100)}
 	var engines []*workflows.Engine
 	pool := pgtest.Schema(t)
 	c.Cluster = nodetest.StartOn(t, pool, n, func(_ int, cfg *runner.Config) {
 		cfg.Poll.Interval = 100 * time.Millisecond
-	}, func(_ int, node *runner.Node) {
+	}, func(i int, node *runner.Node) {
 		e, err := workflows.New(postgres.New(pool), node, slog.New(slog.DiscardHandler))
 		require.NoError(t, err)
-		for _, d := range defs {
+		for _, d := range defs(i) {
 			require.NoError(t, e.Register(d))
 		}
 		e.Subscribe(func(ev workflows.Event) {
-			if ev.Kind == workflows.WorkflowCompleted || ev.Kind == workflows.WorkflowFailed {
+			if ev.Kind == workflows.WorkflowCompleted || ev.Kind == workflows.WorkflowFailed || ev.Kind == workflows.WorkflowCanceled {
 				c.ended <- ev
 			}
 		})

@@ -19,7 +19,8 @@ func TestConformanceDeferred(t *testing.T) {
 				pgtest.Exec(t, pool, `UPDATE leasehold_trigger_requests SET claim_until = now() - interval '1 second' WHERE id = $1`, id)
 			},
 			AgeRequest: func(t testing.TB, id int64, d time.Duration) {
-				pgtest.Exec(t, pool, `UPDATE leasehold_trigger_requests SET created_at = created_at - $2::interval WHERE id = $1`, id, d)
+				pgtest.Exec(t, pool, `UPDATE leasehold_trigger_requests SET created_at = created_at - $2::interval,
+					run_after = run_after - $2::interval WHERE id = $1`, id, d)
 			},
 			Age: func(t testing.TB, id int64, d time.Duration) {
 				pgtest.Exec(t, pool, `UPDATE leasehold_episodes SET created_at = created_at - $2::interval,

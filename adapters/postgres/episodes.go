@@ -178,7 +178,7 @@ func (s *Store) ClaimForRecovery(ctx context.Context, id int64, owner string, le
 	}
 	ep := episodes.Episode{
 		ID: r.ID, ActorID: r.ActorID, ExpectationID: r.ExpectationID, TriggerType: episodes.TriggerType(r.TriggerType),
-		DedupeKey: deref(r.DedupeKey), Status: episodes.StatusQueued, Phase: "recovering", Attempts: r.Attempts,
+		TriggerRef: r.TriggerRef, DedupeKey: deref(r.DedupeKey), Status: episodes.StatusQueued, Phase: "recovering", Attempts: r.Attempts,
 		MaxAttempts: r.MaxAttempts, SourceStack: r.SourceStack, SourceEnv: r.SourceEnv, OwnerNode: owner,
 		Payload: r.Payload, CreatedAt: r.CreatedAt,
 	}

@@ -38,7 +38,8 @@ func TestConformanceMaintenance(t *testing.T) {
 				require.EqualValues(t, 1, n, "no claim %q", key)
 			},
 			AgeRequest: func(t testing.TB, id int64, d time.Duration) {
-				n := pgtest.Exec(t, pool, `UPDATE leasehold_trigger_requests SET created_at = created_at - $2::interval WHERE id = $1`, id, d)
+				n := pgtest.Exec(t, pool, `UPDATE leasehold_trigger_requests SET created_at = created_at - $2::interval,
+					run_after = run_after - $2::interval WHERE id = $1`, id, d)
 				require.EqualValues(t, 1, n, "no request %d", id)
 			},
 			AgeNode: func(t testing.TB, id string, d time.Duration) {

@@ -5,7 +5,6 @@ import (
 	"embed"
 	"errors"
 
-
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/leasehold/leasehold/sql/queries"

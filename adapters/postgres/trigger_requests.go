@@ -29,6 +29,7 @@ func (s *Store) CreateDeferredEpisode(ctx context.Context, d episodes.Deferred) 
 		Payload:       n.Payload,
 		SourceNode:    d.SourceNode,
 		Opts:          d.Opts,
+		DelayMs:       d.Delay.Milliseconds(),
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return episodes.DeferredCreated{}, nil

@@ -63,6 +63,7 @@ func toInstance(r db.LeaseholdWorkflowInstance) workflows.Instance {
 	return workflows.Instance{
 		ID: r.ID, WorkflowID: r.WorkflowID, Subject: r.Subject, Env: r.Env, SourceStack: r.SourceStack,
 		Status: r.Status, Payload: r.Payload, ErrorDetail: r.ErrorDetail, CreatedAt: r.CreatedAt, FinishedAt: r.FinishedAt,
+		ParkedReason: deref(r.ParkedReason),
 	}
 }
 
@@ -198,4 +199,46 @@ func (s *Store) ListStalledWorkflowSteps(ctx context.Context, q workflows.Stalle
 		out[i] = workflows.Stalled{InstanceID: r.InstanceID, StepID: r.StepID, EpisodeID: r.EpisodeID, EpisodeStatus: episodes.Status(r.EpisodeStatus)}
 	}
 	return out, nil
+}
+
+// ParkWorkflowInstance runs ParkWorkflowInstance: reason "" clears it;
+// false when the instance is not running.
+func (s *Store) ParkWorkflowInstance(ctx context.Context, id int64, reason string) (bool, error) {
+	var r *string
+	if reason != "" {
+		r = &reason
+	}
+	n, err := s.q.ParkWorkflowInstance(ctx, s.conn, db.ParkWorkflowInstanceParams{ParkedReason: r, ID: id})
+	if err != nil {
+		return false, dbError("ParkWorkflowInstance", err)
+	}
+	return n == 1, nil
+}
+
+// ListWorkflowInstances runs ListWorkflowInstances, an operator read.
+func (s *Store) ListWorkflowInstances(ctx context.Context, q workflows.ListQuery) ([]workflows.Instance, error) {
+	rows, err := s.q.ListWorkflowInstances(ctx, s.conn, db.ListWorkflowInstancesParams{
+		WorkflowID: q.WorkflowID, Subject: q.Subject, Status: q.Status, Env: q.Env, ParkedOnly: q.ParkedOnly, MaxRows: int32(min(q.Limit, 1<<31-1)),
+	})
+	if err != nil {
+		return nil, dbError("ListWorkflowInstances", err)
+	}
+	out := make([]workflows.Instance, len(rows))
+	for i, r := range rows {
+		out[i] = toInstance(r)
+	}
+	return out, nil
+}
+
+// GetAgentMaxAttempts runs GetAgentMaxAttempts; found is false when no
+// node recorded the expectation's max attempts.
+func (s *Store) GetAgentMaxAttempts(ctx context.Context, actorID, expectationID string) (int32, bool, error) {
+	n, err := s.q.GetAgentMaxAttempts(ctx, s.conn, db.GetAgentMaxAttemptsParams{ActorID: actorID, ExpectationID: expectationID})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, dbError("GetAgentMaxAttempts", err)
+	}
+	return n, true, nil
 }

@@ -42,7 +42,8 @@ func TestConformanceDeferred(t *testing.T) {
 							sql.Named("id", id))
 					},
 					AgeRequest: func(t testing.TB, id int64, d time.Duration) {
-						exec(t, `UPDATE leasehold_trigger_requests SET created_at = DATEADD(second, -@s, created_at) WHERE id = @id`,
+						exec(t, `UPDATE leasehold_trigger_requests SET created_at = DATEADD(second, -@s, created_at),
+							run_after = DATEADD(second, -@s, run_after) WHERE id = @id`,
 							sql.Named("s", int(d.Seconds())), sql.Named("id", id))
 					},
 					Age: func(t testing.TB, id int64, d time.Duration) { ageEpisode(t, db, id, d) },

@@ -57,7 +57,8 @@ WHERE dedupe_key = @key;`, back(d, sql.Named("key", key))...)
 					AgeRequest: func(t testing.TB, id int64, d time.Duration) {
 						updateOne(t, db, fmt.Sprintf("request %d", id), `
 UPDATE leasehold_trigger_requests
-SET created_at = DATEADD(millisecond, -@ms, DATEADD(second, -@s, created_at))
+SET created_at = DATEADD(millisecond, -@ms, DATEADD(second, -@s, created_at)),
+    run_after  = DATEADD(millisecond, -@ms, DATEADD(second, -@s, run_after))
 OUTPUT inserted.id
 WHERE id = @id;`, back(d, sql.Named("id", id))...)
 					},

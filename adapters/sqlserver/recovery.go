@@ -52,6 +52,7 @@ func (s *Store) ClaimForRecovery(ctx context.Context, id int64, owner string, le
 		c                  claims.Claim
 		triggerType, grant string
 		dedupeKey, payload sql.NullString
+		triggerRef         sql.NullString
 	)
 	sent := time.Now()
 	err := s.queryRow(ctx, "ClaimForRecovery",
@@ -60,7 +61,7 @@ func (s *Store) ClaimForRecovery(ctx context.Context, id int64, owner string, le
 		sql.Named("owner_node", owner),
 		sql.Named("lease_ms", lease.Milliseconds()),
 	).Scan(
-		&ep.ID, &ep.ActorID, &ep.ExpectationID, &triggerType, &dedupeKey,
+		&ep.ID, &ep.ActorID, &ep.ExpectationID, &triggerType, &triggerRef, &dedupeKey,
 		&ep.Attempts, &ep.MaxAttempts, &ep.SourceStack, &ep.SourceEnv, &payload,
 		&ep.CreatedAt, &c.Key, &c.Fence, &c.Attempt, &c.LeaseUntil, &c.ClaimedAt, &grant,
 	)
@@ -71,6 +72,7 @@ func (s *Store) ClaimForRecovery(ctx context.Context, id int64, owner string, le
 		return episodes.Episode{}, claims.Claim{}, err
 	}
 	ep.TriggerType, ep.DedupeKey, ep.Payload = episodes.TriggerType(triggerType), dedupeKey.String, rawJSON(payload)
+	ep.TriggerRef = rawJSON(triggerRef)
 	ep.Status, ep.Phase, ep.OwnerNode = episodes.StatusQueued, "recovering", owner
 	c.Owner, c.State, c.Grant, c.WorkType = owner, claims.StateClaimed, claims.GrantKind(grant), "episode"
 	c.SetLocalStart(sent)

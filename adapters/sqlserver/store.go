@@ -209,7 +209,7 @@ var resultColumns = map[string][]string{
 		"claim_state", "claim_owner", "claim_lease_until",
 	},
 	"ClaimForRecovery": {
-		"id", "actor_id", "expectation_id", "trigger_type", "dedupe_key", "attempts",
+		"id", "actor_id", "expectation_id", "trigger_type", "trigger_ref", "dedupe_key", "attempts",
 		"max_attempts", "source_stack", "source_env", "payload", "created_at", "claim_key",
 		"fence", "claim_attempt", "lease_until", "claimed_at", "grant_kind",
 	},
@@ -262,6 +262,9 @@ var resultColumns = map[string][]string{
 	"SkipPendingWorkflowSteps":   rowsAffected,
 	"FinishWorkflowInstance":     rowsAffected,
 	"ListStalledWorkflowSteps":   {"instance_id", "step_id", "episode_id", "episode_status"},
+	"ParkWorkflowInstance":       rowsAffected,
+	"ListWorkflowInstances":      instanceColumns,
+	"GetAgentMaxAttempts":        {"max_attempts"},
 }
 
 // rowsAffected is the result of an :execrows batch: one row, the number of
@@ -276,7 +279,7 @@ var claimColumns = []string{
 
 var instanceColumns = []string{
 	"id", "workflow_id", "subject", "env", "source_stack", "status", "payload", "error_detail",
-	"created_at", "finished_at",
+	"created_at", "finished_at", "parked_reason",
 }
 
 var stepColumns = []string{

@@ -38,6 +38,7 @@ func (s *Store) CreateDeferredEpisode(ctx context.Context, d episodes.Deferred) 
 		sql.Named("payload", jsonArg(n.Payload)),
 		sql.Named("source_node", d.SourceNode),
 		sql.Named("opts", jsonArg(d.Opts)),
+		sql.Named("delay_ms", d.Delay.Milliseconds()),
 	).Scan(&id, &createdAt, &requestID)
 	if errors.Is(err, sql.ErrNoRows) || s.lostRace(err) {
 		return episodes.DeferredCreated{}, nil

@@ -261,7 +261,7 @@ func TestUnitGrantsStampLocalStart(t *testing.T) {
 	rows := map[string][]driver.Value{
 		"AcquireClaim":           {"k", "claimed", "a", now.Add(time.Minute), now, int64(1), int64(1), "fresh", "w"},
 		"CreateEpisode":          {int64(7), now, "episode:7", int64(1), int64(1), now.Add(time.Minute), now, "fresh"},
-		"ClaimForRecovery":       {int64(7), "x", "e", "event", nil, int64(2), int64(3), "", "", nil, now, "episode:7", int64(2), int64(2), now.Add(time.Minute), now, "steal"},
+		"ClaimForRecovery":       {int64(7), "x", "e", "event", nil, nil, int64(2), int64(3), "", "", nil, now, "episode:7", int64(2), int64(2), now.Add(time.Minute), now, "steal"},
 		"DispatchTriggerRequest": {int64(7), "episode:7", int64(3), int64(1), now.Add(time.Minute), now, "reclaim"},
 	}
 	f := newFake(t)
@@ -436,6 +436,9 @@ func TestUnitParamsMatchPostgres(t *testing.T) {
 	_, _ = s.SkipPendingWorkflowSteps(ctx, 1)
 	_, _ = s.FinishWorkflowInstance(ctx, 1, workflows.InstanceFailed, json.RawMessage(`{"why":"x"}`))
 	_, _ = s.ListStalledWorkflowSteps(ctx, workflows.StalledQuery{Env: "rc", Limit: 10})
+	_, _ = s.ParkWorkflowInstance(ctx, 1, "renamed")
+	_, _ = s.ListWorkflowInstances(ctx, workflows.ListQuery{WorkflowID: "w", Status: workflows.InstanceRunning, Limit: 10})
+	_, _, _ = s.GetAgentMaxAttempts(ctx, "x", "y")
 	res, err := s.Maintain(ctx, maintenance.Plan{
 		Retention: 30 * 24 * time.Hour, ClaimHorizon: 90 * 24 * time.Hour, RequestTTL: time.Hour,
 		NodeStaleAfter: time.Minute, Batch: 500,
@@ -447,10 +450,10 @@ func TestUnitParamsMatchPostgres(t *testing.T) {
 		"ttl_ms":   int64(0),
 		"lease_ms": int64(0), "stale_after_ms": int64(0), "fence": int64(0), "id": int64(0),
 		"episode_id": int64(0), "step_no": int32(0), "max_attempts": int32(0), "max_rows": int32(0),
-		"expired_only": false, "stale_only": false, "all_envs": false, "draining": false,
+		"expired_only": false, "stale_only": false, "all_envs": false, "draining": false, "parked_only": false,
 		"retention_ms": int64(0), "horizon_ms": int64(0),
 		"instance_id": int64(0), "new_episode_id": int64(0), "from_episode_id": int64(0),
-		"bound_ms": int64(0),
+		"bound_ms": int64(0), "delay_ms": int64(0),
 	}
 	require.ElementsMatch(t, slices.Collect(maps.Keys(resultColumns)), slices.Collect(maps.Keys(f.params)), "every statement ran")
 	// The bounds travel in the batch they top, with the Postgres bound's
@@ -950,14 +953,14 @@ func TestUnitWorkflows(t *testing.T) {
 	require.Equal(t, int64(5), id)
 	require.Equal(t, `{"a":1}`, f.params["CreateWorkflowInstance"]["payload"])
 
-	running := []driver.Value{int64(5), "w", "s", "rc", "st", "running", `{"a":1}`, nil, now, nil}
-	ended := []driver.Value{int64(6), "w", "s", "", "", "failed", nil, `{"why":"x"}`, now, now.Add(time.Second)}
+	running := []driver.Value{int64(5), "w", "s", "rc", "st", "running", `{"a":1}`, nil, now, nil, "step b renamed"}
+	ended := []driver.Value{int64(6), "w", "s", "", "", "failed", nil, `{"why":"x"}`, now, now.Add(time.Second), nil}
 	answer = map[string][][]driver.Value{"LockWorkflowInstance": {running}, "GetWorkflowInstance": {ended}}
 	inst, err := s.LockWorkflowInstance(ctx, 5)
 	require.NoError(t, err)
 	require.Equal(t, workflows.Instance{
 		ID: 5, WorkflowID: "w", Subject: "s", Env: "rc", SourceStack: "st", Status: workflows.InstanceRunning,
-		Payload: json.RawMessage(`{"a":1}`), CreatedAt: now,
+		Payload: json.RawMessage(`{"a":1}`), CreatedAt: now, ParkedReason: "step b renamed",
 	}, inst)
 	inst, err = s.GetWorkflowInstance(ctx, 6)
 	require.NoError(t, err)
@@ -1011,7 +1014,7 @@ func TestUnitWorkflows(t *testing.T) {
 func TestUnitInTx(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC)
 	tk := claims.Token{Key: "k", Owner: "a", Fence: 1}
-	instance := []driver.Value{int64(5), "w", "s", "", "", "running", nil, nil, now, nil}
+	instance := []driver.Value{int64(5), "w", "s", "", "", "running", nil, nil, now, nil, nil}
 	step := []driver.Value{int64(5), "a", "running", int64(9), int64(1), int64(1), now}
 	answers := map[string][][]driver.Value{
 		"FinishEpisode":              {{int64(9)}},
@@ -1057,11 +1060,14 @@ func TestUnitInTx(t *testing.T) {
 			_, found, err := tx.GetWorkflowStepByEpisode(ctx, 9)
 			require.NoError(t, err)
 			require.True(t, found)
+			_, _, err = tx.GetAgentMaxAttempts(ctx, "x", "e")
+			require.NoError(t, err)
 			for _, run := range []func() (bool, error){
 				func() (bool, error) { return tx.StartWorkflowStep(ctx, 5, "b", workflows.StepPending, 0, 10) },
 				func() (bool, error) { return tx.EndWorkflowStep(ctx, 5, "a", 9, workflows.StepDone) },
 				func() (bool, error) { n, err := tx.SkipPendingWorkflowSteps(ctx, 5); return n == 1, err },
 				func() (bool, error) { return tx.FinishWorkflowInstance(ctx, 5, workflows.InstanceDone, nil) },
+				func() (bool, error) { return tx.ParkWorkflowInstance(ctx, 5, "") },
 			} {
 				ok, err := run()
 				require.NoError(t, err)

@@ -121,10 +121,11 @@ func scanInstance(r scanner) (workflows.Instance, error) {
 	var (
 		in              workflows.Instance
 		payload, detail sql.NullString
+		parked          sql.NullString
 		finished        sql.NullTime
 	)
 	err := r.Scan(&in.ID, &in.WorkflowID, &in.Subject, &in.Env, &in.SourceStack, &in.Status,
-		&payload, &detail, &in.CreatedAt, &finished)
+		&payload, &detail, &in.CreatedAt, &finished, &parked)
 	if errors.Is(err, sql.ErrNoRows) {
 		return workflows.Instance{}, workflows.ErrNoInstance
 	}
@@ -132,6 +133,7 @@ func scanInstance(r scanner) (workflows.Instance, error) {
 		return workflows.Instance{}, err
 	}
 	in.Payload, in.ErrorDetail, in.FinishedAt = rawJSON(payload), rawJSON(detail), timePtr(finished)
+	in.ParkedReason = parked.String
 	return in, nil
 }
 
@@ -251,4 +253,59 @@ func (s *Store) ListStalledWorkflowSteps(ctx context.Context, q workflows.Stalle
 		out = append(out, st)
 	}
 	return out, nil
+}
+
+// ParkWorkflowInstance runs ParkWorkflowInstance: reason "" clears it;
+// false when the instance is not running.
+func (s *Store) ParkWorkflowInstance(ctx context.Context, id int64, reason string) (bool, error) {
+	n, err := s.execRows(ctx, "ParkWorkflowInstance",
+		sql.Named("parked_reason", nullString(reason)),
+		sql.Named("id", id),
+	)
+	return n == 1, err
+}
+
+// ListWorkflowInstances runs ListWorkflowInstances, an operator read.
+func (s *Store) ListWorkflowInstances(ctx context.Context, q workflows.ListQuery) ([]workflows.Instance, error) {
+	var env sql.NullString
+	if q.Env != nil {
+		env = sql.NullString{String: *q.Env, Valid: true}
+	}
+	rows, err := s.query(ctx, "ListWorkflowInstances",
+		sql.Named("max_rows", maxRows(q.Limit)),
+		sql.Named("workflow_id", q.WorkflowID),
+		sql.Named("subject", q.Subject),
+		sql.Named("status", q.Status),
+		sql.Named("env", env),
+		sql.Named("parked_only", q.ParkedOnly),
+	)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]workflows.Instance, 0, len(rows.rows))
+	for rows.Next() {
+		in, err := scanInstance(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, in)
+	}
+	return out, nil
+}
+
+// GetAgentMaxAttempts runs GetAgentMaxAttempts; found is false when no
+// node recorded the expectation's max attempts.
+func (s *Store) GetAgentMaxAttempts(ctx context.Context, actorID, expectationID string) (int32, bool, error) {
+	var n int32
+	err := s.queryRow(ctx, "GetAgentMaxAttempts",
+		sql.Named("actor_id", actorID),
+		sql.Named("expectation_id", expectationID),
+	).Scan(&n)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	return n, true, nil
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/leasehold/leasehold/episodes"
 	"github.com/leasehold/leasehold/membership"
 	"github.com/leasehold/leasehold/recovery"
+	"github.com/leasehold/leasehold/workflows"
 )
 
 // connectTimeout bounds opening and pinging the database.
@@ -35,6 +36,7 @@ type cliStore interface {
 	ListClaims(ctx context.Context, q claims.ListQuery) ([]claims.Claim, error)
 	ListEpisodes(ctx context.Context, q episodes.ListQuery) ([]episodes.Episode, error)
 	ListNodes(ctx context.Context) ([]membership.Row, error)
+	workflows.Store
 }
 
 // dbConn is an open, reachable database of either dialect.

@@ -11,6 +11,8 @@
 //	          postgres://, postgresql:// or sqlserver://).
 //	claims    ls: list work claims.
 //	episodes  ls: list episodes.
+//	workflows ls: list workflow instances, parked ones with the reason;
+//	          cancel -id N: cancel a running instance.
 //	sweep     -dry-run: what recovery would do with orphaned episodes, and
 //	          why. Without -dry-run it is refused: recovery runs in the nodes
 //	          (recovery.Sweeper), which know the compiled recovery policies.
@@ -21,7 +23,7 @@
 //	1  runtime or database error (including an unreachable database)
 //	2  usage error, and sweep without -dry-run
 //	3  the leasehold schema is missing or older than this binary
-//	   (claims, episodes, sweep): run 'leasehold migrate up'
+//	   (claims, episodes, nodes, workflows, sweep): run 'leasehold migrate up'
 package main
 
 import (
@@ -51,6 +53,7 @@ var commands = []command{
 	{name: "claims", summary: "claims ls: list work claims", run: runClaims},
 	{name: "episodes", summary: "episodes ls: list episodes", run: runEpisodes},
 	{name: "nodes", summary: "nodes ls: list registered nodes (advisory membership)", run: runNodes},
+	{name: "workflows", summary: "workflows ls|cancel: list workflow instances (parked ones with why), cancel one", run: runWorkflows},
 	{name: "sweep", summary: "sweep -dry-run: what recovery would do with orphaned episodes, and why", run: runSweep},
 	{name: demoNodeCommand, summary: "one node of the demo (started by demo)", hidden: true, run: runDemoNode},
 }

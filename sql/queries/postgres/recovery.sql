@@ -160,7 +160,7 @@ FROM grant_row
 WHERE e.id = sqlc.arg(id)
   AND e.status IN ('running', 'queued')
   AND e.archived_at IS NULL
-RETURNING e.id, e.actor_id, e.expectation_id, e.trigger_type, e.dedupe_key,
+RETURNING e.id, e.actor_id, e.expectation_id, e.trigger_type, e.trigger_ref, e.dedupe_key,
     e.attempts, e.max_attempts, e.source_stack, e.source_env, e.payload,
     e.created_at, grant_row.dedupe_key AS claim_key, grant_row.fence,
     grant_row.attempt AS claim_attempt, grant_row.lease_until, grant_row.claimed_at,

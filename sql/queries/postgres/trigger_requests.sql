@@ -11,7 +11,9 @@
 -- one statement: neither row can exist without the other, so no crash
 -- leaves a deferred episode that no poller will ever see. Deduplicated on
 -- dedupe_key exactly like CreateEpisode (the same index and predicate); a
--- duplicate writes nothing and returns no row.
+-- duplicate writes nothing and returns no row. The request is due at
+-- now() + delay_ms on the database clock (0: at once): no poller claims it
+-- earlier, whatever the nodes' clocks say.
 WITH created AS (
     INSERT INTO leasehold_episodes (
         actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status,
@@ -28,11 +30,12 @@ WITH created AS (
 ), request AS (
     INSERT INTO leasehold_trigger_requests (
         episode_id, actor_id, expectation_id, source_node, source_stack,
-        source_env, opts, status, created_at
+        source_env, opts, status, created_at, run_after
     )
     SELECT created.id, created.actor_id, created.expectation_id,
         sqlc.arg(source_node)::text, created.source_stack, created.source_env,
-        sqlc.narg(opts)::jsonb, 'pending', created.created_at
+        sqlc.narg(opts)::jsonb, 'pending', created.created_at,
+        created.created_at + (sqlc.arg(delay_ms)::bigint * interval '1 millisecond')
     FROM created
     RETURNING id, episode_id
 )
@@ -41,10 +44,12 @@ FROM created
 JOIN request ON request.episode_id = created.id;
 
 -- name: ClaimTriggerRequests :many
--- Claims up to max_rows open requests for owner_node, oldest first: pending
--- ones, and claimed ones whose poller let the claim lapse (it died between
--- claiming and handing over). Only requests for actor_ids (the actors this
--- node runs in full mode) are taken.
+-- Claims up to max_rows open requests for owner_node, due first: pending
+-- ones whose run_after has come (database clock), and claimed ones whose
+-- poller let the claim lapse (it died between claiming and handing over).
+-- Only requests for actor_ids (the actors this node runs in full mode) are
+-- taken; a node asks for no more than it has free slots for, so work flows
+-- to the nodes with capacity instead of waiting in one node's memory.
 --
 -- Guarantee: each request goes to exactly one poller per claim. FOR UPDATE
 -- SKIP LOCKED locks the picked rows, so concurrent pollers take disjoint
@@ -55,11 +60,11 @@ WITH picked AS (
     SELECT r.id
     FROM leasehold_trigger_requests AS r
     WHERE r.status IN ('pending', 'claimed')
-      AND (r.status = 'pending' OR r.claim_until <= now())
+      AND ((r.status = 'pending' AND r.run_after <= now()) OR r.claim_until <= now())
       AND r.source_env = sqlc.arg(source_env)::text
       AND (sqlc.arg(source_stack)::text = '' OR r.source_stack IN (sqlc.arg(source_stack)::text, ''))
       AND r.actor_id = ANY (sqlc.arg(actor_ids)::text[])
-    ORDER BY r.created_at, r.id
+    ORDER BY r.run_after, r.id
     LIMIT sqlc.arg(max_rows)::integer
     FOR UPDATE SKIP LOCKED
 )
@@ -71,7 +76,7 @@ SET status      = 'claimed',
     fence       = r.fence + 1
 FROM picked
 WHERE r.id = picked.id
-  AND (r.status = 'pending' OR (r.status = 'claimed' AND r.claim_until <= now()))
+  AND ((r.status = 'pending' AND r.run_after <= now()) OR (r.status = 'claimed' AND r.claim_until <= now()))
 RETURNING r.id, r.episode_id, r.actor_id, r.expectation_id, r.source_node,
     r.fence, r.opts;
 
@@ -136,8 +141,9 @@ FROM request
 LEFT JOIN granted ON true;
 
 -- name: ExpireTriggerRequests :many
--- Expires the open requests of one env (and stack scope) created more than
--- ttl_ms ago that no poller holds live, and cancels their episodes (error
+-- Expires the open requests of one env (and stack scope) due (run_after)
+-- more than ttl_ms ago that no poller holds live (a delayed run is never
+-- expired before it was even due), and cancels their episodes (error
 -- class trigger_expired) when they are still queued and unclaimed, so an
 -- expired request never leaves an episode queued forever. An episode whose
 -- claim is live (a node took it) is left to that node. all_envs (database
@@ -150,7 +156,7 @@ WITH expired AS (
       AND (sqlc.arg(all_envs)::boolean OR r.source_env = sqlc.arg(source_env)::text)
       AND (sqlc.arg(all_envs)::boolean OR sqlc.arg(source_stack)::text = ''
            OR r.source_stack IN (sqlc.arg(source_stack)::text, ''))
-      AND r.created_at < now() - (sqlc.arg(ttl_ms)::bigint * interval '1 millisecond')
+      AND r.run_after < now() - (sqlc.arg(ttl_ms)::bigint * interval '1 millisecond')
     RETURNING r.id, r.episode_id
 ), canceled AS (
     UPDATE leasehold_episodes AS e

@@ -19,7 +19,7 @@ RETURNING id, created_at;
 -- name: GetRunningWorkflowInstance :one
 -- The running instance of a workflow, subject and env, if any.
 SELECT id, workflow_id, subject, env, source_stack, status, payload, error_detail,
-    created_at, finished_at
+    created_at, finished_at, parked_reason
 FROM leasehold_workflow_instances
 WHERE workflow_id = sqlc.arg(workflow_id)
   AND subject = sqlc.arg(subject)
@@ -36,14 +36,14 @@ VALUES (sqlc.arg(instance_id), sqlc.arg(step_id), 'pending', 0, sqlc.arg(max_att
 -- instance ending at once (fan-in) advance one after the other, and the
 -- second sees the first's step updates, so no join is missed.
 SELECT id, workflow_id, subject, env, source_stack, status, payload, error_detail,
-    created_at, finished_at
+    created_at, finished_at, parked_reason
 FROM leasehold_workflow_instances
 WHERE id = sqlc.arg(id)
 FOR UPDATE;
 
 -- name: GetWorkflowInstance :one
 SELECT id, workflow_id, subject, env, source_stack, status, payload, error_detail,
-    created_at, finished_at
+    created_at, finished_at, parked_reason
 FROM leasehold_workflow_instances
 WHERE id = sqlc.arg(id);
 
@@ -95,7 +95,9 @@ WHERE instance_id = sqlc.arg(instance_id)
   AND status = 'pending';
 
 -- name: FinishWorkflowInstance :execrows
--- Ends a running instance with done or failed; its key is free again.
+-- Ends a running instance with done, failed or canceled (an operator's
+-- cancel, under the instance lock like every advance); its key is free
+-- again.
 UPDATE leasehold_workflow_instances
 SET status = sqlc.arg(status), error_detail = sqlc.narg(error_detail), finished_at = now()
 WHERE id = sqlc.arg(id)
@@ -116,5 +118,43 @@ WHERE i.status = 'running'
   AND (sqlc.arg(source_stack)::text = '' OR i.source_stack IN (sqlc.arg(source_stack)::text, ''))
   AND s.status = 'running'
   AND e.status IN ('done', 'failed', 'partially_failed', 'canceled')
-ORDER BY s.instance_id, s.step_id
+-- Parked instances last: however many cannot be advanced (a definition
+-- that no longer matches), they never fill the batch ahead of those that
+-- can.
+ORDER BY (i.parked_reason IS NOT NULL), s.instance_id, s.step_id
 LIMIT sqlc.arg(max_rows)::integer;
+
+-- name: ParkWorkflowInstance :execrows
+-- Records (reason) or clears (NULL) why the instance's advance could not
+-- apply the registered definition, e.g. a rolling deploy renamed a step.
+-- Run under the instance lock, in the transaction that keeps the step's
+-- episode finished; only a running instance is parked.
+UPDATE leasehold_workflow_instances
+SET parked_reason = sqlc.narg(parked_reason)
+WHERE id = sqlc.arg(id)
+  AND status = 'running';
+
+-- name: ListWorkflowInstances :many
+-- An operator read (Engine.List, `leasehold workflows ls`), newest first:
+-- every filter is optional ('' / NULL / false is any). Locks nothing.
+SELECT id, workflow_id, subject, env, source_stack, status, payload, error_detail,
+    created_at, finished_at, parked_reason
+FROM leasehold_workflow_instances
+WHERE (sqlc.arg(workflow_id)::text = '' OR workflow_id = sqlc.arg(workflow_id)::text)
+  AND (sqlc.arg(subject)::text = '' OR subject = sqlc.arg(subject)::text)
+  AND (sqlc.arg(status)::text = '' OR status = sqlc.arg(status)::text)
+  AND (sqlc.narg(env)::text IS NULL OR env = sqlc.narg(env)::text)
+  AND (NOT sqlc.arg(parked_only)::boolean OR parked_reason IS NOT NULL)
+ORDER BY id DESC
+LIMIT sqlc.arg(max_rows)::integer;
+
+-- name: GetAgentMaxAttempts :one
+-- The max attempts of an expectation as the nodes that register it
+-- recorded it when they started (PutAgentDefinition): what a workflow
+-- step's episode gets, so that it is bounded like every other episode of
+-- the expectation, whichever node starts the step.
+SELECT max_attempts::integer AS max_attempts
+FROM leasehold_agent_definitions
+WHERE actor_id = sqlc.arg(actor_id)
+  AND expectation_id = sqlc.arg(expectation_id)
+  AND max_attempts IS NOT NULL;

@@ -205,6 +205,7 @@ DECLARE @recovered TABLE (
     actor_id       nvarchar(255) NOT NULL,
     expectation_id nvarchar(255) NOT NULL,
     trigger_type   nvarchar(32)  NOT NULL,
+    trigger_ref    nvarchar(max) NULL,
     dedupe_key     nvarchar(512) NULL,
     attempts       int           NOT NULL,
     max_attempts   int           NOT NULL,
@@ -285,7 +286,7 @@ BEGIN
         attempts   = attempts + 1,
         owner_node = @owner_node
     OUTPUT inserted.id, inserted.actor_id, inserted.expectation_id, inserted.trigger_type,
-        inserted.dedupe_key, inserted.attempts, inserted.max_attempts, inserted.source_stack,
+        inserted.trigger_ref, inserted.dedupe_key, inserted.attempts, inserted.max_attempts, inserted.source_stack,
         inserted.source_env, inserted.payload, inserted.created_at
     INTO @recovered
     WHERE id = @id
@@ -301,7 +302,7 @@ END;
 
 -- Table variables keep their rows across ROLLBACK; @recovered is empty
 -- whenever the transaction was rolled back, so this is empty too.
-SELECT r.id, r.actor_id, r.expectation_id, r.trigger_type, r.dedupe_key,
+SELECT r.id, r.actor_id, r.expectation_id, r.trigger_type, r.trigger_ref, r.dedupe_key,
     r.attempts, r.max_attempts, r.source_stack, r.source_env, r.payload,
     r.created_at, g.dedupe_key AS claim_key, g.fence,
     g.attempt AS claim_attempt, g.lease_until, g.claimed_at, g.grant_kind

@@ -20,7 +20,10 @@
 -- one transaction: neither row can exist without the other, so no crash
 -- leaves a deferred episode that no poller will ever see. Deduplicated on
 -- dedupe_key like CreateEpisode, by the filtered unique index
--- leasehold_episodes_dedupe_key_idx.
+-- leasehold_episodes_dedupe_key_idx. The request is due at created_at +
+-- @delay_ms on the database clock (0: at once), split into seconds and
+-- milliseconds so a delay of more than 24.8 days does not overflow
+-- DATEADD's int.
 --
 -- Guarantee: one live episode per dedupe key across N creators, and a lost
 -- race is the empty result, not an error. The episode INSERT is guarded by
@@ -74,11 +77,13 @@ BEGIN TRY
 
     INSERT INTO leasehold_trigger_requests (
         episode_id, actor_id, expectation_id, source_node, source_stack,
-        source_env, opts, status, created_at
+        source_env, opts, status, created_at, run_after
     )
     OUTPUT inserted.id INTO @request
     SELECT c.id, @actor_id, @expectation_id, @source_node, @source_stack,
-        @source_env, @opts, N'pending', c.created_at
+        @source_env, @opts, N'pending', c.created_at,
+        DATEADD(second, CAST(@delay_ms / 1000 AS int),
+            DATEADD(millisecond, CAST(@delay_ms % 1000 AS int), c.created_at))
     FROM @created AS c;
 
     IF @nested = 0
@@ -126,10 +131,10 @@ WHERE @duplicate = 0;
 WITH picked AS (
     SELECT TOP (@max_rows) r.id, r.episode_id, r.actor_id, r.expectation_id,
         r.source_node, r.status, r.claimed_by, r.claimed_at, r.claim_until,
-        r.fence, r.opts
+        r.run_after, r.fence, r.opts
     FROM leasehold_trigger_requests AS r WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
     WHERE r.status IN (N'pending', N'claimed')
-      AND (r.status = N'pending' OR r.claim_until <= SYSUTCDATETIME())
+      AND ((r.status = N'pending' AND r.run_after <= SYSUTCDATETIME()) OR r.claim_until <= SYSUTCDATETIME())
       AND r.source_env = @source_env
       AND (@source_stack = N'' OR r.source_stack IN (@source_stack, N''))
       AND r.actor_id IN (
@@ -137,7 +142,7 @@ WITH picked AS (
             FROM OPENJSON(@actor_ids) WITH (
                 actor_id nvarchar(255) COLLATE Latin1_General_100_BIN2 '$'
             ) AS a)
-    ORDER BY r.created_at, r.id
+    ORDER BY r.run_after, r.id
 )
 UPDATE picked
 SET status      = N'claimed',
@@ -147,7 +152,7 @@ SET status      = N'claimed',
     fence       = fence + 1
 OUTPUT inserted.id, inserted.episode_id, inserted.actor_id, inserted.expectation_id,
     inserted.source_node, inserted.fence, inserted.opts
-WHERE status = N'pending'
+WHERE (status = N'pending' AND run_after <= SYSUTCDATETIME())
    OR (status = N'claimed' AND claim_until <= SYSUTCDATETIME());
 
 -- name: DispatchTriggerRequest :one
@@ -264,8 +269,9 @@ FROM @request AS r
 LEFT JOIN @granted AS g ON 1 = 1;
 
 -- name: ExpireTriggerRequests :many
--- Expires the open requests of one env (and stack scope) created more than
--- @ttl_ms ago that no poller holds live, and cancels their episodes (error
+-- Expires the open requests of one env (and stack scope) due (run_after)
+-- more than @ttl_ms ago that no poller holds live (a delayed run is never
+-- expired before it was even due), and cancels their episodes (error
 -- class trigger_expired) when they are still queued and unclaimed, so an
 -- expired request never leaves an episode queued forever. An episode whose
 -- claim is live (a node took it) is left to that node. Both writes commit
@@ -313,7 +319,7 @@ WHERE status IN (N'pending', N'claimed')
   AND (status = N'pending' OR claim_until <= SYSUTCDATETIME())
   AND (@all_envs = 1 OR source_env = @source_env)
   AND (@all_envs = 1 OR @source_stack = N'' OR source_stack IN (@source_stack, N''))
-  AND created_at < DATEADD(second, -CAST(@ttl_ms / 1000 AS int),
+  AND run_after < DATEADD(second, -CAST(@ttl_ms / 1000 AS int),
                        DATEADD(millisecond, -CAST(@ttl_ms % 1000 AS int), SYSUTCDATETIME()));
 
 UPDATE e

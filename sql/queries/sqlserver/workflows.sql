@@ -73,7 +73,7 @@ SELECT id, created_at FROM @created;
 -- on Postgres; inside Start's transaction the row is already update-locked
 -- by CreateWorkflowInstance's check.
 SELECT id, workflow_id, subject, env, source_stack, status, payload, error_detail,
-    created_at, finished_at
+    created_at, finished_at, parked_reason
 FROM leasehold_workflow_instances
 WHERE status = N'running'
   AND workflow_id = @workflow_id
@@ -103,13 +103,13 @@ VALUES (@instance_id, @step_id, N'pending', 0, @max_attempts);
 -- holder of the lock committed. Outside a transaction the lock ends with
 -- the statement, as on Postgres.
 SELECT id, workflow_id, subject, env, source_stack, status, payload, error_detail,
-    created_at, finished_at
+    created_at, finished_at, parked_reason
 FROM leasehold_workflow_instances WITH (UPDLOCK, HOLDLOCK, ROWLOCK)
 WHERE id = @id;
 
 -- name: GetWorkflowInstance :one
 SELECT id, workflow_id, subject, env, source_stack, status, payload, error_detail,
-    created_at, finished_at
+    created_at, finished_at, parked_reason
 FROM leasehold_workflow_instances
 WHERE id = @id;
 
@@ -191,8 +191,9 @@ WHERE instance_id = @instance_id
 SELECT COUNT_BIG(*) AS rows_affected FROM @skipped;
 
 -- name: FinishWorkflowInstance :execrows
--- Ends a running instance with done or failed; the row leaves the filtered
--- unique index, so its key is free again once this commits.
+-- Ends a running instance with done, failed or canceled (an operator's
+-- cancel, under the instance lock like every advance); the row leaves the
+-- filtered unique index, so its key is free again once this commits.
 SET NOCOUNT ON;
 SET XACT_ABORT ON;
 DECLARE @finished TABLE (id bigint NOT NULL);
@@ -211,6 +212,8 @@ SELECT COUNT_BIG(*) AS rows_affected FROM @finished;
 -- partially_failed or canceled): an advance that never happened, e.g. an
 -- episode failed by recovery. Read-only and unhinted (no NOLOCK): the
 -- advancing transaction re-checks everything under the instance lock.
+-- Parked instances last: however many cannot be advanced (a definition that
+-- no longer matches), they never fill the batch ahead of those that can.
 SELECT TOP (@max_rows) s.instance_id, s.step_id, s.episode_id, e.status AS episode_status
 FROM leasehold_workflow_instances AS i
 JOIN leasehold_workflow_steps AS s ON s.instance_id = i.id
@@ -220,4 +223,48 @@ WHERE i.status = N'running'
   AND (@source_stack = N'' OR i.source_stack IN (@source_stack, N''))
   AND s.status = N'running'
   AND e.status IN (N'done', N'failed', N'partially_failed', N'canceled')
-ORDER BY s.instance_id, s.step_id;
+ORDER BY CASE WHEN i.parked_reason IS NULL THEN 0 ELSE 1 END, s.instance_id, s.step_id;
+
+-- name: ParkWorkflowInstance :execrows
+-- Records (reason) or clears (NULL) why the instance's advance could not
+-- apply the registered definition, e.g. a rolling deploy renamed a step.
+-- Run under the instance lock (LockWorkflowInstance's UPDLOCK, HOLDLOCK,
+-- ROWLOCK, held by the caller's transaction), in the transaction that keeps
+-- the step's episode finished; only a running instance is parked.
+SET NOCOUNT ON;
+SET XACT_ABORT ON;
+DECLARE @parked TABLE (id bigint NOT NULL);
+
+UPDATE leasehold_workflow_instances
+SET parked_reason = @parked_reason
+OUTPUT inserted.id INTO @parked
+WHERE id = @id
+  AND status = N'running';
+
+SELECT COUNT_BIG(*) AS rows_affected FROM @parked;
+
+-- name: ListWorkflowInstances :many
+-- An operator read (Engine.List, `leasehold workflows ls`), newest first:
+-- every filter is optional (N'' / NULL / 0 is any). Unhinted (no NOLOCK):
+-- committed rows only, and it locks nothing beyond the statement.
+SELECT TOP (@max_rows) id, workflow_id, subject, env, source_stack, status, payload, error_detail,
+    created_at, finished_at, parked_reason
+FROM leasehold_workflow_instances
+WHERE (@workflow_id = N'' OR workflow_id = @workflow_id)
+  AND (@subject = N'' OR subject = @subject)
+  AND (@status = N'' OR status = @status)
+  AND (@env IS NULL OR env = @env)
+  AND (@parked_only = 0 OR parked_reason IS NOT NULL)
+ORDER BY id DESC;
+
+-- name: GetAgentMaxAttempts :one
+-- The max attempts of an expectation as the nodes that register it
+-- recorded it when they started (PutAgentDefinition): what a workflow
+-- step's episode gets, so that it is bounded like every other episode of
+-- the expectation, whichever node starts the step. A plain read, as on
+-- Postgres.
+SELECT max_attempts
+FROM leasehold_agent_definitions
+WHERE actor_id = @actor_id
+  AND expectation_id = @expectation_id
+  AND max_attempts IS NOT NULL;

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+
+	"github.com/leasehold/leasehold/workflows"
+)
+
+// runWorkflows is the workflows command.
+func runWorkflows(ctx context.Context, args []string) int {
+	return workflowsCmd(ctx, args, os.Stdout, os.Stderr)
+}
+
+// instanceJSON is one instance in workflows ls -json; times are UTC RFC
+// 3339, "" when unset.
+type instanceJSON struct {
+	ID          int64           `json:"id"`
+	WorkflowID  string          `json:"workflow_id"`
+	Subject     string          `json:"subject"`
+	Env         string          `json:"env"`
+	Stack       string          `json:"stack"`
+	Status      string          `json:"status"`
+	Parked      string          `json:"parked_reason,omitempty"`
+	ErrorDetail json.RawMessage `json:"error_detail,omitempty"`
+	CreatedAt   string          `json:"created_at"`
+	FinishedAt  string          `json:"finished_at,omitempty"`
+}
+
+func workflowsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("workflows", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	rawURL := urlFlag(fs)
+	workflow := fs.String("workflow", "", "ls: only instances of this workflow")
+	subject := fs.String("subject", "", "ls: only instances for this subject")
+	status := fs.String("status", "", "ls: only instances in this status (running, done, failed, canceled)")
+	env := fs.String("env", "", "ls: only instances of this env (with -env set; \"\" is the unset env)")
+	parked := fs.Bool("parked", false, "ls: only parked instances (a definition that no longer matches)")
+	asJSON := fs.Bool("json", false, "ls: print a JSON array, one instance per line")
+	limit := fs.Int("limit", defaultListLimit, "ls: at most this many instances")
+	id := fs.Int64("id", 0, "cancel: the instance to cancel")
+	reason := fs.String("reason", "canceled by an operator", "cancel: stored in the instance's error detail")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: leasehold workflows ls [-workflow W] [-subject S] [-status S] [-env E] [-parked] [-json] [-limit N] [-url URL]")
+		fmt.Fprintln(stderr, "       leasehold workflows cancel -id N [-reason R] [-url URL]")
+		fmt.Fprintln(stderr)
+		fmt.Fprintln(stderr, "ls lists workflow instances, newest first, with the reason a parked one")
+		fmt.Fprintln(stderr, "waits (a rolling deploy changed its steps; a node with the instance's steps")
+		fmt.Fprintln(stderr, "advances it, or cancel ends it). A read-only snapshot: it locks nothing.")
+		fmt.Fprintln(stderr)
+		fmt.Fprintln(stderr, "cancel ends a running instance as canceled, under the instance lock: steps")
+		fmt.Fprintln(stderr, "not started are skipped; episodes already running finish and start nothing.")
+		fmt.Fprintln(stderr, "An instance that already ended is left as it is (exit code 0).")
+		fmt.Fprintln(stderr)
+		fs.PrintDefaults()
+	}
+	sub, code, ok := parseSub(fs, args)
+	if !ok {
+		return code
+	}
+	envSet := false
+	fs.Visit(func(f *flag.Flag) { envSet = envSet || f.Name == "env" })
+	var cmd string
+	switch sub {
+	case "ls":
+		cmd = "workflows ls"
+		if *limit <= 0 {
+			return exitCode(stderr, cmd, usagef("-limit must be positive, got %d", *limit))
+		}
+	case "cancel":
+		cmd = "workflows cancel"
+		if *id <= 0 {
+			return exitCode(stderr, cmd, usagef("-id must name an instance, got %d", *id))
+		}
+	case "":
+		fs.Usage()
+		return 2
+	default:
+		return exitCode(stderr, "workflows", usagef("unknown subcommand %q: want ls or cancel", sub))
+	}
+	raw, err := resolveURL(*rawURL)
+	if err != nil {
+		return exitCode(stderr, cmd, err)
+	}
+	conn, err := openDB(ctx, raw)
+	if err != nil {
+		return exitCode(stderr, cmd, err)
+	}
+	defer conn.close()
+	if err := requireSchema(ctx, conn, stderr, cmd); err != nil {
+		return exitCode(stderr, cmd, err)
+	}
+	if sub == "cancel" {
+		inst, canceled, err := workflows.Cancel(ctx, conn.store, *id, *reason)
+		switch {
+		case errors.Is(err, workflows.ErrNoInstance):
+			return exitCode(stderr, cmd, fmt.Errorf("no workflow instance %d", *id))
+		case errors.Is(err, workflows.ErrInvalid):
+			return exitCode(stderr, cmd, usagef("%v", err))
+		case err != nil:
+			return exitCode(stderr, cmd, err)
+		case !canceled:
+			fmt.Fprintf(stdout, "instance %d (%s for %s) had already ended: %s; nothing canceled\n",
+				inst.ID, cell(inst.WorkflowID), cell(inst.Subject), inst.Status)
+		default:
+			fmt.Fprintf(stdout, "instance %d (%s for %s) canceled\n", inst.ID, cell(inst.WorkflowID), cell(inst.Subject))
+		}
+		return 0
+	}
+	q := workflows.ListQuery{WorkflowID: *workflow, Subject: *subject, Status: *status, ParkedOnly: *parked, Limit: *limit}
+	if envSet {
+		q.Env = env
+	}
+	list, err := workflows.List(ctx, conn.store, q)
+	if errors.Is(err, workflows.ErrInvalid) {
+		return exitCode(stderr, cmd, usagef("%v", err))
+	}
+	if err != nil {
+		return exitCode(stderr, cmd, err)
+	}
+	if *asJSON {
+		out := make([]instanceJSON, len(list))
+		for i, in := range list {
+			out[i] = instanceJSON{
+				ID: in.ID, WorkflowID: in.WorkflowID, Subject: in.Subject, Env: in.Env, Stack: in.SourceStack,
+				Status: in.Status, Parked: in.ParkedReason, ErrorDetail: in.ErrorDetail,
+				CreatedAt: utc(in.CreatedAt), FinishedAt: utcPtr(in.FinishedAt),
+			}
+		}
+		if err := writeJSONLines(stdout, out); err != nil {
+			return exitCode(stderr, cmd, err)
+		}
+		return 0
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tWORKFLOW\tSUBJECT\tSTATUS\tSTACK\tENV\tCREATED AT\tFINISHED AT\tPARKED")
+	for _, in := range list {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", in.ID, cell(in.WorkflowID), cell(in.Subject), cell(in.Status),
+			dash(cell(in.SourceStack)), dash(cell(in.Env)), utc(in.CreatedAt), dash(utcPtr(in.FinishedAt)), dash(cell(in.ParkedReason)))
+	}
+	if err := tw.Flush(); err != nil {
+		return exitCode(stderr, cmd, err)
+	}
+	fmt.Fprintf(stderr, "%d instance(s)\n", len(list))
+	return 0
+}

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasehold/leasehold/workflows"
+)
+
+func TestCLIWorkflows(t *testing.T) {
+	store, url, _ := cliSchema(t)
+	ctx := context.Background()
+	var ids []int64
+	for _, subject := range []string{"c-1", "c-2"} {
+		id, created, err := store.CreateWorkflowInstance(ctx, workflows.NewInstance{WorkflowID: "report", Subject: subject, Env: "rc"})
+		require.NoError(t, err)
+		require.True(t, created)
+		require.NoError(t, store.InsertWorkflowStep(ctx, id, "a", 1))
+		ids = append(ids, id)
+	}
+	ok, err := store.ParkWorkflowInstance(ctx, ids[0], "step \"b\" renamed")
+	require.NoError(t, err)
+	require.True(t, ok)
+
+	code, out, errOut := runCLI(t, workflowsCmd, "ls", "-url", url)
+	require.Equal(t, 0, code, errOut)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 3, out)
+	require.Regexp(t, `^ID\s+WORKFLOW\s+SUBJECT\s+STATUS\s+STACK\s+ENV\s+CREATED AT\s+FINISHED AT\s+PARKED$`, lines[0])
+	require.Regexp(t, `^`+strconv.FormatInt(ids[1], 10)+`\s+report\s+c-2\s+running\s+-\s+rc\s+\S+\s+-\s+-$`, lines[1])
+	require.True(t, strings.HasSuffix(lines[2], `step "b" renamed`), "the parked reason: %s", lines[2])
+	require.Contains(t, errOut, "2 instance(s)")
+
+	code, out, errOut = runCLI(t, workflowsCmd, "ls", "-parked", "-json", "-url", url)
+	require.Equal(t, 0, code, errOut)
+	var got []instanceJSON
+	require.NoError(t, json.Unmarshal([]byte(out), &got), out)
+	require.Len(t, got, 1)
+	require.Equal(t, ids[0], got[0].ID)
+	require.Equal(t, `step "b" renamed`, got[0].Parked)
+
+	code, out, errOut = runCLI(t, workflowsCmd, "cancel", "-id", strconv.FormatInt(ids[0], 10), "-reason", "deploy rolled back", "-url", url)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "canceled")
+	inst, err := store.GetWorkflowInstance(ctx, ids[0])
+	require.NoError(t, err)
+	require.Equal(t, workflows.InstanceCanceled, inst.Status)
+	require.JSONEq(t, `{"reason":"canceled","message":"deploy rolled back"}`, string(inst.ErrorDetail))
+	code, out, errOut = runCLI(t, workflowsCmd, "cancel", "-id", strconv.FormatInt(ids[0], 10), "-url", url)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "already ended: canceled")
+
+	code, out, errOut = runCLI(t, workflowsCmd, "ls", "-status", "canceled", "-env", "", "-url", url)
+	require.Equal(t, 0, code, errOut)
+	require.Equal(t, 1, strings.Count(strings.TrimSpace(out), "\n")+1, "the header only: -env \"\" is the unset env")
+
+	code, _, errOut = runCLI(t, workflowsCmd, "cancel", "-id", "987654321", "-url", url)
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "no workflow instance 987654321")
+	code, _, _ = runCLI(t, workflowsCmd, "cancel", "-url", url)
+	require.Equal(t, 2, code, "-id is required")
+	code, _, _ = runCLI(t, workflowsCmd, "ls", "-status", "nope", "-url", url)
+	require.Equal(t, 2, code)
+	code, _, _ = runCLI(t, workflowsCmd, "rm", "-url", url)
+	require.Equal(t, 2, code)
+}

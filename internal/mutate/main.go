@@ -1,0 +1,286 @@
+// Command mutate measures what the SQL Server static checks catch: it
+// applies each labelled mutation of mutations.go, one at a time, to a
+// scratch copy of the module, runs the adapter's static and unit checks
+// (go test -run '^Test(Static|Unit)' ./adapters/sqlserver) against it, and
+// prints the catch rate overall and among the mutations that would break a
+// guarantee on a real server. The real files are never written: the copy
+// lives in a temporary directory removed on exit, interrupt included.
+//
+// A mutation is caught when a test fails that passes on the unmutated
+// copy, so work in progress elsewhere in the package does not count as a
+// catch. The SQL mutations run one prebuilt test binary (the checks read
+// the .sql files from disk; TestStaticEmbeddedMatchesFiles, skipped here,
+// proves the shipped embedded copies are those files); a Go mutation
+// rebuilds it. Run it as make mutate. It is not part of make test.
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "mutate:", err)
+		os.Exit(1)
+	}
+}
+
+const pkg = "adapters/sqlserver"
+
+var testArgs = []string{"-test.run", "^Test(Static|Unit)", "-test.skip", "^TestStaticEmbeddedMatchesFiles$", "-test.v", "-test.count=1"}
+
+func run() error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	start := time.Now()
+	root, err := moduleRoot()
+	if err != nil {
+		return err
+	}
+	scratch, err := os.MkdirTemp("", "leasehold-mutate-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(scratch)
+	if err := copyModule(root, scratch); err != nil {
+		return err
+	}
+	var stale []string
+	for _, m := range mutations { // validate the whole list before running anything
+		orig, err := os.ReadFile(filepath.Join(scratch, filepath.FromSlash(m.File)))
+		if err == nil {
+			_, err = m.apply(string(orig))
+		}
+		if err != nil {
+			stale = append(stale, m.ID+": "+err.Error())
+		}
+	}
+	if len(stale) > 0 {
+		return fmt.Errorf("the mutation list is stale, fix it:\n%s", strings.Join(stale, "\n"))
+	}
+	bin := filepath.Join(scratch, "checks.test")
+	if err := build(ctx, scratch, bin); err != nil {
+		return fmt.Errorf("building the checks on the unmutated copy: %w", err)
+	}
+	baseline, err := failing(ctx, scratch, bin)
+	if err != nil {
+		return err
+	}
+	if len(baseline) > 0 {
+		fmt.Printf("note: %d test(s) fail on the unmutated tree and are ignored: %s\n\n", len(baseline), strings.Join(sortedKeys(baseline), ", "))
+	}
+
+	var total, caught, breaking, breakingCaught int
+	var uncaught []mutation
+	for _, m := range mutations {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		path := filepath.Join(scratch, filepath.FromSlash(m.File))
+		orig, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("%s: %w", m.ID, err)
+		}
+		mutated, err := m.apply(string(orig))
+		if err != nil {
+			return fmt.Errorf("%s: %w", m.ID, err)
+		}
+		if err := os.WriteFile(path, []byte(mutated), 0o644); err != nil {
+			return err
+		}
+		runBin, by := bin, ""
+		if strings.HasSuffix(m.File, ".go") {
+			runBin = filepath.Join(scratch, "mutant.test")
+			if err := build(ctx, scratch, runBin); err != nil {
+				by = "build failed"
+			}
+		}
+		var fails map[string]bool
+		if by == "" {
+			fails, err = failing(ctx, scratch, runBin)
+		}
+		if werr := os.WriteFile(path, orig, 0o644); werr != nil {
+			return werr
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", m.ID, err)
+		}
+		for name := range fails {
+			if !baseline[name] && (by == "" || !strings.Contains(name, "/")) {
+				if by == "" || len(name) < len(by) {
+					by = name
+				}
+			}
+		}
+		total++
+		if m.Breaks {
+			breaking++
+		}
+		mark := "CAUGHT  "
+		if by != "" {
+			caught++
+			if m.Breaks {
+				breakingCaught++
+			}
+		} else {
+			mark = "MISSED  "
+			uncaught = append(uncaught, m)
+		}
+		label := "        "
+		if m.Breaks {
+			label = "breaks  "
+		}
+		fmt.Printf("%s%s%-5s %-6s %s\n", mark, label, m.ID, m.Class, m.What)
+		if by != "" {
+			fmt.Printf("                             by %s\n", by)
+		}
+	}
+	fmt.Printf("\n%d mutations: %d caught (%.1f%%); guarantee-breaking: %d of %d caught (%.1f%%)\n",
+		total, caught, pct(caught, total), breakingCaught, breaking, pct(breakingCaught, breaking))
+	if len(uncaught) > 0 {
+		fmt.Println("\nuncaught, and why each is harmless:")
+		for _, m := range uncaught {
+			fmt.Printf("  %s %s\n      %s\n", m.ID, m.What, m.Harmless)
+		}
+	}
+	fmt.Printf("\n(%s)\n", time.Since(start).Round(time.Second))
+	if breakingCaught < breaking || pct(caught, total) < 90 {
+		return errors.New("below the goal: every guarantee-breaking mutation caught and at least 90% overall")
+	}
+	return nil
+}
+
+func pct(a, b int) float64 {
+	if b == 0 {
+		return 100
+	}
+	return 100 * float64(a) / float64(b)
+}
+
+// apply replaces the N-th (1-based; 0: the only) occurrence of Old.
+func (m mutation) apply(text string) (string, error) {
+	n := strings.Count(text, m.Old)
+	switch {
+	case n == 0:
+		return "", fmt.Errorf("%q not found in %s", m.Old, m.File)
+	case m.N == 0 && n > 1:
+		return "", fmt.Errorf("%q occurs %d times in %s; set N", m.Old, n, m.File)
+	case m.N > n:
+		return "", fmt.Errorf("occurrence %d of %q: %s has %d", m.N, m.Old, m.File, n)
+	}
+	at, k := 0, max(m.N, 1)
+	for i := 0; i < k; i++ {
+		j := strings.Index(text[at:], m.Old)
+		if i == k-1 {
+			at += j
+			break
+		}
+		at += j + len(m.Old)
+	}
+	return text[:at] + m.New + text[at+len(m.Old):], nil
+}
+
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && bytes.Contains(b, []byte("module github.com/leasehold/leasehold\n")) {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("run inside the leasehold module")
+		}
+		dir = parent
+	}
+}
+
+// copyModule copies the module's files (not .git, bin, nested modules).
+func copyModule(root, dst string) error {
+	return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		if d.IsDir() {
+			if rel != "." {
+				if strings.HasPrefix(d.Name(), ".") || d.Name() == "bin" || d.Name() == "node_modules" {
+					return filepath.SkipDir
+				}
+				if _, err := os.Stat(filepath.Join(path, "go.mod")); err == nil {
+					return filepath.SkipDir
+				}
+			}
+			return os.MkdirAll(filepath.Join(dst, rel), 0o755)
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dst, rel), b, 0o644)
+	})
+}
+
+func build(ctx context.Context, dir, out string) error {
+	cmd := exec.CommandContext(ctx, "go", "test", "-c", "-o", out, "./"+pkg)
+	cmd.Dir = dir
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%w\n%s", err, b)
+	}
+	return nil
+}
+
+var failRE = regexp.MustCompile(`(?m)^\s*--- FAIL: (\S+)`)
+
+// failing runs the checks and returns the tests that failed.
+func failing(ctx context.Context, dir, bin string) (map[string]bool, error) {
+	cmd := exec.CommandContext(ctx, bin, testArgs...)
+	cmd.Dir = filepath.Join(dir, filepath.FromSlash(pkg))
+	cmd.Env = append(os.Environ(), "MSSQL_URL=")
+	out, err := cmd.CombinedOutput()
+	fails := map[string]bool{}
+	for _, m := range failRE.FindAllStringSubmatch(string(out), -1) {
+		fails[m[1]] = true
+	}
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		return nil, err
+	}
+	if err != nil && len(fails) == 0 { // a panic or a build-time failure: count it
+		fails["(test binary failed: "+strings.TrimSpace(lastLine(string(out)))+")"] = true
+	}
+	return fails, nil
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
+
+func sortedKeys(m map[string]bool) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
