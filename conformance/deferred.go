@@ -22,6 +22,7 @@ type DeferredStore interface {
 	DispatchTriggerRequest(ctx context.Context, r episodes.TriggerRequest, lease time.Duration) (episodes.Dispatched, error)
 	ExpireTriggerRequests(ctx context.Context, q episodes.ExpireQuery) ([]episodes.Expired, error)
 	ListTriggerRequests(ctx context.Context, q episodes.RequestListQuery) ([]episodes.RequestInfo, error)
+	RetryEpisode(ctx context.Context, id int64, t claims.Token, r episodes.Retry) (episodes.Retried, error)
 }
 
 // DeferredBackend is what the deferred scenarios need from one isolated
@@ -267,6 +268,62 @@ func RunDeferred(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		reqs = claimRequests(t, b, "poller", "", "", 10)
 		require.Len(t, reqs, 1, "due now")
 		require.Equal(t, later.RequestID, reqs[0].ID)
+	})
+
+	t.Run("RetryMakesTheEpisodeAvailableAfterItsBackoff", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		for _, deferred := range []bool{false, true} { // with no request yet, and reusing its request
+			key := fmt.Sprintf("event:a:e:retry-%v", deferred)
+			var ep episodes.Episode
+			var c claims.Claim
+			if deferred {
+				d := deferEpisode(t, b, key, "", "")
+				reqs := claimRequests(t, b, "poller", "", "", 10)
+				require.Len(t, reqs, 1)
+				got, err := b.Store.DispatchTriggerRequest(ctx(t), reqs[0], time.Minute)
+				require.NoError(t, err)
+				ep, c = d.Episode, got.Claim
+			} else {
+				n := newEpisode(key)
+				n.ActorID, n.ExpectationID, n.Owner, n.Lease = "a", "e", "node-a", time.Minute
+				res, err := b.Store.CreateEpisode(ctx(t), n)
+				require.NoError(t, err)
+				ep, c = res.Episode, res.Claim
+			}
+			_, err := b.Store.StartEpisode(ctx(t), ep.ID, c.Token)
+			require.NoError(t, err)
+
+			stale := c.Token
+			stale.Fence++
+			_, err = b.Store.RetryEpisode(ctx(t), ep.ID, stale, episodes.Retry{ErrorClass: "error", Backoff: time.Hour})
+			require.ErrorIs(t, err, claims.ErrLeaseLost, "fenced: a retry from another grant changes nothing")
+
+			r, err := b.Store.RetryEpisode(ctx(t), ep.ID, c.Token, episodes.Retry{ErrorClass: "error",
+				ErrorDetail: []byte(`{"reason":"gateway timeout"}`), StepNo: 1, StepData: []byte(`{"error":"gateway timeout"}`),
+				Backoff: time.Hour})
+			require.NoError(t, err)
+			require.EqualValues(t, 1, r.Attempts)
+			got := get(t, EpisodesBackend{Store: b.Store}, ep.ID)
+			require.Equal(t, episodes.StatusQueued, got.Status)
+			require.Equal(t, "retrying", got.Phase)
+			require.EqualValues(t, 2, got.Attempt())
+			require.Equal(t, "error", got.ErrorClass)
+			_, err = b.Store.RetryEpisode(ctx(t), ep.ID, c.Token, episodes.Retry{Backoff: time.Hour})
+			require.ErrorIs(t, err, claims.ErrLeaseLost, "the claim was released: a second retry lands nothing")
+			require.Empty(t, claimRequests(t, b, "poller", "", "", 10), "not due for an hour")
+
+			b.AgeRequest(t, r.RequestID, time.Hour+time.Second)
+			reqs := claimRequests(t, b, "poller", "", "", 10)
+			require.Len(t, reqs, 1, "due: available to any poller")
+			require.Equal(t, r.RequestID, reqs[0].ID)
+			next, err := b.Store.DispatchTriggerRequest(ctx(t), reqs[0], time.Minute)
+			require.NoError(t, err)
+			require.Equal(t, c.Fence+1, next.Claim.Fence, "the next attempt holds a new grant")
+			steps, err := b.Store.ListSteps(ctx(t), ep.ID)
+			require.NoError(t, err)
+			require.Len(t, steps, 1, "the failed attempt is journaled")
+		}
 	})
 
 	t.Run("ExpiryCancelsUnclaimedEpisodesInScope", func(t *testing.T) {

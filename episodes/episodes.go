@@ -164,6 +164,29 @@ type Finish struct {
 	StepData json.RawMessage
 }
 
+// Retry is how a failed attempt that may run again ends (RetryEpisode):
+// its error is kept and journaled, and the episode is due again after
+// Backoff on the database clock.
+type Retry struct {
+	ErrorClass  string
+	ErrorDetail json.RawMessage
+	// StepNo > 0 journals the attempt's error (StepData) as a step, under
+	// the attempt's fence.
+	StepNo   int32
+	StepData json.RawMessage
+	// Backoff: the episode is due this long after the retry's statement,
+	// on the database clock. Millisecond precision.
+	Backoff time.Duration
+}
+
+// Retried is what RetryEpisode did: the episode is queued as attempt
+// Attempts + 1, with its trigger request due at RunAfter (database time).
+type Retried struct {
+	Attempts  int32
+	RequestID int64
+	RunAfter  time.Time
+}
+
 // ClaimState is the work-claim state written with the finish: done for a done
 // episode, failed otherwise.
 func (f Finish) ClaimState() string {

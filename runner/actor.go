@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math/rand/v2"
 	"time"
 
 	"github.com/leasehold/leasehold/claims"
@@ -39,6 +40,11 @@ type Expectation struct {
 	Recovery RecoveryPolicy
 	// Budget bounds each run. Zero fields are unlimited.
 	Budget Budget
+	// Retry says whether a strategy error runs the episode again. The zero
+	// value retries nothing: an error fails the episode at once, as
+	// recovery's default fails an orphan. Panics, an exhausted budget and
+	// errors marked Permanent always fail at once.
+	Retry RetryPolicy
 	// MaxAttempts bounds the attempts (runs) of each episode: the first
 	// run is attempt 1 and each restart by recovery starts the next; a
 	// recovery that would start attempt MaxAttempts+1 fails the episode
@@ -88,6 +94,55 @@ const (
 	RecoveryFail    RecoveryPolicy = "fail"
 	RecoveryRestart RecoveryPolicy = "restart"
 )
+
+// RetryPolicy runs an episode again after a strategy error, as its next
+// attempt, until the expectation's MaxAttempts (which crash recovery counts
+// the same way): the failed attempt ends in one fenced statement
+// (RetryEpisode) that keeps and journals its error, releases the claim and
+// makes the episode available again after a backoff on the database clock,
+// so whichever full node has a free slot then runs it. Set it only for
+// strategies that are safe to run again from Init (as for RecoveryRestart):
+// a payment strategy should pass an idempotency key derived from the
+// episode, and mark declines Permanent.
+type RetryPolicy struct {
+	// Backoff is the wait before attempt 2; each later attempt waits twice
+	// the previous one, at most MaxBackoff, with ±20% random jitter so
+	// retries of many episodes spread out. Zero: no retries.
+	Backoff time.Duration
+	// MaxBackoff caps the wait. Default 1 hour.
+	MaxBackoff time.Duration
+}
+
+// wait returns the backoff after attempt failed (1 for the first run).
+func (p RetryPolicy) wait(attempt int32) time.Duration {
+	d := p.Backoff
+	for i := int32(1); i < attempt && d < p.MaxBackoff; i++ {
+		d *= 2
+	}
+	d = min(d, p.MaxBackoff)
+	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
+}
+
+// Permanent marks err as permanent: the episode fails at once, whatever its
+// expectation's RetryPolicy (a declined card, a validation error).
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err: err}
+}
+
+// IsPermanent reports whether err (or an error it wraps) was marked by
+// Permanent.
+func IsPermanent(err error) bool {
+	var p *permanentError
+	return errors.As(err, &p)
+}
+
+type permanentError struct{ err error }
+
+func (p *permanentError) Error() string { return p.err.Error() }
+func (p *permanentError) Unwrap() error { return p.err }
 
 // Budget bounds one run of an episode.
 type Budget struct {

@@ -7,22 +7,32 @@
 //	trigger on N nodes
 //	   │  (schedule ticks: random jitter, default 0–200 ms, spreads the winners;
 //	   │   Fire: none unless Config.EventJitter)
+//	   ├─ FireOptions.Delay, trigger_only here, or no free slot here ─────┐
+//	   ▼  (a free slot is reserved first)                                 ▼
+//	CreateEpisode ── no row ──► duplicate        CreateDeferredEpisode ── no row ──► duplicate
+//	   │ one node's insert wins (filtered unique    │ episode queued, unclaimed, and its
+//	   │ index on dedupe_key), and the same         │ trigger request pending, due at
+//	   │ statement grants it the work claim         │ run_after (database clock): AVAILABLE
+//	   │ (its dedupe key, or episode:{id}): no      ▼
+//	   │ crash leaves it queued without an owner  ClaimTriggerRequests on any full node
+//	   │                                            │ with a free slot (SKIP LOCKED / READPAST;
+//	   │                                            │ due only; at most its free slots),
+//	   │                                            ▼ woken by NOTIFY or a slot freeing
+//	   │                                          DispatchTriggerRequest (fenced on the
+//	   │                                            │ request claim): the work claim granted
+//	   ▼                                            ▼ to that node, fence + 1
+//	queued, claim held by this node (a slot's, or its slot queue's: recovered
+//	   │    work, a dispatch that lost the race for the last slot, or Poll.Disabled)
 //	   ▼
-//	CreateEpisode ── no row ──► duplicate: silent skip (episode.duplicate)
-//	   │ one node's insert wins (filtered unique index on dedupe_key), and the
-//	   │ same statement grants it the episode's work claim (its dedupe key, or
-//	   │ episode:{id}): no crash can leave it queued without an owner
-//	   ▼
-//	queued, claim held by this node, renewed by the node heartbeat while it
-//	   │    waits for a slot
-//	   │ a slot of the actor frees (max concurrent, FIFO)
-//	   ▼
-//	StartEpisode  (fenced: queued → running, owner_node = this node)
-//	   │
+//	StartEpisode  (fenced: queued → running, owner_node = this node; refuses a
+//	   │           grant already expired on the database clock)
 //	   ▼
 //	Init, then Step … each step: AppendStep (fenced; refreshes last_step_at)
 //	   │
 //	   ├─ Done ─────────────► FinishEpisode status done,     claim done
+//	   ├─ error, retries ───► RetryEpisode (fenced): claim released, the error journaled,
+//	   │   left (RetryPolicy)  episode queued as its next attempt, its request pending
+//	   │                       at now() + backoff: AVAILABLE again, as above
 //	   ├─ error / panic ────► FinishEpisode status failed,   class error | panic
 //	   ├─ budget ───────────► FinishEpisode status failed,   class budget_exceeded
 //	   ├─ Node.Cancel ──────► FinishEpisode status canceled, class canceled
@@ -31,6 +41,10 @@
 //	                          ones at once, in one statement): the episode stays
 //	                          running (or queued) for recovery, and any node takes
 //	                          it at once
+//
+// Attempts: the first run is attempt 1; a restart by recovery or a retry
+// starts the next; MaxAttempts bounds both (episodes.Episode.Attempt).
+// Permanent errors, panics and exhausted budgets never retry.
 //
 // FinishEpisode writes the episode's terminal status and the claim's final
 // state in one statement, so neither lands without the other.

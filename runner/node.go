@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,6 +34,7 @@ const (
 	EventReleased  = "episode.released"   // handed over on stop; still running for recovery
 	EventDeferred  = "episode.deferred"   // episode and trigger request written: trigger_only, delayed, or overflow
 	EventOverflow  = "episode.overflow"   // no free slot here: the episode is created available to the cluster
+	EventRetrying  = "episode.retrying"   // an attempt failed and may run again: available after its backoff (Attempt: the failed one)
 	// Trigger-request poller (full nodes).
 	EventRequestDispatched = "trigger_request.dispatched" // claimed and handed to a local run
 	EventRequestSkipped    = "trigger_request.skipped"    // completed, but the episode was not ours to run
@@ -58,6 +60,10 @@ type Store interface {
 	StartEpisode(ctx context.Context, id int64, t claims.Token) (nextStep int32, err error)
 	AppendStep(ctx context.Context, id int64, t claims.Token, stepNo int32, data json.RawMessage, lease time.Duration) error
 	FinishEpisode(ctx context.Context, id int64, t claims.Token, f episodes.Finish) error
+	// RetryEpisode ends a failed attempt that may run again: fenced, it
+	// keeps and journals the error, releases the claim and makes the
+	// episode available after the backoff (database clock).
+	RetryEpisode(ctx context.Context, id int64, t claims.Token, r episodes.Retry) (episodes.Retried, error)
 	GetEpisode(ctx context.Context, id int64) (episodes.Episode, error)
 
 	// Deferred execution (trigger_only nodes write, full nodes poll).
@@ -403,6 +409,7 @@ func (n *Node) Register(a Actor) error {
 	if _, dup := n.actors[a.ID]; dup {
 		return fmt.Errorf("%w: actor %q registered twice", ErrInvalid, a.ID)
 	}
+	a.Expectations = slices.Clone(a.Expectations) // the defaults below never touch the caller's
 	as := &actorState{actor: a, exps: map[string]*Expectation{}}
 	for i := range a.Expectations {
 		e := &a.Expectations[i]
@@ -411,6 +418,13 @@ func (n *Node) Register(a Actor) error {
 		}
 		if e.MaxAttempts == 0 {
 			e.MaxAttempts = 3
+		}
+		if e.Retry.Backoff > 0 && e.Retry.MaxBackoff == 0 {
+			e.Retry.MaxBackoff = time.Hour
+		}
+		if e.Retry.Backoff > 0 && n.cfg.Poll.Disabled {
+			return fmt.Errorf("%w: actor %q: expectation %q retries, which needs the trigger-request poller "+
+				"(a retried episode is available to any polling node); this node's Poll.Disabled is set", ErrInvalid, a.ID, e.ID)
 		}
 		as.exps[e.ID] = e
 	}

@@ -25,6 +25,7 @@ type job struct {
 	claim  claims.Claim
 	ctx    context.Context
 	unhold func()
+	run    *Run // once started
 }
 
 // executor runs one actor's episodes, at most max at once on this node, the
@@ -175,6 +176,7 @@ func (n *Node) execute(j *job) {
 	n.emit(ctx, telemetry.Event{Name: EventStarted, Key: j.claim.Key, Owner: n.id, Fence: j.claim.Fence, Attempt: j.ep.Attempt()})
 
 	run := &Run{Episode: j.ep, Attempt: j.ep.Attempt(), StepNo: next, token: j.claim.Token}
+	j.run = run
 	run.Episode.Status, run.Episode.OwnerNode = episodes.StatusRunning, n.id
 	if w := j.exp.Budget.MaxWall; w > 0 {
 		var cancelWall context.CancelFunc
@@ -278,8 +280,41 @@ func (n *Node) end(ctx context.Context, j *job, err error) {
 		f := failure(episodes.ClassPanic, fmt.Sprint(p.value))
 		f.ErrorDetail = mustJSON(map[string]string{"panic": fmt.Sprint(p.value), "stack": string(p.stack)})
 		n.finish(ctx, j, f)
+	case j.exp.Retry.Backoff > 0 && !IsPermanent(err) && j.ep.Attempt() < j.ep.MaxAttempts:
+		n.retryAttempt(ctx, j, err)
 	default:
 		n.finish(ctx, j, failure(episodes.ClassError, err.Error()))
+	}
+}
+
+// retryAttempt ends j's failed attempt with one fenced statement (RetryEpisode):
+// its error kept and journaled, the claim released, the episode available
+// again after the backoff, as its next attempt, to any node with a slot.
+func (n *Node) retryAttempt(ctx context.Context, j *job, cause error) {
+	attempt, backoff := j.ep.Attempt(), j.exp.Retry.wait(j.ep.Attempt())
+	r := episodes.Retry{ErrorClass: episodes.ClassError, Backoff: backoff,
+		ErrorDetail: mustJSON(map[string]any{"reason": cause.Error(), "attempt": attempt})}
+	if j.run != nil {
+		r.StepNo = j.run.StepNo
+		r.StepData = mustJSON(map[string]any{"attempt": attempt, "error": cause.Error(), "retry_in_ms": backoff.Milliseconds()})
+	}
+	var res episodes.Retried
+	err := n.retrying(j, func(ctx context.Context) (err error) {
+		res, err = n.store.RetryEpisode(ctx, j.ep.ID, j.claim.Token, r)
+		return err
+	})
+	switch {
+	case errors.Is(err, claims.ErrLeaseLost):
+		n.emit(ctx, telemetry.Event{Name: EventLeaseLost, Key: j.claim.Key, Owner: n.id, Fence: j.claim.Fence, Err: err})
+	case err != nil:
+		// The claim stays claimed and expires; recovery resolves the episode.
+		n.log.ErrorContext(ctx, "leasehold: retry write failed", slog.Int64("episode", j.ep.ID), slog.Any("error", err))
+	default:
+		n.emit(ctx, telemetry.Event{Name: EventRetrying, Key: j.claim.Key, Owner: n.id, Fence: j.claim.Fence,
+			Attempt: attempt, Err: cause, Counts: map[string]int{"retry_in_ms": int(backoff.Milliseconds())}})
+		n.log.InfoContext(ctx, "leasehold: attempt failed; retrying", slog.Int64("episode", j.ep.ID),
+			slog.Int("attempt", int(attempt)), slog.Int("next_attempt", int(res.Attempts)+1),
+			slog.Time("due", res.RunAfter), slog.Any("error", cause))
 	}
 }
 

@@ -117,6 +117,10 @@ func (e Expectation) validate() error {
 		return fmt.Errorf("%w: expectation %q: negative budget", ErrInvalid, e.ID)
 	case e.MaxAttempts < 0:
 		return fmt.Errorf("%w: expectation %q: negative max attempts", ErrInvalid, e.ID)
+	case e.Retry.Backoff < 0 || e.Retry.MaxBackoff < 0:
+		return fmt.Errorf("%w: expectation %q: negative retry backoff", ErrInvalid, e.ID)
+	case e.Retry.MaxBackoff > 0 && e.Retry.MaxBackoff < e.Retry.Backoff:
+		return fmt.Errorf("%w: expectation %q: retry max backoff %v is under the backoff %v", ErrInvalid, e.ID, e.Retry.MaxBackoff, e.Retry.Backoff)
 	}
 	switch e.Recovery {
 	case "", RecoveryFail, RecoveryRestart:

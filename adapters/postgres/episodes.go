@@ -80,6 +80,26 @@ func (s *Store) FinishEpisode(ctx context.Context, id int64, t claims.Token, f e
 	return episodeFenced("FinishEpisode", err)
 }
 
+// RetryEpisode runs RetryEpisode; claims.ErrLeaseLost (episodes.ErrLeaseLost)
+// when the grant no longer holds the claim.
+func (s *Store) RetryEpisode(ctx context.Context, id int64, t claims.Token, r episodes.Retry) (episodes.Retried, error) {
+	row, err := s.q.RetryEpisode(ctx, s.conn, db.RetryEpisodeParams{
+		ErrorDetail: r.ErrorDetail,
+		ClaimKey:    t.Key,
+		OwnerNode:   t.Owner,
+		Fence:       t.Fence,
+		ID:          id,
+		StepNo:      r.StepNo,
+		StepData:    r.StepData,
+		ErrorClass:  nullable(r.ErrorClass),
+		BackoffMs:   r.Backoff.Milliseconds(),
+	})
+	if err := episodeFenced("RetryEpisode", err); err != nil {
+		return episodes.Retried{}, err
+	}
+	return episodes.Retried{Attempts: row.Attempts, RequestID: row.RequestID, RunAfter: row.RunAfter}, nil
+}
+
 // GetEpisode runs GetEpisode.
 func (s *Store) GetEpisode(ctx context.Context, id int64) (episodes.Episode, error) {
 	r, err := s.q.GetEpisode(ctx, s.conn, id)

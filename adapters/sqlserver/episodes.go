@@ -104,6 +104,28 @@ func (s *Store) FinishEpisode(ctx context.Context, id int64, t claims.Token, f e
 	).Scan(&got))
 }
 
+// RetryEpisode runs RetryEpisode; claims.ErrLeaseLost when the grant no
+// longer holds the claim.
+func (s *Store) RetryEpisode(ctx context.Context, id int64, t claims.Token, r episodes.Retry) (episodes.Retried, error) {
+	var out episodes.Retried
+	var got int64
+	err := episodeFenced(s.queryRow(ctx, "RetryEpisode",
+		sql.Named("error_detail", jsonArg(r.ErrorDetail)),
+		sql.Named("claim_key", t.Key),
+		sql.Named("owner_node", t.Owner),
+		sql.Named("fence", t.Fence),
+		sql.Named("id", id),
+		sql.Named("step_no", r.StepNo),
+		sql.Named("step_data", jsonArg(r.StepData)),
+		sql.Named("error_class", nullString(r.ErrorClass)),
+		sql.Named("backoff_ms", r.Backoff.Milliseconds()),
+	).Scan(&got, &out.Attempts, &out.RequestID, &out.RunAfter))
+	if err != nil {
+		return episodes.Retried{}, err
+	}
+	return out, nil
+}
+
 // GetEpisode runs GetEpisode.
 func (s *Store) GetEpisode(ctx context.Context, id int64) (episodes.Episode, error) {
 	var (

@@ -190,6 +190,7 @@ var resultColumns = map[string][]string{
 	"StartEpisode":  {"id", "next_step_no"},
 	"AppendStep":    {"step_no"},
 	"FinishEpisode": {"id"},
+	"RetryEpisode":  {"id", "attempts", "request_id", "run_after"},
 	"GetEpisode": {
 		"id", "actor_id", "expectation_id", "trigger_type", "trigger_ref", "dedupe_key",
 		"status", "phase", "attempts", "max_attempts", "budget", "source_stack", "source_env",

@@ -402,6 +402,7 @@ func TestUnitParamsMatchPostgres(t *testing.T) {
 	_, _ = s.StartEpisode(ctx, 1, tk)
 	_ = s.AppendStep(ctx, 1, tk, 2, json.RawMessage(`{}`), time.Second)
 	_ = s.FinishEpisode(ctx, 1, tk, episodes.Finish{Status: episodes.StatusDone})
+	_, _ = s.RetryEpisode(ctx, 1, tk, episodes.Retry{ErrorClass: "error", Backoff: time.Second})
 	_, _ = s.GetEpisode(ctx, 1)
 	_, _ = s.ListSteps(ctx, 1)
 	_, _ = s.ListOrphans(ctx, episodes.OrphanQuery{Limit: 5})
@@ -453,7 +454,7 @@ func TestUnitParamsMatchPostgres(t *testing.T) {
 		"expired_only": false, "stale_only": false, "all_envs": false, "draining": false, "parked_only": false,
 		"retention_ms": int64(0), "horizon_ms": int64(0),
 		"instance_id": int64(0), "new_episode_id": int64(0), "from_episode_id": int64(0),
-		"bound_ms": int64(0), "delay_ms": int64(0),
+		"bound_ms": int64(0), "delay_ms": int64(0), "backoff_ms": int64(0),
 	}
 	require.ElementsMatch(t, slices.Collect(maps.Keys(resultColumns)), slices.Collect(maps.Keys(f.params)), "every statement ran")
 	// The bounds travel in the batch they top, with the Postgres bound's

@@ -180,6 +180,77 @@ WHERE e.id = sqlc.arg(id)
   AND EXISTS (SELECT 1 FROM claim)
 RETURNING e.id;
 
+-- name: RetryEpisode :one
+-- Ends a failed attempt that may run again, in one statement: the claim is
+-- released, the attempt's error is journaled (step_no, step_data) and kept
+-- on the episode (error_class, error_detail), the episode is queued again
+-- as its next attempt (attempts + 1, phase retrying, no owner), and its
+-- trigger request is made pending, due at now() + backoff_ms on the
+-- database clock, so whichever full node has a free slot for the actor then
+-- takes it (ClaimTriggerRequests, DispatchTriggerRequest). The dedupe key
+-- stays with the episode: the same trigger fired meanwhile is a duplicate.
+--
+-- Guarantee: fenced like FinishEpisode; the claim UPDATE matches only the
+-- caller's live grant, and everything else runs only if it did. A retry from
+-- a grant that was stolen, or a duplicate, changes nothing (no row back).
+-- The request row is unique per episode: an episode that came through a
+-- request reuses it (its fence, which pollers' hand-overs are conditioned
+-- on, is kept), one that did not gets one.
+WITH claim AS (
+    UPDATE leasehold_work_claims AS c
+    SET state        = 'released',
+        finished_at  = now(),
+        lease_until  = now(),
+        error_detail = sqlc.narg(error_detail)
+    WHERE c.dedupe_key = sqlc.arg(claim_key)
+      AND c.owner_node = sqlc.arg(owner_node)
+      AND c.fence = sqlc.arg(fence)
+      AND c.state = 'claimed'
+      AND EXISTS (SELECT 1 FROM leasehold_episodes AS r
+                  WHERE r.id = sqlc.arg(id) AND r.status IN ('queued', 'running'))
+    RETURNING c.dedupe_key
+), step AS (
+    INSERT INTO leasehold_episode_steps (episode_id, step_no, fence, data)
+    SELECT sqlc.arg(id), sqlc.arg(step_no)::integer, sqlc.arg(fence), sqlc.narg(step_data)::jsonb
+    FROM claim
+    WHERE sqlc.arg(step_no)::integer > 0
+    RETURNING 1
+), episode AS (
+    UPDATE leasehold_episodes AS e
+    SET status       = 'queued',
+        phase        = 'retrying',
+        attempts     = e.attempts + 1,
+        owner_node   = NULL,
+        error_class  = sqlc.narg(error_class),
+        error_detail = sqlc.narg(error_detail),
+        last_step_at = now()
+    WHERE e.id = sqlc.arg(id)
+      AND e.status IN ('queued', 'running')
+      AND EXISTS (SELECT 1 FROM claim)
+    RETURNING e.id, e.actor_id, e.expectation_id, e.source_stack, e.source_env, e.attempts
+), request AS (
+    INSERT INTO leasehold_trigger_requests AS t (
+        episode_id, actor_id, expectation_id, source_node, source_stack,
+        source_env, status, created_at, run_after
+    )
+    SELECT episode.id, episode.actor_id, episode.expectation_id, sqlc.arg(owner_node)::text,
+        episode.source_stack, episode.source_env, 'pending', now(),
+        now() + (sqlc.arg(backoff_ms)::bigint * interval '1 millisecond')
+    FROM episode
+    ON CONFLICT (episode_id) DO UPDATE SET
+        status      = 'pending',
+        source_node = excluded.source_node,
+        claimed_by  = NULL,
+        claimed_at  = NULL,
+        claim_until = NULL,
+        finished_at = NULL,
+        run_after   = excluded.run_after
+    RETURNING t.id, t.run_after
+)
+SELECT episode.id, episode.attempts, request.id AS request_id, request.run_after
+FROM episode
+JOIN request ON true;
+
 -- name: GetEpisode :one
 SELECT id, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key,
     status, phase, attempts, max_attempts, budget, source_stack, source_env,

@@ -324,6 +324,108 @@ ELSE
 
 SELECT id FROM @finished;
 
+-- name: RetryEpisode :one
+-- Ends a failed attempt that may run again, in one transaction: the claim
+-- is released, the attempt's error is journaled (@step_no, @step_data) and
+-- kept on the episode, the episode is queued again as its next attempt
+-- (attempts + 1, phase retrying, no owner), and its trigger request is made
+-- pending, due at SYSUTCDATETIME() + @backoff_ms (split into seconds and
+-- milliseconds so a backoff of more than 24.8 days does not overflow
+-- DATEADD's int), so whichever full node has a free slot then takes it. The
+-- dedupe key stays with the episode.
+--
+-- Guarantee: fenced like FinishEpisode; the claim UPDATE matches only the
+-- caller's live grant and every later write depends on its OUTPUT; the batch
+-- commits only if the episode was requeued, so nothing lands alone. A retry
+-- from a stolen grant, or a duplicate, changes nothing (empty result).
+--
+-- Hints: UPDLOCK, ROWLOCK on the claim UPDATE, as in FinishEpisode (held to
+-- COMMIT: no steal can come between the writes); UPDLOCK, HOLDLOCK on the
+-- request UPDATE, so the key (present or absent) stays update-locked and
+-- the INSERT runs only when the episode has no request row (unique per
+-- episode: a second writer waits, then updates). Lock order: claim,
+-- episode, request, as in DispatchTriggerRequest's writers.
+SET NOCOUNT ON;
+SET XACT_ABORT ON;
+DECLARE @claim TABLE (dedupe_key nvarchar(512) NOT NULL);
+DECLARE @episode TABLE (
+    id             bigint        NOT NULL,
+    actor_id       nvarchar(255) NOT NULL,
+    expectation_id nvarchar(255) NOT NULL,
+    source_stack   nvarchar(255) NOT NULL,
+    source_env     nvarchar(255) NOT NULL,
+    attempts       int           NOT NULL
+);
+DECLARE @request TABLE (id bigint NOT NULL, run_after datetime2(6) NOT NULL);
+
+BEGIN TRANSACTION;
+
+UPDATE leasehold_work_claims WITH (UPDLOCK, ROWLOCK)
+SET state        = N'released',
+    finished_at  = SYSUTCDATETIME(),
+    lease_until  = SYSUTCDATETIME(),
+    error_detail = @error_detail
+OUTPUT inserted.dedupe_key INTO @claim
+WHERE dedupe_key = @claim_key
+  AND owner_node = @owner_node
+  AND fence = @fence
+  AND state = N'claimed'
+  AND EXISTS (SELECT 1 FROM leasehold_episodes AS r
+              WHERE r.id = @id AND r.status IN (N'queued', N'running'));
+
+INSERT INTO leasehold_episode_steps (episode_id, step_no, fence, data)
+SELECT @id, @step_no, @fence, @step_data
+FROM @claim
+WHERE @step_no > 0;
+
+UPDATE leasehold_episodes
+SET status       = N'queued',
+    phase        = N'retrying',
+    attempts     = attempts + 1,
+    owner_node   = NULL,
+    error_class  = @error_class,
+    error_detail = @error_detail,
+    last_step_at = SYSUTCDATETIME()
+OUTPUT inserted.id, inserted.actor_id, inserted.expectation_id, inserted.source_stack,
+    inserted.source_env, inserted.attempts INTO @episode
+WHERE id = @id
+  AND status IN (N'queued', N'running')
+  AND EXISTS (SELECT 1 FROM @claim);
+
+UPDATE t
+SET status      = N'pending',
+    source_node = @owner_node,
+    claimed_by  = NULL,
+    claimed_at  = NULL,
+    claim_until = NULL,
+    finished_at = NULL,
+    run_after   = DATEADD(second, CAST(@backoff_ms / 1000 AS int),
+                      DATEADD(millisecond, CAST(@backoff_ms % 1000 AS int), SYSUTCDATETIME()))
+OUTPUT inserted.id, inserted.run_after INTO @request
+FROM leasehold_trigger_requests AS t WITH (UPDLOCK, HOLDLOCK)
+JOIN @episode AS e ON t.episode_id = e.id;
+
+IF @@ROWCOUNT = 0
+    INSERT INTO leasehold_trigger_requests (
+        episode_id, actor_id, expectation_id, source_node, source_stack,
+        source_env, status, created_at, run_after
+    )
+    OUTPUT inserted.id, inserted.run_after INTO @request
+    SELECT e.id, e.actor_id, e.expectation_id, @owner_node, e.source_stack,
+        e.source_env, N'pending', SYSUTCDATETIME(),
+        DATEADD(second, CAST(@backoff_ms / 1000 AS int),
+            DATEADD(millisecond, CAST(@backoff_ms % 1000 AS int), SYSUTCDATETIME()))
+    FROM @episode AS e;
+
+IF EXISTS (SELECT 1 FROM @request)
+    COMMIT TRANSACTION;
+ELSE
+    ROLLBACK TRANSACTION;
+
+SELECT e.id, e.attempts, r.id AS request_id, r.run_after
+FROM @episode AS e
+CROSS JOIN @request AS r;
+
 -- name: GetEpisode :one
 SELECT id, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key,
     status, phase, attempts, max_attempts, budget, source_stack, source_env,
