@@ -312,6 +312,14 @@ func RunDeferred(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 			_, err = b.Store.RetryEpisode(ctx(t), ep.ID, c.Token, episodes.Retry{Backoff: time.Hour})
 			require.ErrorIs(t, err, claims.ErrLeaseLost, "the claim was released: a second retry lands nothing")
 			require.Empty(t, claimRequests(t, b, "poller", "", "", 10), "not due for an hour")
+			// Its claim is released, but it is available work, the pollers':
+			// recovery neither lists nor takes it (that would skip the
+			// backoff and count the attempt twice).
+			list, err := b.Store.ListOrphans(ctx(t), episodes.OrphanQuery{StaleAfter: time.Minute, Limit: 10})
+			require.NoError(t, err)
+			require.Empty(t, list)
+			_, _, err = b.Store.ClaimForRecovery(ctx(t), ep.ID, "sweeper", time.Minute, time.Minute)
+			require.ErrorIs(t, err, claims.ErrBusy)
 
 			b.AgeRequest(t, r.RequestID, time.Hour+time.Second)
 			reqs := claimRequests(t, b, "poller", "", "", 10)

@@ -29,9 +29,8 @@ WITH claim_row AS (
             AND coalesce(e.last_step_at, e.started_at, e.created_at)
                 < now() - ($2::bigint * interval '1 millisecond'))
       )
-      AND NOT (EXISTS (SELECT 1 FROM claim_row WHERE claim_row.state IN ('done', 'failed'))
-               AND EXISTS (SELECT 1 FROM leasehold_trigger_requests AS r
-                           WHERE r.episode_id = e.id AND r.status IN ('pending', 'claimed')))
+      AND NOT EXISTS (SELECT 1 FROM leasehold_trigger_requests AS r
+                      WHERE r.episode_id = e.id AND r.status IN ('pending', 'claimed'))
     FOR UPDATE
 ), grant_row AS (
     INSERT INTO leasehold_work_claims AS c (
@@ -115,12 +114,12 @@ type ClaimForRecoveryRow struct {
 //   - claim_row locks the episode's claim row (FOR UPDATE waits for a writer
 //     in progress, then reads its committed version);
 //   - orphan locks the episode row and re-checks it is still running or
-//     queued and not archived: a zombie that finished the episode while this
-//     statement waited made it terminal, and nothing is granted;
+//     queued, not archived, and has no open trigger request (available work
+//     is the pollers'; see above): a zombie that finished the episode while
+//     this statement waited made it terminal, and nothing is granted;
 //   - the claim upsert takes over only a grant nobody can still use: an
 //     expired or released one, or a done or failed one of a non-terminal
-//     episode (finished by another grant of the key; see above) that has no
-//     open trigger request. A second sweeper, or the original owner whose
+//     episode (finished by another grant of the key; see above). A second sweeper, or the original owner whose
 //     journal writes extend its lease, makes it match nothing; an episode
 //     already being recovered holds a live lease and is excluded the same
 //     way. A claim-less episode must still be stale here.
@@ -204,11 +203,10 @@ WHERE e.status = 'running'
   AND CASE
         WHEN c.dedupe_key IS NULL THEN coalesce(e.last_step_at, e.started_at, e.created_at)
             < now() - ($4::bigint * interval '1 millisecond')
-        ELSE (c.state = 'claimed' AND c.lease_until <= now()) OR c.state = 'released'
-            OR (c.state IN ('done', 'failed')
-                AND NOT EXISTS (SELECT 1 FROM leasehold_trigger_requests AS r
-                                WHERE r.episode_id = e.id AND r.status IN ('pending', 'claimed')))
+        ELSE (c.state = 'claimed' AND c.lease_until <= now()) OR c.state IN ('released', 'done', 'failed')
       END
+  AND NOT EXISTS (SELECT 1 FROM leasehold_trigger_requests AS r
+                  WHERE r.episode_id = e.id AND r.status IN ('pending', 'claimed'))
 UNION ALL
 SELECT e.id, e.actor_id, e.expectation_id, e.status, e.dedupe_key, e.attempts,
     e.max_attempts, e.source_stack, e.source_env, e.owner_node,
@@ -228,10 +226,9 @@ WHERE e.status = 'queued'
   AND e.archived_at IS NULL
   AND ($2::text = '' OR e.source_stack IN ($2::text, ''))
   AND e.source_env = $3::text
-  AND ((c.state = 'claimed' AND c.lease_until <= now()) OR c.state = 'released'
-       OR (c.state IN ('done', 'failed')
-           AND NOT EXISTS (SELECT 1 FROM leasehold_trigger_requests AS r
-                           WHERE r.episode_id = e.id AND r.status IN ('pending', 'claimed'))))
+  AND ((c.state = 'claimed' AND c.lease_until <= now()) OR c.state IN ('released', 'done', 'failed'))
+  AND NOT EXISTS (SELECT 1 FROM leasehold_trigger_requests AS r
+                  WHERE r.episode_id = e.id AND r.status IN ('pending', 'claimed'))
 LIMIT $1::integer
 `
 
@@ -274,9 +271,13 @@ type ListOrphanedEpisodesRow struct {
 //     same key (a direct claims user that held the key when the episode was
 //     created, or stole it later) and nobody will ever finish the episode:
 //     without this rule it would stay queued for ever and block its trigger.
-//     Excluded: an episode with an open trigger request, which is a deferred
-//     episode reusing an archived episode's key and belongs to the pollers.
 //
+// Never an orphan, whatever its claim: an episode with an open trigger
+// request (pending or claimed). It is available work that belongs to the
+// pollers: a deferred or overflowing episode (perhaps reusing an archived
+// episode's key, whose claim is done), or one a failed attempt requeued
+// (RetryEpisode released its claim and made it due after its backoff;
+// recovery taking it would skip the backoff and count the attempt twice).
 // All cut-offs are computed from now(), the database clock.
 //
 // Scope: a sweep sees its own stack plus unstamped rows (source_stack = ”),

@@ -14,6 +14,9 @@
 //	running or queued, claim done or failed            -> orphan: another grant of the key
 //	  (no open trigger request)                           finished the claim, not the episode
 //	queued, claim live                                 -> waiting for a slot; never touched
+//	any, with an open trigger request                  -> available work (deferred, overflowing,
+//	                                                      or a retry waiting out its backoff):
+//	                                                      the pollers'; never touched
 //	running, claim live (however old its last step)    -> alive; never touched
 //
 // Every node lists the same orphans, shuffles them (so the wins spread over

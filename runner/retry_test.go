@@ -32,13 +32,12 @@ func retryCluster(t *testing.T, s runner.Strategy, maxAttempts int32) (nodetest.
 }
 
 // due makes the episode's retry due now (backdating run_after, no
-// sleeping) and has the node poll for it.
+// sleeping) and wakes the node's poller, which takes it (the caller waits
+// for what the next attempt does).
 func due(t *testing.T, c nodetest.Cluster, id int64) {
 	t.Helper()
 	pgExec(t, c, `UPDATE leasehold_trigger_requests SET run_after = now() WHERE episode_id = $1`, id)
-	n, err := c.Nodes[0].PollOnce(context.Background())
-	require.NoError(t, err)
-	require.Equal(t, 1, n)
+	c.Nodes[0].PollNow()
 }
 
 // An error on attempts 1 and 2, success on 3: one episode, done, each

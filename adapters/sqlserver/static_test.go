@@ -673,28 +673,33 @@ func TestStaticStartEpisodeLiveLease(t *testing.T) {
 }
 
 // TestStaticRecoveryOrphanRules: recovery treats a non-terminal episode
-// whose claim is done or failed as orphaned only when the episode has no
-// open trigger request (item 7 of issue 14), in both branches of
-// ListOrphanedEpisodes and in ClaimForRecovery; and ClaimForRecovery keeps
-// the re-check that stops it from reopening work finished meanwhile: the
-// claim UPDATE first, then the episode UPDATE on status running or queued
-// and not archived, and a ROLLBACK.
+// whose claim is done or failed as orphaned (item 7 of issue 14), never an
+// episode with an open trigger request (available work: the pollers'), in
+// both branches of ListOrphanedEpisodes and in ClaimForRecovery; and
+// ClaimForRecovery keeps the re-check that stops it from reopening work
+// finished meanwhile: the claim UPDATE first, then the episode UPDATE on
+// status running or queued and not archived, and a ROLLBACK.
 func TestStaticRecoveryOrphanRules(t *testing.T) {
 	t.Parallel()
 
 	qs := sqlServerQueries(t)
 	t.Run("ListOrphanedEpisodes", func(t *testing.T) {
-		var n int
-		walkParents(mustParse(t, qs["ListOrphanedEpisodes"].SQL), nil, func(in node, parents []node) {
-			if !isFinishedClaimTest(in) {
-				return
+		var finished, excluded int
+		walk(mustParse(t, qs["ListOrphanedEpisodes"].SQL), func(n node) {
+			if getString(n, "$type") == "InPredicate" && get(n, "NotDefined") != true && isColumn(get(n, "Expression"), "state") &&
+				slices.Contains(stringValues(getList(n, "Values")), "done") && slices.Contains(stringValues(getList(n, "Values")), "failed") {
+				finished++
 			}
-			n++
-			require.True(t, slices.ContainsFunc(andSiblings(in, parents), func(c any) bool {
-				return getString(c, "$type") == "BooleanNotExpression" && isOpenRequestProbe(get(c, "Expression"))
-			}), "claim_state done/failed without AND NOT EXISTS (an open trigger request)")
+			if getString(n, "$type") == "QuerySpecification" {
+				if slices.ContainsFunc(conjuncts(get(n, "WhereClause", "SearchCondition")), func(c any) bool {
+					return getString(c, "$type") == "BooleanNotExpression" && isOpenRequestProbe(get(c, "Expression"))
+				}) {
+					excluded++
+				}
+			}
 		})
-		require.Equal(t, 2, n, "the done/failed rule in both branches (running, queued)")
+		require.Equal(t, 2, finished, "the done/failed rule in both branches (running, queued)")
+		require.Equal(t, 2, excluded, "both branches exclude, at top level, episodes with an open trigger request")
 	})
 
 	t.Run("ClaimForRecovery", func(t *testing.T) {
@@ -721,6 +726,20 @@ func TestStaticRecoveryOrphanRules(t *testing.T) {
 				require.Equal(t, "1", getString(n, "Value", "Value"), "the variable starts at 1: open, nothing taken over")
 			}
 		})
+		// The takeover runs only under IF ... AND @open_request = 0.
+		var guarded bool
+		walk(tree, func(n node) {
+			if getString(n, "$type") != "IfStatement" {
+				return
+			}
+			if slices.ContainsFunc(conjuncts(get(n, "Predicate")), func(c any) bool {
+				return getString(c, "ComparisonType") == "Equals" && openVars[strings.ToLower(getString(c, "FirstExpression", "Name"))] &&
+					getString(c, "SecondExpression", "Value") == "0"
+			}) && readsTable(get(n, "ThenStatement"), claimsTable) {
+				guarded = true
+			}
+		})
+		require.True(t, guarded, "nothing is taken over unless the episode has no open trigger request")
 
 		var updates []string // target tables in text order
 		var n int
@@ -730,17 +749,12 @@ func TestStaticRecoveryOrphanRules(t *testing.T) {
 			}
 			table := getString(spec, "Target", "SchemaObject", "BaseIdentifier", "Value")
 			updates = append(updates, table)
-			walkParents(get(spec, "WhereClause"), nil, func(in node, parents []node) {
-				if !isFinishedClaimTest(in) {
-					return
+			walk(get(spec, "WhereClause"), func(in node) {
+				if getString(in, "$type") == "InPredicate" && isColumn(get(in, "Expression"), "state") &&
+					slices.Contains(stringValues(getList(in, "Values")), "done") {
+					n++
+					require.Equal(t, claimsTable, table)
 				}
-				n++
-				require.Equal(t, claimsTable, table)
-				require.True(t, slices.ContainsFunc(andSiblings(in, parents), func(c any) bool {
-					v := strings.ToLower(getString(c, "FirstExpression", "Name"))
-					return getString(c, "ComparisonType") == "Equals" && openVars[v] &&
-						getString(c, "SecondExpression", "Value") == "0"
-				}), "a done/failed claim is taken over only when the episode has no open trigger request")
 			})
 			if table == episodesTable {
 				where := get(spec, "WhereClause", "SearchCondition")
@@ -764,13 +778,6 @@ func TestStaticRecoveryOrphanRules(t *testing.T) {
 		})
 		require.Equal(t, 1, rollbacks, "a grant whose episode no longer qualifies is rolled back")
 	})
-}
-
-// isFinishedClaimTest: a "<x>.state IN (N'done', N'failed')".
-func isFinishedClaimTest(n any) bool {
-	return getString(n, "$type") == "InPredicate" && get(n, "NotDefined") != true &&
-		isColumn(get(n, "Expression"), "state") &&
-		slices.Equal(stringValues(getList(n, "Values")), []string{"done", "failed"})
 }
 
 // isOpenRequestProbe: EXISTS (SELECT ... FROM leasehold_trigger_requests
@@ -816,52 +823,6 @@ func conjuncts(expr any) []any {
 		return nil
 	}
 	return []any{expr}
-}
-
-// andSiblings returns the other conjuncts of the AND that n is one conjunct
-// of (the nearest enclosing AND, through parentheses).
-func andSiblings(n node, parents []node) []any {
-	for i := len(parents) - 1; i >= 0; i-- {
-		p := parents[i]
-		switch getString(p, "$type") {
-		case "BooleanParenthesisExpression":
-			continue
-		case "BooleanBinaryExpression":
-			if getString(p, "BinaryExpressionType") == "And" {
-				top := p
-				for j := i - 1; j >= 0; j-- { // widen to the whole AND chain
-					pt := getString(parents[j], "$type")
-					if pt == "BooleanParenthesisExpression" ||
-						(pt == "BooleanBinaryExpression" && getString(parents[j], "BinaryExpressionType") == "And") {
-						top = parents[j]
-						continue
-					}
-					break
-				}
-				return slices.DeleteFunc(conjuncts(top), func(c any) bool {
-					cn, ok := c.(node)
-					return ok && reflect.ValueOf(cn).Pointer() == reflect.ValueOf(n).Pointer()
-				})
-			}
-		}
-		return nil
-	}
-	return nil
-}
-
-// walkParents is walk that also passes the chain of objects above n.
-func walkParents(v any, parents []node, visit func(n node, parents []node)) {
-	switch v := v.(type) {
-	case node:
-		visit(v, parents)
-		for _, child := range v {
-			walkParents(child, append(slices.Clip(parents), v), visit)
-		}
-	case []any:
-		for _, child := range v {
-			walkParents(child, parents, visit)
-		}
-	}
 }
 
 // isColumn: a column reference whose last part is col.

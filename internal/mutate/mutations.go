@@ -75,10 +75,10 @@ var mutations = []mutation{
 	{ID: "E18", Class: "dur", File: qe, Old: "    run_after   = DATEADD(second, CAST(@backoff_ms / 1000 AS int),", New: "    run_after   = DATEADD(second, -CAST(@backoff_ms / 1000 AS int),", What: "RetryEpisode's backoff in the past (the retry is due at once)"},
 
 	// recovery.sql
-	{ID: "R1", Class: "pred", File: qr, Old: "         OR c.state = N'released'\n", New: "", Breaks: true, What: "ListOrphanedEpisodes (running) no longer lists released claims (drained work never recovered)"},
-	{ID: "R2", Class: "pred", File: qr, Old: "SYSUTCDATETIME()) OR c.state = N'released'\n", New: "SYSUTCDATETIME())\n", Breaks: true, What: "ListOrphanedEpisodes (queued) no longer lists released claims"},
-	{ID: "R3", Class: "pred", File: qr, Old: "             AND NOT EXISTS (SELECT 1 FROM leasehold_trigger_requests AS r", New: "             AND EXISTS (SELECT 1 FROM leasehold_trigger_requests AS r", N: 1, Breaks: true, What: "ListOrphanedEpisodes lists stranded episodes only with an open request"},
-	{ID: "R4", Class: "grant", File: qr, Old: "           OR state = N'released'\n           OR (state IN", New: "           OR (state IN", Breaks: true, What: "ClaimForRecovery no longer takes released claims over"},
+	{ID: "R1", Class: "pred", File: qr, Old: "         OR c.state IN (N'released', N'done', N'failed')\n", New: "         OR c.state IN (N'done', N'failed')\n", Breaks: true, What: "ListOrphanedEpisodes (running) no longer lists released claims (drained work never recovered)"},
+	{ID: "R2", Class: "pred", File: qr, Old: "SYSUTCDATETIME()) OR c.state IN (N'released', N'done', N'failed'))", New: "SYSUTCDATETIME()) OR c.state IN (N'done', N'failed'))", Breaks: true, What: "ListOrphanedEpisodes (queued) no longer lists released claims"},
+	{ID: "R3", Class: "pred", File: qr, Old: "      AND NOT EXISTS (SELECT 1 FROM leasehold_trigger_requests AS r", New: "      AND EXISTS (SELECT 1 FROM leasehold_trigger_requests AS r", N: 1, Breaks: true, What: "ListOrphanedEpisodes lists only episodes with an open request (available work recovered, orphans never)"},
+	{ID: "R4", Class: "grant", File: qr, Old: "           OR state IN (N'released', N'done', N'failed'));", New: "           OR state IN (N'done', N'failed'));", Breaks: true, What: "ClaimForRecovery no longer takes released claims over"},
 	{ID: "R5", Class: "batch", File: qr, Old: "      AND archived_at IS NULL\n      AND EXISTS (SELECT 1 FROM @grant);", New: "      AND archived_at IS NULL;", Breaks: true, What: "ClaimForRecovery re-queues the episode without a grant (a live run re-queued)"},
 	{ID: "R6", Class: "hint", File: qr, Old: "    UPDATE leasehold_work_claims WITH (UPDLOCK, HOLDLOCK)\n    SET state", New: "    UPDATE leasehold_work_claims\n    SET state", Breaks: true, What: "ClaimForRecovery's grant without UPDLOCK, HOLDLOCK"},
 	{ID: "R7", Class: "pred", File: qr, Old: "      AND ((state = N'claimed' AND lease_until <= SYSUTCDATETIME())", New: "      AND ((state = N'claimed' AND lease_until < SYSUTCDATETIME())", What: "ClaimForRecovery: <= now becomes < now (one microsecond later)"},
@@ -89,7 +89,7 @@ var mutations = []mutation{
 	{ID: "R12", Class: "set", File: qr, Old: "    max_attempts    = @max_attempts,\n", New: "", What: "PutAgentDefinition no longer updates max_attempts"},
 	{ID: "R13", Class: "batch", File: qr, Old: "IF @@ROWCOUNT = 0\n    INSERT INTO leasehold_agent_definitions", New: "IF @@ROWCOUNT = 1\n    INSERT INTO leasehold_agent_definitions", Breaks: true, What: "PutAgentDefinition inserts when the row exists, never when absent (policies never recorded)"},
 	{ID: "R14", Class: "name", File: qr, Old: "WHERE actor_id = @actor_id AND expectation_id = @expectation_id;\n\n-- name: PutAgentDefinition", New: "WHERE actor_id = @actor_id;\n\n-- name: PutAgentDefinition", What: "GetAgentRecoveryPolicy ignores the expectation"},
-	{ID: "R15", Class: "pred", File: qr, Old: "           OR (state IN (N'done', N'failed') AND @open_request = 0));", New: "           OR state IN (N'done', N'failed'));", Breaks: true, What: "ClaimForRecovery takes a done claim over despite an open trigger request"},
+	{ID: "R15", Class: "pred", File: qr, Old: "IF @orphan_key IS NOT NULL AND @open_request = 0", New: "IF @orphan_key IS NOT NULL", Breaks: true, What: "ClaimForRecovery takes over an episode with an open trigger request (a retry's backoff skipped, available work recovered)"},
 
 	// trigger_requests.sql
 	{ID: "T1", Class: "grant", File: qt, Old: "        fence             = fence + 1,", New: "        fence             = fence,", Breaks: true, What: "DispatchTriggerRequest grants without fence + 1"},

@@ -83,14 +83,13 @@ FROM (
             (c.dedupe_key IS NULL
              AND COALESCE(e.last_step_at, e.started_at, e.created_at)
                  < DATEADD(millisecond, -CAST(@stale_after_ms AS int), SYSUTCDATETIME()))
-            -- a claim: expired or released
+            -- a claim: expired, released, or finished by another grant
          OR (c.state = N'claimed' AND c.lease_until <= SYSUTCDATETIME())
-         OR c.state = N'released'
-            -- a claim finished by another grant, and no open trigger request
-         OR (c.state IN (N'done', N'failed')
-             AND NOT EXISTS (SELECT 1 FROM leasehold_trigger_requests AS r
-                             WHERE r.episode_id = e.id AND r.status IN (N'pending', N'claimed')))
+         OR c.state IN (N'released', N'done', N'failed')
       )
+      -- never available work: an open trigger request is the pollers'
+      AND NOT EXISTS (SELECT 1 FROM leasehold_trigger_requests AS r
+                      WHERE r.episode_id = e.id AND r.status IN (N'pending', N'claimed'))
     UNION ALL
     SELECT e.id, e.actor_id, e.expectation_id, e.status, e.dedupe_key, e.attempts,
         e.max_attempts, e.source_stack, e.source_env, e.owner_node,
@@ -108,10 +107,9 @@ FROM (
       AND e.archived_at IS NULL
       AND (@source_stack = N'' OR e.source_stack IN (@source_stack, N''))
       AND e.source_env = @source_env
-      AND ((c.state = N'claimed' AND c.lease_until <= SYSUTCDATETIME()) OR c.state = N'released'
-           OR (c.state IN (N'done', N'failed')
-               AND NOT EXISTS (SELECT 1 FROM leasehold_trigger_requests AS r
-                               WHERE r.episode_id = e.id AND r.status IN (N'pending', N'claimed'))))
+      AND ((c.state = N'claimed' AND c.lease_until <= SYSUTCDATETIME()) OR c.state IN (N'released', N'done', N'failed'))
+      AND NOT EXISTS (SELECT 1 FROM leasehold_trigger_requests AS r
+                      WHERE r.episode_id = e.id AND r.status IN (N'pending', N'claimed'))
 ) AS o;
 
 -- name: ClaimForRecovery :one
@@ -159,18 +157,19 @@ FROM (
 -- UPDATE reads the row, or waits for this transaction and then sees the
 -- fresh live grant.
 --
--- The open-request exclusion (a deferred episode reusing an archived
--- episode's key, whose done claim is the archived run's and which waits for
--- a poller's DispatchTriggerRequest) is read in the first, lock-free
--- SELECT, not under the claim row's lock, on purpose: a request is created
--- only together with its episode (CreateDeferredEpisode), one per episode
--- (UNIQUE (episode_id)), and goes pending -> claimed -> completed or
--- expired, never back. "No open request" once read stays true, so the early
--- read decides exactly what a read under the lock would; an open request
--- read early that closes meanwhile only makes this call decline (the next
--- sweep sees it). Read after the claim lock instead, it would wait under
+-- The open-request exclusion (available work is the pollers': a deferred
+-- or overflowing episode, perhaps reusing an archived episode's key whose
+-- done claim is the archived run's, or one RetryEpisode requeued after a
+-- failed attempt) is read in the first, lock-free SELECT, not under the
+-- claim row's lock: read after the claim lock, it would wait under
 -- READ_COMMITTED_SNAPSHOT OFF for a DispatchTriggerRequest that holds the
--- request row and waits for this claim row: a deadlock.
+-- request row and waits for this claim row, a deadlock. A request opens
+-- only with its episode's creation or with RetryEpisode, which releases the
+-- claim of the grant it is fenced on; a retry that commits between the
+-- read and the claim lock leaves a released claim this batch may take, so
+-- that recovery restarts the episode without its backoff and counts one
+-- attempt more: never a second run, since the retry's request is then
+-- dispatched to nobody (the episode's claim is live) and completes.
 --
 -- Hints: UPDLOCK, HOLDLOCK on the claim UPDATE and on the NOT EXISTS guard
 -- of the insert, inside the transaction: the row (or, when the key is
@@ -189,8 +188,8 @@ FROM (
 SET NOCOUNT ON;
 SET XACT_ABORT ON;
 DECLARE @orphan_key nvarchar(512);
--- 1 unless the first read found no open trigger request: a done or failed
--- claim is taken over only at 0.
+-- 1 unless the first read found no open trigger request: an episode with
+-- one is available work, the pollers', and nothing is taken over.
 DECLARE @open_request bit = 1;
 DECLARE @grant TABLE (
     dedupe_key  nvarchar(512) NOT NULL,
@@ -235,7 +234,7 @@ WHERE e.id = @id
              < DATEADD(millisecond, -CAST(@stale_after_ms AS int), SYSUTCDATETIME()))
   );
 
-IF @orphan_key IS NOT NULL
+IF @orphan_key IS NOT NULL AND @open_request = 0
 BEGIN
     BEGIN TRANSACTION;
 
@@ -260,8 +259,7 @@ BEGIN
     INTO @grant
     WHERE dedupe_key = @orphan_key
       AND ((state = N'claimed' AND lease_until <= SYSUTCDATETIME())
-           OR state = N'released'
-           OR (state IN (N'done', N'failed') AND @open_request = 0));
+           OR state IN (N'released', N'done', N'failed'));
 
     IF NOT EXISTS (SELECT 1 FROM @grant)
         INSERT INTO leasehold_work_claims (
