@@ -331,8 +331,8 @@ func report(ctx context.Context, pool *pgxpool.Pool, schema string, nodes []*chi
 	recovered := map[int64]bool{}
 	for _, r := range rec {
 		recovered[r.id] = true
-		fmt.Printf("  %-8s #%-3d %-7s attempts %d, claim fence %d (%s), recovered by %s, journal steps %d (fences %v)\n",
-			r.actor, r.id, r.status, r.attempts, r.fence, r.grantKind, r.owner, r.steps, r.stepFences)
+		fmt.Printf("  %-8s #%-3d %-7s attempt %d, claim fence %d (%s), recovered by %s, journal steps %d (fences %v)\n",
+			r.actor, r.id, r.status, r.attempts+1, r.fence, r.grantKind, r.owner, r.steps, r.stepFences)
 	}
 	if len(rec) == 0 {
 		fmt.Println("  no episode was recovered")
