@@ -24,7 +24,10 @@ type PollConfig struct {
 	Batch int
 	// ClaimLease bounds the poller's claim on a request between claiming
 	// and handing it over, default 30s: a poller that dies in between
-	// leaves the request claimable again after it.
+	// leaves the request claimable again after it, so available work (a
+	// deferred, overflowing or retried episode) it had claimed waits that
+	// long; recovery leaves such an episode to the pollers. The hand-over
+	// is fenced on the claim, so a shorter lease is always safe.
 	ClaimLease time.Duration
 	// TTL is opt-in. Zero (the default): requests never expire, and
 	// deferred work waits for a full node however long an outage lasts.

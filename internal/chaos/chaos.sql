@@ -226,3 +226,19 @@ SELECT
     (SELECT count(*) FROM ledger_writes AS w
      JOIN leasehold_episodes AS e ON e.id = w.episode_id
      WHERE coalesce(e.dedupe_key, 'episode:' || e.id) = $1 AND w.fence = $2) AS ledger_writes;
+
+-- name: DoneBySlot :many
+-- Done episodes per worker slot (identities are worker-<slot>-<generation>):
+-- the shares the cluster's workers ran.
+SELECT split_part(owner_node, '-', 2) AS slot, count(*) AS done
+FROM leasehold_episodes
+WHERE status = 'done'
+GROUP BY 1
+ORDER BY 1;
+
+-- name: RetriedAttempts :one
+-- Attempts that failed and were retried (RetryEpisode journals each one's
+-- error as a step), and the episodes they belong to.
+SELECT count(*) AS attempts, count(DISTINCT episode_id) AS episodes
+FROM leasehold_episode_steps
+WHERE data ? 'error';

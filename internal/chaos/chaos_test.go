@@ -37,6 +37,8 @@ const (
 	// running, each within this.
 	settleTimeout = 2 * time.Minute
 	pollEvery     = 100 * time.Millisecond
+	// oneNodeEvery: one trigger in this many is fired on one worker only.
+	oneNodeEvery = 4
 	// takeoverSlack: a departed worker's unfinished work must belong to a
 	// live worker within lease + this (lease + one sweep, in theory; the
 	// slack covers a sweep that met the server restart, and -race on two
@@ -321,9 +323,16 @@ func (r *chaosRun) fireLoop(ctx context.Context) {
 	}
 }
 
-// deliver sends one trigger to fanout live workers (fewer if fewer live).
+// deliver sends one trigger to fanout live workers (fewer if fewer live);
+// one trigger in oneNodeEvery goes to a single worker, as an HTTP handler
+// would fire it, so its work must flow to the others when that worker is
+// saturated.
 func (r *chaosRun) deliver(tr *trigger) {
-	targets := r.cl.pick(r.cfg.fanout)
+	n := r.cfg.fanout
+	if rand.IntN(oneNodeEvery) == 0 {
+		n = 1
+	}
+	targets := r.cl.pick(n)
 	for _, p := range targets {
 		p.send("fire " + tr.id)
 	}
@@ -937,6 +946,8 @@ func (r *chaosRun) check() {
 		r.say("  after %-7s of %-11s its %2d unfinished episodes belonged to live workers (or were done) %.2fs later", x.kind, x.id, x.held, x.took.Seconds())
 	}
 
+	r.reportShares()
+
 	b := r.book
 	b.mu.Lock()
 	r.say("triggers: %d fired, %d fire requests (%.2f per trigger), %d redeliveries; answers: %d created, %d duplicate, %d errors, %d for unknown triggers",
@@ -1370,4 +1381,25 @@ func (r *chaosRun) checkFreeze(fz *freeze, bound time.Duration) (time.Duration, 
 		return took, ""
 	}
 	return took, what + ": " + strings.Join(bad, "; ")
+}
+
+// reportShares reports how the done episodes spread over the worker slots
+// (a quarter of the triggers is fired on one worker only, so the spread
+// shows work flowing to free slots) and how many attempts failed
+// transiently and ran again (RetryEpisode).
+func (r *chaosRun) reportShares() {
+	rows, err := r.pool.Query(r.ctx, query("DoneBySlot"))
+	require.NoError(r.t, err)
+	var parts []string
+	for rows.Next() {
+		var slot string
+		var n int64
+		require.NoError(r.t, rows.Scan(&slot, &n))
+		parts = append(parts, fmt.Sprintf("slot %s %d", slot, n))
+	}
+	require.NoError(r.t, rows.Err())
+	var attempts, episodes int64
+	require.NoError(r.t, r.pool.QueryRow(r.ctx, query("RetriedAttempts")).Scan(&attempts, &episodes))
+	r.say("done episodes by worker slot: %s; attempts failed transiently and retried: %d (of %d episodes)",
+		strings.Join(parts, ", "), attempts, episodes)
 }

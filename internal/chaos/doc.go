@@ -34,11 +34,20 @@
 // database's end (lease_until) of every grant that a later grant superseded;
 // the two are compared after the run (same machine, one clock).
 //
+// Work flows: every worker runs the trigger-request poller (woken by
+// NOTIFY), so an episode whose trigger finds no free slot on its worker is
+// created available and taken by a worker with one; one attempt in 12 (of
+// an episode's first two) fails its first step transiently and is retried
+// (RetryPolicy, 50 ms backoff doubling to 400 ms) on whichever worker has a
+// slot then. The report gives the done episodes per worker slot and the
+// attempts retried.
+//
 // # Faults
 //
 // For a bounded time the driver fires triggers continuously (each on two
-// live workers; unanswered ones are sent again until some worker's Fire
-// returns) and, on a seeded schedule, injects:
+// live workers, one in four on a single worker, as an HTTP handler would;
+// unanswered ones are sent again until some worker's Fire returns) and, on
+// a seeded schedule, injects:
 //
 //   - SIGKILL of a random worker, restarted at once under a new identity;
 //   - SIGTERM of a random worker (it drains: node.Drain with a 1 s timeout),

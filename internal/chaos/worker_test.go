@@ -129,7 +129,13 @@ func worker() int {
 	node, err := runner.NewNode(runner.Config{
 		Store: spyStore{store, out}, Identity: id, Lease: time.Duration(leaseMS) * time.Millisecond,
 		EventJitter: 20 * time.Millisecond, Logger: log, Observer: out, // spreads the wins
-		Poll: runner.PollConfig{Disabled: true}, // no trigger_only nodes here
+		// Pollers on: work that finds no free slot (a trigger fired on one
+		// worker only) and retried attempts flow to any worker with a slot.
+		// A request a dead poller claimed is claimable again after
+		// ClaimLease: one lease, so its work is a live worker's within
+		// lease + sweep, like a dead worker's claims.
+		Poll:         runner.PollConfig{Interval: 250 * time.Millisecond, ClaimLease: time.Duration(leaseMS) * time.Millisecond},
+		TriggerWaker: postgres.NewNotifier(pool),
 	})
 	fin := &txFinisher{store: store, spy: spyStore{store, out}, out: out}
 	if err == nil {
@@ -208,12 +214,19 @@ func fire(node *runner.Node, out *lines, trigger string) {
 	}
 }
 
+// transientEvery: one attempt in this many (of the first two) fails its
+// first step with errTransient and is retried.
+const transientEvery = 12
+
+var errTransient = errors.New("chaos: transient failure, retried")
+
 // chaosActor is the actor every worker registers: restart recovery, so
 // every orphan is re-run, and attempts high enough never to run out.
 func chaosActor(pool *pgxpool.Pool, out *lines, lease time.Duration) runner.Actor {
 	return runner.Actor{ID: actorID, MaxConcurrent: maxConcurrent, Expectations: []runner.Expectation{{
 		ID: expectationID, Trigger: runner.Event{Name: eventName}, Strategy: apply{pool, out, lease + lease/4},
 		Recovery: runner.RecoveryRestart, MaxAttempts: 1000,
+		Retry: runner.RetryPolicy{Backoff: 50 * time.Millisecond, MaxBackoff: 400 * time.Millisecond},
 	}}}
 }
 
@@ -237,6 +250,12 @@ func (a apply) Step(ctx context.Context, r *runner.Run) (runner.StepResult, erro
 	defer a.out.active(r)
 	done := r.State.(*int)
 	*done++
+	if *done == 1 && r.Attempt <= 2 && rand.IntN(transientEvery) == 0 {
+		// A transient failure before any effect: the attempt ends with
+		// RetryEpisode and the episode runs again, on whichever worker
+		// has a slot after the backoff.
+		return runner.StepResult{}, errTransient
+	}
 	if *done <= workSteps {
 		d := time.Duration(20+rand.IntN(41)) * time.Millisecond
 		if *done == 2 && rand.IntN(longEvery) == 0 {
