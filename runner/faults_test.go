@@ -370,11 +370,12 @@ func TestDrainReleasesEachEpisodeAtItsBoundary(t *testing.T) {
 			if err := r.Payload(&p); err != nil {
 				return runner.StepResult{}, err
 			}
-			if r.StepNo == 1 {
+			switch {
+			case p.Slow && r.StepNo == 2:
+				running <- struct{}{} // in its slow step
+				<-slowGate            // ignores ctx until the test lets it go
+			case !p.Slow && r.StepNo == 1:
 				running <- struct{}{}
-			}
-			if p.Slow && r.StepNo == 2 {
-				<-slowGate // ignores ctx until the test lets it go
 			}
 			time.Sleep(5 * time.Millisecond) // a step's work
 			return runner.StepResult{Data: "step"}, nil
