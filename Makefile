@@ -28,10 +28,12 @@ test:
 
 ## bench: claim benchmarks, with pgbench running the same statement as the
 ## baseline in the same run; then handover after Drain versus after SIGKILL
-## (the leaving node in a separate process).
+## (the leaving node in a separate process); then one submitter with one
+## and with three workers (work flowing to free slots: throughput, shares).
 bench:
 	scripts/with-postgres.sh $(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count 1 ./adapters/postgres/
 	scripts/with-postgres.sh $(GO) test -run '^$$' -bench Handover -benchtime 3x -count 1 ./internal/handover/
+	scripts/with-postgres.sh $(GO) test -run '^$$' -bench Overflow -benchtime 2000x -count 1 ./runner/
 
 ## bench-compare: leasehold against River (from the Go module proxy) on the
 ## same Postgres, alternating rounds, plus claim acquire against pgbench; in

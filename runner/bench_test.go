@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -112,5 +113,94 @@ var _ telemetry.Observer = doneObserver{}
 func (d doneObserver) Observe(_ context.Context, e telemetry.Event) {
 	if e.Name == runner.EventCompleted {
 		d.done <- struct{}{}
+	}
+}
+
+// BenchmarkOverflow: one submitter fires b.N distinct events (8 producers)
+// to an actor with 4 slots per node whose strategy works 5 ms; with
+// workers=3 the episodes that find no free slot on the submitter are
+// created available and flow to the other nodes. Reports episodes/s, each
+// node's share of the runs, and the statements the cluster sent per
+// episode (the local-first path costs CreateEpisode, StartEpisode and
+// FinishEpisode; the overflow path adds the request's claim, its hand-over
+// and the episode's read). Compare workers=1 and workers=3 from one run.
+func BenchmarkOverflow(b *testing.B) {
+	for _, workers := range []int{1, 3} {
+		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
+			pool := pgtest.Schema(b)
+			var statements atomic.Int64
+			done := make(chan struct{}, 1<<16)
+			work := funcStrategy{StepFunc: func(ctx context.Context, _ *runner.Run) (runner.StepResult, error) {
+				t := time.NewTimer(5 * time.Millisecond)
+				defer t.Stop()
+				select {
+				case <-ctx.Done():
+					return runner.StepResult{}, ctx.Err()
+				case <-t.C:
+				}
+				return runner.StepResult{Done: true}, nil
+			}}
+			started := make([]atomic.Int64, workers)
+			var cluster []*runner.Node
+			for i := range workers {
+				sig := newSignals()
+				conn := pgtest.Another(b, pool, pgtest.Options{MaxConns: 16})
+				node, err := runner.NewNode(runner.Config{
+					Store:    postgres.New(counting{DBTX: conn, n: &statements}),
+					Identity: fmt.Sprintf("bench-%d", i), NoJitter: true, TriggerWaker: postgres.NewNotifier(conn),
+					Logger:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+					Observer: startCounter{doneObserver{sig, done}, &started[i]},
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := node.Register(eventActor(work, 4)); err != nil {
+					b.Fatal(err)
+				}
+				if err := node.Start(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { _ = node.Stop(context.Background()) })
+				cluster = append(cluster, node)
+			}
+			ctx := context.Background()
+			statements.Store(0)
+			b.ResetTimer()
+			const producers = 8
+			var wg sync.WaitGroup
+			for p := range producers {
+				wg.Go(func() {
+					for i := p; i < b.N; i += producers {
+						if _, err := cluster[0].Fire(ctx, "monitor", "resource.updated", i, runner.FireOptions{}); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			for range b.N {
+				<-done
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "episodes/s")
+			b.ReportMetric(float64(statements.Load())/float64(b.N), "stmts/episode")
+			for i := range started {
+				b.ReportMetric(100*float64(started[i].Load())/float64(b.N), fmt.Sprintf("%%node%d", i))
+			}
+		})
+	}
+}
+
+// startCounter counts the runs a node started, after its doneObserver.
+type startCounter struct {
+	doneObserver
+	n *atomic.Int64
+}
+
+func (s startCounter) Observe(ctx context.Context, e telemetry.Event) {
+	s.doneObserver.Observe(ctx, e)
+	if e.Name == runner.EventStarted {
+		s.n.Add(1)
 	}
 }
