@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold/adapters/postgres"
 	"github.com/leasehold/leasehold/db"
@@ -53,26 +54,8 @@ func BenchmarkEndToEnd(b *testing.B) {
 			noop := funcStrategy{StepFunc: func(context.Context, *runner.Run) (runner.StepResult, error) {
 				return runner.StepResult{Done: true}, nil
 			}}
-			var cluster []*runner.Node
-			for i := range nodes {
-				sig := newSignals()
-				node, err := runner.NewNode(runner.Config{
-					Store:    postgres.New(counting{DBTX: pgtest.Another(b, pool, pgtest.Options{MaxConns: 16}), n: &statements}),
-					Identity: fmt.Sprintf("bench-%d", i), NoJitter: true,
-					Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})), Observer: doneObserver{sig, done},
-				})
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := node.Register(eventActor(noop, 32)); err != nil {
-					b.Fatal(err)
-				}
-				if err := node.Start(context.Background()); err != nil {
-					b.Fatal(err)
-				}
-				b.Cleanup(func() { _ = node.Stop(context.Background()) })
-				cluster = append(cluster, node)
-			}
+			cluster := benchCluster(b, pool, nodes, eventActor(noop, 32), &statements, false,
+				func(_ int, o doneObserver) telemetry.Observer { return o }, done)
 			ctx := context.Background()
 			statements.Store(0)
 			b.ResetTimer()
@@ -101,6 +84,40 @@ func BenchmarkEndToEnd(b *testing.B) {
 			b.ReportMetric(float64(statements.Load())/float64(b.N), "stmts/episode")
 		})
 	}
+}
+
+// benchCluster starts n nodes bench-0 … on pool, each counting its
+// statements into statements and registering actor; observe wraps each
+// node's observer (done signals the end of an episode).
+func benchCluster(b *testing.B, pool *pgxpool.Pool, n int, actor runner.Actor, statements *atomic.Int64, waker bool,
+	observe func(i int, o doneObserver) telemetry.Observer, done chan struct{}) []*runner.Node {
+	b.Helper()
+	var cluster []*runner.Node
+	for i := range n {
+		conn := pgtest.Another(b, pool, pgtest.Options{MaxConns: 16})
+		cfg := runner.Config{
+			Store:    postgres.New(counting{DBTX: conn, n: statements}),
+			Identity: fmt.Sprintf("bench-%d", i), NoJitter: true,
+			Logger:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+			Observer: observe(i, doneObserver{newSignals(), done}),
+		}
+		if waker {
+			cfg.TriggerWaker = postgres.NewNotifier(conn)
+		}
+		node, err := runner.NewNode(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := node.Register(actor); err != nil {
+			b.Fatal(err)
+		}
+		if err := node.Start(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = node.Stop(context.Background()) })
+		cluster = append(cluster, node)
+	}
+	return cluster
 }
 
 type doneObserver struct {
@@ -141,28 +158,8 @@ func BenchmarkOverflow(b *testing.B) {
 				return runner.StepResult{Done: true}, nil
 			}}
 			started := make([]atomic.Int64, workers)
-			var cluster []*runner.Node
-			for i := range workers {
-				sig := newSignals()
-				conn := pgtest.Another(b, pool, pgtest.Options{MaxConns: 16})
-				node, err := runner.NewNode(runner.Config{
-					Store:    postgres.New(counting{DBTX: conn, n: &statements}),
-					Identity: fmt.Sprintf("bench-%d", i), NoJitter: true, TriggerWaker: postgres.NewNotifier(conn),
-					Logger:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-					Observer: startCounter{doneObserver{sig, done}, &started[i]},
-				})
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := node.Register(eventActor(work, 4)); err != nil {
-					b.Fatal(err)
-				}
-				if err := node.Start(context.Background()); err != nil {
-					b.Fatal(err)
-				}
-				b.Cleanup(func() { _ = node.Stop(context.Background()) })
-				cluster = append(cluster, node)
-			}
+			cluster := benchCluster(b, pool, workers, eventActor(work, 4), &statements, true,
+				func(i int, o doneObserver) telemetry.Observer { return startCounter{o, &started[i]} }, done)
 			ctx := context.Background()
 			statements.Store(0)
 			b.ResetTimer()
