@@ -82,7 +82,7 @@ type Claim struct {
 	// was written and nothing needs to be renewed.
 	Passthrough bool
 
-	// acquiredAt is the local monotonic time just before the acquire statement
+	// acquiredAt is the local monotonic time just before the granting statement
 	// was sent; the lease cannot have started before it, so acquiredAt + lease
 	// is a safe local deadline until the first renewal.
 	acquiredAt time.Time

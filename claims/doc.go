@@ -65,7 +65,7 @@
 //
 //	grant                                     stamped by
 //	----------------------------------------  ------------------------------------
-//	AcquireClaim (fresh, steal, re-claim)      the adapter's Acquire (and Gate.Acquire)
+//	AcquireClaim (fresh, steal, re-claim)      the adapter's Acquire
 //	CreateEpisode (an episode born owned)      the adapter, via episodes.GrantedClaim
 //	ClaimForRecovery (recovery)                the adapter, via episodes.GrantedClaim
 //	DispatchTriggerRequest (deferred work)     the adapter, via episodes.GrantedClaim

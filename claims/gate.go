@@ -97,8 +97,7 @@ func (g *Gate) Acquire(ctx context.Context, key, workType string) (Claim, error)
 	case err != nil:
 		return Claim{}, fmt.Errorf("acquire %q: %w", key, err)
 	}
-	c.acquiredAt = start
-	name := EventAcquired
+	name := EventAcquired // the adapter stamped c's local start before sending
 	if c.Grant == GrantSteal {
 		name = EventSteal
 	}

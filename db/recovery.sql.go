@@ -12,7 +12,7 @@ import (
 
 const claimForRecovery = `-- name: ClaimForRecovery :one
 WITH claim_row AS (
-    SELECT x.dedupe_key, x.state
+    SELECT x.dedupe_key
     FROM leasehold_work_claims AS x
     WHERE x.dedupe_key = (SELECT coalesce(e0.dedupe_key, 'episode:' || e0.id)
                           FROM leasehold_episodes AS e0 WHERE e0.id = $1)

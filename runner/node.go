@@ -702,7 +702,7 @@ func (n *Node) trigger(ctx context.Context, as *actorState, e *Expectation, env,
 		}
 	}()
 	ne.Owner, ne.Lease = n.id, n.gate.Lease()
-	res, err := n.store.CreateEpisode(claims.WithTxBound(ctx, claims.TxBound(n.gate.Lease())), ne)
+	res, err := n.store.CreateEpisode(ctx, ne)
 	if err != nil {
 		return Outcome{}, fmt.Errorf("create episode %s/%s: %w", as.actor.ID, e.ID, err)
 	}

@@ -2,13 +2,11 @@ package workflows_test
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -165,23 +163,8 @@ func TestRecoveredStepKnowsItsStep(t *testing.T) {
 		seen = append(seen, ref)
 	}}
 	c := start(t, 2, s, twoSteps("two", "publish"))
-	require.NoError(t, c.Nodes[1].SetMode(runner.ModeTriggerOnly))
-	crashed := make(chan struct{}, 1)
-	workflows.FailAfterFinish(c.engines[0], func() error {
-		select {
-		case crashed <- struct{}{}:
-		default:
-		}
-		return errors.New("node died")
-	})
 	ctx := context.Background()
-	inst, _, err := c.engines[0].Start(ctx, "two", "x", nil, workflows.StartOptions{})
-	require.NoError(t, err)
-	select {
-	case <-crashed:
-	case <-time.After(time.Minute):
-		t.Fatal("the first step never finished")
-	}
+	inst := crashAfterFirstStep(t, c)
 	require.NoError(t, c.Nodes[0].Stop(ctx))
 	require.NoError(t, c.Nodes[1].SetMode(runner.ModeFull))
 	pgtest.ExpireClaim(t, c.Pool, "workflow:"+strconv.FormatInt(inst.ID, 10)+":extract:1")

@@ -146,6 +146,31 @@ func stepStates(t *testing.T, e *workflows.Engine, id int64) (workflows.Instance
 
 // A 3-step workflow with a fan-out completes on 3 nodes with each step run
 // once; two nodes starting the same workflow and subject make one instance.
+// crashAfterFirstStep starts workflow "two" (steps extract, publish) on
+// node-0 of a two-node cluster, node-1 trigger_only so node-0 takes the
+// first step, and returns once node-0 finished that step and "died" in the
+// transaction that advances the workflow (the advance rolled back).
+func crashAfterFirstStep(t *testing.T, c cluster) workflows.Instance {
+	t.Helper()
+	require.NoError(t, c.Nodes[1].SetMode(runner.ModeTriggerOnly))
+	crashed := make(chan struct{}, 1)
+	workflows.FailAfterFinish(c.engines[0], func() error {
+		select {
+		case crashed <- struct{}{}:
+		default:
+		}
+		return errors.New("node died")
+	})
+	inst, _, err := c.engines[0].Start(context.Background(), "two", "x", nil, workflows.StartOptions{})
+	require.NoError(t, err)
+	select {
+	case <-crashed:
+	case <-time.After(time.Minute):
+		t.Fatal("the first step never finished")
+	}
+	return inst
+}
+
 func TestFanOutFanInOnThreeNodes(t *testing.T) {
 	t.Parallel()
 	s := &steps{runs: map[string]int{}}
@@ -209,23 +234,8 @@ func TestFailureBetweenStepAndNextIsRecovered(t *testing.T) {
 		{ID: "publish", Actor: "wf", Expectation: "publish", After: []string{"extract"}},
 	}}
 	c := start(t, 2, s, one)
-	require.NoError(t, c.Nodes[1].SetMode(runner.ModeTriggerOnly)) // node-0 takes the first step
-	crashed := make(chan struct{}, 1)
-	workflows.FailAfterFinish(c.engines[0], func() error {
-		select {
-		case crashed <- struct{}{}:
-		default:
-		}
-		return errors.New("node died")
-	})
 	ctx := context.Background()
-	inst, _, err := c.engines[0].Start(ctx, "two", "x", nil, workflows.StartOptions{})
-	require.NoError(t, err)
-	select {
-	case <-crashed:
-	case <-time.After(time.Minute):
-		t.Fatal("the first step never finished")
-	}
+	inst := crashAfterFirstStep(t, c)
 	_, st := stepStates(t, c.engines[0], inst.ID)
 	require.Equal(t, workflows.StepRunning, st["extract"].Status, "the rolled-back advance left the step running")
 	require.Equal(t, 1, c.Count(t, "id = $1 AND status = 'running'", st["extract"].EpisodeID), "and its episode running")

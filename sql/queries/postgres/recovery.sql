@@ -106,7 +106,7 @@ LIMIT sqlc.arg(max_rows)::integer;
 -- itself and never finds it busy. Sent after BoundLockWait, so a frozen
 -- holder of either row makes it fail fast (55P03) instead of hanging.
 WITH claim_row AS (
-    SELECT x.dedupe_key, x.state
+    SELECT x.dedupe_key
     FROM leasehold_work_claims AS x
     WHERE x.dedupe_key = (SELECT coalesce(e0.dedupe_key, 'episode:' || e0.id)
                           FROM leasehold_episodes AS e0 WHERE e0.id = sqlc.arg(id))
