@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"testing"
@@ -23,6 +24,12 @@ type DeferredStore interface {
 	ExpireTriggerRequests(ctx context.Context, q episodes.ExpireQuery) ([]episodes.Expired, error)
 	ListTriggerRequests(ctx context.Context, q episodes.RequestListQuery) ([]episodes.RequestInfo, error)
 	RetryEpisode(ctx context.Context, id int64, t claims.Token, r episodes.Retry) (episodes.Retried, error)
+	// Work that flows (flow.go): cluster-wide cancel and retry, and
+	// recovery's requeue.
+	CancelEpisode(ctx context.Context, id int64, detail json.RawMessage) (episodes.Canceled, error)
+	ListCancelRequests(ctx context.Context, owner string) ([]episodes.CancelRequest, error)
+	RequeueEpisode(ctx context.Context, id int64, by string) (episodes.Retried, error)
+	RequeueOrphan(ctx context.Context, id int64, attempts int32, owner string, staleAfter time.Duration) (episodes.Requeued, error)
 }
 
 // DeferredBackend is what the deferred scenarios need from one isolated
@@ -36,6 +43,8 @@ type DeferredBackend struct {
 	AgeRequest func(t testing.TB, id int64, d time.Duration)
 	// Age moves the episode's created_at (and start, last step) back by d.
 	Age func(t testing.TB, id int64, d time.Duration)
+	// ExpireClaim makes key's lease past on the database clock.
+	ExpireClaim func(t testing.TB, key string)
 }
 
 // RunDeferred runs the trigger-request scenarios: atomic creation, one
@@ -333,6 +342,8 @@ func RunDeferred(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 			require.Len(t, steps, 1, "the failed attempt is journaled")
 		}
 	})
+
+	runFlow(t, newBackend)
 
 	t.Run("ExpiryCancelsUnclaimedEpisodesInScope", func(t *testing.T) {
 		t.Parallel()

@@ -71,28 +71,122 @@ func (q *Queries) AppendStep(ctx context.Context, db DBTX, arg AppendStepParams)
 	return step_no, err
 }
 
+const cancelEpisode = `-- name: CancelEpisode :one
+WITH claim_row AS (
+    SELECT x.dedupe_key, (x.state = 'claimed' AND x.lease_until > now()) AS live
+    FROM leasehold_work_claims AS x
+    WHERE x.dedupe_key = (SELECT coalesce(e0.dedupe_key, 'episode:' || e0.id)
+                          FROM leasehold_episodes AS e0 WHERE e0.id = $1)
+    FOR UPDATE
+), target AS (
+    SELECT e.id, coalesce(e.dedupe_key, 'episode:' || e.id) AS claim_key,
+        EXISTS (SELECT 1 FROM claim_row WHERE claim_row.live) AS held
+    FROM leasehold_episodes AS e
+    WHERE e.id = $1
+      AND e.status IN ('queued', 'running')
+      AND e.archived_at IS NULL
+    FOR UPDATE
+), fenced AS (
+    UPDATE leasehold_work_claims AS c
+    SET state = 'failed', fence = c.fence + 1, lease_until = now(), finished_at = now()
+    FROM target
+    WHERE c.dedupe_key = target.claim_key
+      AND NOT target.held
+      AND c.state = 'claimed'
+      AND c.lease_until <= now()
+    RETURNING c.dedupe_key
+), episode AS (
+    UPDATE leasehold_episodes AS e
+    SET status              = CASE WHEN target.held THEN e.status ELSE 'canceled' END,
+        phase               = CASE WHEN target.held THEN e.phase END,
+        error_class         = CASE WHEN target.held THEN e.error_class ELSE 'canceled' END,
+        error_detail        = CASE WHEN target.held THEN e.error_detail ELSE $2::jsonb END,
+        finished_at         = CASE WHEN target.held THEN e.finished_at ELSE now() END,
+        cancel_requested_at = coalesce(e.cancel_requested_at, now())
+    FROM target
+    WHERE e.id = target.id
+    RETURNING e.id, e.status, e.cancel_requested_at
+), closed AS (
+    UPDATE leasehold_trigger_requests AS r
+    SET status = 'completed', finished_at = now()
+    FROM episode
+    WHERE r.episode_id = episode.id
+      AND episode.status = 'canceled'
+      AND r.status IN ('pending', 'claimed')
+    RETURNING r.id
+)
+SELECT episode.id, episode.status::text AS status, episode.cancel_requested_at::timestamptz AS cancel_requested_at
+FROM episode
+`
+
+type CancelEpisodeParams struct {
+	ID          int64
+	ErrorDetail []byte
+}
+
+type CancelEpisodeRow struct {
+	ID                int64
+	Status            string
+	CancelRequestedAt time.Time
+}
+
+// Cancels an episode from anywhere in the cluster. One nobody holds a live
+// lease on (available work: queued with a pending request, or an orphan
+// whose lease expired) ends canceled at once, in this statement: its open
+// trigger request is closed (completed) and an expired grant is fenced out
+// (failed, fence + 1), so no poller dispatches it and no zombie writes
+// after it. One held live (running, or queued in its holder's slot queue)
+// gets cancel_requested_at instead: its holder reads ListCancelRequests
+// once per heartbeat interval and cancels the run, which ends canceled by
+// its own fenced FinishEpisode. Either way cancel_requested_at is set, so
+// an attempt that fails or is recovered meanwhile ends canceled instead of
+// running again (RetryEpisode, RequeueOrphan). Status canceled in the
+// result: ended here; queued or running: requested. No row: the episode
+// is unknown, archived or already terminal.
+//
+// Guarantee: decided on the latest committed rows, under their locks, in
+// the writers' lock order: claim row, episode row, then its request row.
+// "Held live" is the claim in state claimed with lease_until > now() on the
+// database clock, read on the locked row, so a grant that commits first is
+// seen and a grant that comes after finds the episode terminal (StartEpisode
+// refuses it).
+func (q *Queries) CancelEpisode(ctx context.Context, db DBTX, arg CancelEpisodeParams) (CancelEpisodeRow, error) {
+	row := db.QueryRow(ctx, cancelEpisode, arg.ID, arg.ErrorDetail)
+	var i CancelEpisodeRow
+	err := row.Scan(&i.ID, &i.Status, &i.CancelRequestedAt)
+	return i, err
+}
+
 const createEpisode = `-- name: CreateEpisode :one
 
 WITH created AS (
     INSERT INTO leasehold_episodes (
         actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status,
-        max_attempts, budget, source_stack, source_env, payload, queued_at
-    ) VALUES (
-        $1, $2, $3,
-        $4, $5, 'queued',
-        $6, $7, $8,
-        $9, $10, now()
+        max_attempts, budget, source_stack, source_env, payload, queued_at,
+        owner_node, started_at, last_step_at
     )
+    SELECT $1, $2, $3,
+        $4, $5, s.status,
+        $6, $7, $8,
+        $9, $10, now(),
+        CASE WHEN s.status = 'running' THEN $11::text END,
+        CASE WHEN s.status = 'running' THEN now() END,
+        CASE WHEN s.status = 'running' THEN now() END
+    FROM (SELECT CASE WHEN $12::boolean AND $11::text <> ''
+                       AND NOT EXISTS (SELECT 1 FROM leasehold_work_claims AS x
+                                       WHERE x.dedupe_key = $5::text
+                                         AND x.state = 'claimed' AND x.lease_until > now())
+                      THEN 'running' ELSE 'queued' END AS status) AS s
     ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL AND archived_at IS NULL
     DO NOTHING
-    RETURNING id, created_at, coalesce(dedupe_key, 'episode:' || id) AS claim_key
+    RETURNING id, created_at, status, coalesce(dedupe_key, 'episode:' || id) AS claim_key
 ), granted AS (
     INSERT INTO leasehold_work_claims AS c (
         dedupe_key, state, owner_node, lease_until, claimed_at, last_heartbeat_at,
         attempt, fence, grant_kind, work_type
     )
     SELECT created.claim_key, 'claimed', $11::text,
-        now() + ($12::bigint * interval '1 millisecond'),
+        now() + ($13::bigint * interval '1 millisecond'),
         now(), now(), 1, 1, 'fresh', 'episode'
     FROM created
     WHERE $11::text <> ''
@@ -110,8 +204,16 @@ WITH created AS (
         work_type         = excluded.work_type
     WHERE c.state <> 'claimed' OR c.lease_until <= now()
     RETURNING c.fence, c.attempt, c.lease_until, c.claimed_at, c.grant_kind
+), existing AS (
+    SELECT e.id
+    FROM leasehold_episodes AS e
+    WHERE e.dedupe_key = $5::text
+      AND e.archived_at IS NULL
+      AND NOT EXISTS (SELECT 1 FROM created)
+    LIMIT 1
 )
-SELECT created.id, created.created_at, created.claim_key::text AS claim_key,
+SELECT true AS created, created.id, created.created_at, created.status::text AS status,
+    created.claim_key::text AS claim_key,
     coalesce(granted.fence, 0)::bigint AS fence,
     coalesce(granted.attempt, 0)::integer AS attempt,
     coalesce(granted.lease_until, created.created_at)::timestamptz AS lease_until,
@@ -119,6 +221,9 @@ SELECT created.id, created.created_at, created.claim_key::text AS claim_key,
     coalesce(granted.grant_kind, '')::text AS grant_kind
 FROM created
 LEFT JOIN granted ON true
+UNION ALL
+SELECT false, coalesce((SELECT id FROM existing), 0)::bigint, now(), '', '', 0, 0, now(), now(), ''
+WHERE NOT EXISTS (SELECT 1 FROM created)
 `
 
 type CreateEpisodeParams struct {
@@ -133,12 +238,15 @@ type CreateEpisodeParams struct {
 	SourceEnv     string
 	Payload       []byte
 	OwnerNode     string
+	Start         bool
 	LeaseMs       int64
 }
 
 type CreateEpisodeRow struct {
+	Created    bool
 	ID         int64
 	CreatedAt  time.Time
+	Status     string
 	ClaimKey   string
 	Fence      int64
 	Attempt    int32
@@ -157,9 +265,10 @@ type CreateEpisodeRow struct {
 // matches nothing. All times are now(), the database clock.
 // One episode per trigger, born owned: N nodes insert the same dedupe_key,
 // the filtered unique index lets exactly one insert through, and the others
-// get no row back (a duplicate, not an error). Archived episodes are outside
-// the index, so they do not block the trigger from running again. The ON
-// CONFLICT predicate must match the index predicate for Postgres to use it.
+// get created = false back, with the id of the live episode that holds the
+// key (a duplicate, not an error). Archived episodes are outside the index,
+// so they do not block the trigger from running again. The ON CONFLICT
+// predicate must match the index predicate for Postgres to use it.
 //
 // The same statement grants the new episode's work claim (its dedupe key,
 // or episode:{id}) to owner_node, with AcquireClaim's rules, so no crash can
@@ -167,6 +276,22 @@ type CreateEpisodeRow struct {
 // or neither does. fence 0 in the result means the key's claim is held live
 // elsewhere (busy). An empty owner_node creates the episode unclaimed, for
 // deferred execution by another node.
+//
+// start (the caller holds a free slot for it) creates the episode running
+// under that grant, owner_node and started_at set, so a run that starts at
+// once costs this commit and its finish, not a StartEpisode in between. The
+// grant is live at the instant it is made, which is the instant the run
+// starts on the database clock; the caller's local deadline covers a late
+// answer. The status is chosen before the grant, from the key's claim as
+// the statement's snapshot shows it: queued when it is held live
+// elsewhere. A claim that changes hands during the statement can leave a
+// running episode with fence 0 (its caller does not run it: busy, as
+// above; recovery takes it once that claim ends) or a queued one with a
+// grant (its caller starts it with StartEpisode).
+//
+// A duplicate's id is read in the same statement, from its snapshot; a key
+// whose live episode committed after that snapshot began reports no id
+// here (existing_id 0), and the adapter reads it by FindLiveEpisode.
 func (q *Queries) CreateEpisode(ctx context.Context, db DBTX, arg CreateEpisodeParams) (CreateEpisodeRow, error) {
 	row := db.QueryRow(ctx, createEpisode,
 		arg.ActorID,
@@ -180,12 +305,15 @@ func (q *Queries) CreateEpisode(ctx context.Context, db DBTX, arg CreateEpisodeP
 		arg.SourceEnv,
 		arg.Payload,
 		arg.OwnerNode,
+		arg.Start,
 		arg.LeaseMs,
 	)
 	var i CreateEpisodeRow
 	err := row.Scan(
+		&i.Created,
 		&i.ID,
 		&i.CreatedAt,
+		&i.Status,
 		&i.ClaimKey,
 		&i.Fence,
 		&i.Attempt,
@@ -194,6 +322,21 @@ func (q *Queries) CreateEpisode(ctx context.Context, db DBTX, arg CreateEpisodeP
 		&i.GrantKind,
 	)
 	return i, err
+}
+
+const findLiveEpisode = `-- name: FindLiveEpisode :one
+SELECT id FROM leasehold_episodes
+WHERE dedupe_key = $1::text AND archived_at IS NULL
+`
+
+// The live (not archived) episode that holds a dedupe key, if any: what a
+// duplicate trigger reports when its creating statement's snapshot began
+// before that episode committed. Read-only; it decides nothing.
+func (q *Queries) FindLiveEpisode(ctx context.Context, db DBTX, dedupeKey string) (int64, error) {
+	row := db.QueryRow(ctx, findLiveEpisode, dedupeKey)
+	var id int64
+	err := row.Scan(&id)
+	return id, err
 }
 
 const finishEpisode = `-- name: FinishEpisode :one
@@ -343,87 +486,37 @@ func (q *Queries) GetEpisode(ctx context.Context, db DBTX, id int64) (GetEpisode
 	return i, err
 }
 
-const listEpisodes = `-- name: ListEpisodes :many
-SELECT id, actor_id, expectation_id, trigger_type, dedupe_key, status, phase,
-    attempts, max_attempts, source_stack, source_env, owner_node, created_at,
-    started_at, finished_at, last_step_at
-FROM leasehold_episodes
-WHERE ($1::text = '' OR status = $1::text)
-  AND ($2::text = '' OR actor_id = $2::text)
-  AND (NOT $3::boolean
-       OR (status = 'running'
-           AND coalesce(last_step_at, started_at, created_at)
-               < now() - ($4::bigint * interval '1 millisecond')))
-ORDER BY id DESC
-LIMIT $5::integer
+const listCancelRequests = `-- name: ListCancelRequests :many
+SELECT e.id, c.fence
+FROM leasehold_episodes AS e
+JOIN leasehold_work_claims AS c
+  ON c.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id)
+WHERE e.cancel_requested_at IS NOT NULL
+  AND e.status IN ('queued', 'running')
+  AND c.owner_node = $1::text
+  AND c.state = 'claimed'
 `
 
-type ListEpisodesParams struct {
-	Status       string
-	ActorID      string
-	StaleOnly    bool
-	StaleAfterMs int64
-	MaxRows      int32
+type ListCancelRequestsRow struct {
+	ID    int64
+	Fence int64
 }
 
-type ListEpisodesRow struct {
-	ID            int64
-	ActorID       string
-	ExpectationID string
-	TriggerType   string
-	DedupeKey     *string
-	Status        string
-	Phase         *string
-	Attempts      int32
-	MaxAttempts   int32
-	SourceStack   string
-	SourceEnv     string
-	OwnerNode     *string
-	CreatedAt     time.Time
-	StartedAt     *time.Time
-	FinishedAt    *time.Time
-	LastStepAt    *time.Time
-}
-
-// Operator read (leasehold episodes ls): episodes, newest first. An empty
-// status or actor_id means any; stale_only keeps the running episodes whose last
-// sign of life (last_step_at, else started_at) is older than stale_after_ms
-// on the database clock. It has no coordination role: recovery decides with
-// ListOrphanedEpisodes and ClaimForRecovery, never with this, so it takes no
-// lock and a row it shows may be stale by the time it is printed.
-func (q *Queries) ListEpisodes(ctx context.Context, db DBTX, arg ListEpisodesParams) ([]ListEpisodesRow, error) {
-	rows, err := db.Query(ctx, listEpisodes,
-		arg.Status,
-		arg.ActorID,
-		arg.StaleOnly,
-		arg.StaleAfterMs,
-		arg.MaxRows,
-	)
+// The episodes owner_node holds live (claim in state claimed under its
+// name) that have a pending cancel request: the holder cancels each run
+// (or its wait in the slot queue) and ends it canceled with its own fenced
+// FinishEpisode. Read-only, served by the partial index on
+// cancel_requested_at, so its cost follows the requests, not the history.
+func (q *Queries) ListCancelRequests(ctx context.Context, db DBTX, ownerNode string) ([]ListCancelRequestsRow, error) {
+	rows, err := db.Query(ctx, listCancelRequests, ownerNode)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []ListEpisodesRow{}
+	items := []ListCancelRequestsRow{}
 	for rows.Next() {
-		var i ListEpisodesRow
-		if err := rows.Scan(
-			&i.ID,
-			&i.ActorID,
-			&i.ExpectationID,
-			&i.TriggerType,
-			&i.DedupeKey,
-			&i.Status,
-			&i.Phase,
-			&i.Attempts,
-			&i.MaxAttempts,
-			&i.SourceStack,
-			&i.SourceEnv,
-			&i.OwnerNode,
-			&i.CreatedAt,
-			&i.StartedAt,
-			&i.FinishedAt,
-			&i.LastStepAt,
-		); err != nil {
+		var i ListCancelRequestsRow
+		if err := rows.Scan(&i.ID, &i.Fence); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -475,6 +568,80 @@ func (q *Queries) ListSteps(ctx context.Context, db DBTX, episodeID int64) ([]Li
 	return items, nil
 }
 
+const requeueEpisode = `-- name: RequeueEpisode :one
+WITH episode AS (
+    UPDATE leasehold_episodes AS e
+    SET status              = 'queued',
+        phase               = 'retrying',
+        attempts            = e.attempts + 1,
+        max_attempts        = greatest(e.max_attempts, e.attempts + 2),
+        owner_node          = NULL,
+        finished_at         = NULL,
+        cancel_requested_at = NULL,
+        last_step_at        = now()
+    WHERE e.id = $1
+      AND e.status IN ('failed', 'canceled')
+      AND e.archived_at IS NULL
+    RETURNING e.id, e.actor_id, e.expectation_id, e.source_stack, e.source_env, e.attempts
+), request AS (
+    INSERT INTO leasehold_trigger_requests AS t (
+        episode_id, actor_id, expectation_id, source_node, source_stack,
+        source_env, status, created_at, run_after
+    )
+    SELECT episode.id, episode.actor_id, episode.expectation_id, $2::text,
+        episode.source_stack, episode.source_env, 'pending', now(), now()
+    FROM episode
+    ON CONFLICT (episode_id) DO UPDATE SET
+        status      = 'pending',
+        source_node = excluded.source_node,
+        claimed_by  = NULL,
+        claimed_at  = NULL,
+        claim_until = NULL,
+        finished_at = NULL,
+        run_after   = excluded.run_after
+    RETURNING t.id, t.run_after
+)
+SELECT episode.id, episode.attempts, request.id AS request_id, request.run_after
+FROM episode
+JOIN request ON true
+`
+
+type RequeueEpisodeParams struct {
+	ID         int64
+	SourceNode string
+}
+
+type RequeueEpisodeRow struct {
+	ID        int64
+	Attempts  int32
+	RequestID int64
+	RunAfter  time.Time
+}
+
+// Runs a failed or canceled episode again, for an operator: it becomes
+// available as its next attempt (attempts + 1, phase retrying, no owner,
+// its cancel request cleared) with its trigger request pending and due at
+// once, so whichever full node has a free slot for its actor takes it
+// (ClaimTriggerRequests, DispatchTriggerRequest). max_attempts grows to
+// admit that attempt when the episode had used them all. The dedupe key
+// stays with the episode, as it always did.
+//
+// Guarantee: only a terminal failed or canceled episode that is not
+// archived is requeued (its own finish wrote a claim that is not live, and
+// the dispatch grants a fresh fence); the row lock of the UPDATE orders two
+// operators, and the second matches nothing (no row back).
+func (q *Queries) RequeueEpisode(ctx context.Context, db DBTX, arg RequeueEpisodeParams) (RequeueEpisodeRow, error) {
+	row := db.QueryRow(ctx, requeueEpisode, arg.ID, arg.SourceNode)
+	var i RequeueEpisodeRow
+	err := row.Scan(
+		&i.ID,
+		&i.Attempts,
+		&i.RequestID,
+		&i.RunAfter,
+	)
+	return i, err
+}
+
 const retryEpisode = `-- name: RetryEpisode :one
 WITH claim AS (
     UPDATE leasehold_work_claims AS c
@@ -497,17 +664,18 @@ WITH claim AS (
     RETURNING 1
 ), episode AS (
     UPDATE leasehold_episodes AS e
-    SET status       = 'queued',
-        phase        = 'retrying',
-        attempts     = e.attempts + 1,
+    SET status       = CASE WHEN e.cancel_requested_at IS NULL THEN 'queued' ELSE 'canceled' END,
+        phase        = CASE WHEN e.cancel_requested_at IS NULL THEN 'retrying' END,
+        attempts     = CASE WHEN e.cancel_requested_at IS NULL THEN e.attempts + 1 ELSE e.attempts END,
         owner_node   = NULL,
-        error_class  = $8,
+        error_class  = CASE WHEN e.cancel_requested_at IS NULL THEN $8::text ELSE 'canceled' END,
         error_detail = $1,
+        finished_at  = CASE WHEN e.cancel_requested_at IS NULL THEN NULL ELSE now() END,
         last_step_at = now()
     WHERE e.id = $5
       AND e.status IN ('queued', 'running')
       AND EXISTS (SELECT 1 FROM claim)
-    RETURNING e.id, e.actor_id, e.expectation_id, e.source_stack, e.source_env, e.attempts
+    RETURNING e.id, e.actor_id, e.expectation_id, e.source_stack, e.source_env, e.attempts, e.status
 ), request AS (
     INSERT INTO leasehold_trigger_requests AS t (
         episode_id, actor_id, expectation_id, source_node, source_stack,
@@ -517,6 +685,7 @@ WITH claim AS (
         episode.source_stack, episode.source_env, 'pending', now(),
         now() + ($9::bigint * interval '1 millisecond')
     FROM episode
+    WHERE episode.status = 'queued'
     ON CONFLICT (episode_id) DO UPDATE SET
         status      = 'pending',
         source_node = excluded.source_node,
@@ -527,9 +696,11 @@ WITH claim AS (
         run_after   = excluded.run_after
     RETURNING t.id, t.run_after
 )
-SELECT episode.id, episode.attempts, request.id AS request_id, request.run_after
+SELECT episode.id, episode.attempts, episode.status::text AS status,
+    coalesce(request.id, 0)::bigint AS request_id,
+    coalesce(request.run_after, now())::timestamptz AS run_after
 FROM episode
-JOIN request ON true
+LEFT JOIN request ON true
 `
 
 type RetryEpisodeParams struct {
@@ -547,6 +718,7 @@ type RetryEpisodeParams struct {
 type RetryEpisodeRow struct {
 	ID        int64
 	Attempts  int32
+	Status    string
 	RequestID int64
 	RunAfter  time.Time
 }
@@ -582,6 +754,7 @@ func (q *Queries) RetryEpisode(ctx context.Context, db DBTX, arg RetryEpisodePar
 	err := row.Scan(
 		&i.ID,
 		&i.Attempts,
+		&i.Status,
 		&i.RequestID,
 		&i.RunAfter,
 	)

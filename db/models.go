@@ -18,31 +18,32 @@ type LeaseholdAgentDefinition struct {
 }
 
 type LeaseholdEpisode struct {
-	ID            int64
-	ActorID       string
-	ExpectationID string
-	TriggerType   string
-	TriggerRef    []byte
-	DedupeKey     *string
-	Status        string
-	Phase         *string
-	Attempts      int32
-	MaxAttempts   int32
-	Budget        []byte
-	SourceStack   string
-	SourceEnv     string
-	OwnerNode     *string
-	Payload       []byte
-	Result        []byte
-	ErrorClass    *string
-	ErrorDetail   []byte
-	QueuedAt      *time.Time
-	StartedAt     *time.Time
-	FinishedAt    *time.Time
-	LastStepAt    *time.Time
-	ArchivedAt    *time.Time
-	CreatedAt     time.Time
-	JournalPurged bool
+	ID                int64
+	ActorID           string
+	ExpectationID     string
+	TriggerType       string
+	TriggerRef        []byte
+	DedupeKey         *string
+	Status            string
+	Phase             *string
+	Attempts          int32
+	MaxAttempts       int32
+	Budget            []byte
+	SourceStack       string
+	SourceEnv         string
+	OwnerNode         *string
+	Payload           []byte
+	Result            []byte
+	ErrorClass        *string
+	ErrorDetail       []byte
+	QueuedAt          *time.Time
+	StartedAt         *time.Time
+	FinishedAt        *time.Time
+	LastStepAt        *time.Time
+	ArchivedAt        *time.Time
+	CreatedAt         time.Time
+	JournalPurged     bool
+	CancelRequestedAt *time.Time
 }
 
 type LeaseholdEpisodeStep struct {

@@ -128,10 +128,20 @@ WITH created AS (
         created.created_at + ($13::bigint * interval '1 millisecond')
     FROM created
     RETURNING id, episode_id
+), existing AS (
+    SELECT e.id
+    FROM leasehold_episodes AS e
+    WHERE e.dedupe_key = $5::text
+      AND e.archived_at IS NULL
+      AND NOT EXISTS (SELECT 1 FROM created)
+    LIMIT 1
 )
-SELECT created.id, created.created_at, request.id AS request_id
+SELECT true AS created, created.id, created.created_at, request.id AS request_id
 FROM created
 JOIN request ON request.episode_id = created.id
+UNION ALL
+SELECT false, coalesce((SELECT id FROM existing), 0)::bigint, now(), 0::bigint
+WHERE NOT EXISTS (SELECT 1 FROM created)
 `
 
 type CreateDeferredEpisodeParams struct {
@@ -151,6 +161,7 @@ type CreateDeferredEpisodeParams struct {
 }
 
 type CreateDeferredEpisodeRow struct {
+	Created   bool
 	ID        int64
 	CreatedAt time.Time
 	RequestID int64
@@ -167,7 +178,10 @@ type CreateDeferredEpisodeRow struct {
 // one statement: neither row can exist without the other, so no crash
 // leaves a deferred episode that no poller will ever see. Deduplicated on
 // dedupe_key exactly like CreateEpisode (the same index and predicate); a
-// duplicate writes nothing and returns no row. The request is due at
+// duplicate writes nothing and returns created = false with the live
+// episode's id as CreateEpisode reads it (0 when its snapshot began before
+// that episode committed; the adapter then reads FindLiveEpisode). The
+// request is due at
 // now() + delay_ms on the database clock (0: at once): no poller claims it
 // earlier, whatever the nodes' clocks say.
 func (q *Queries) CreateDeferredEpisode(ctx context.Context, db DBTX, arg CreateDeferredEpisodeParams) (CreateDeferredEpisodeRow, error) {
@@ -187,7 +201,12 @@ func (q *Queries) CreateDeferredEpisode(ctx context.Context, db DBTX, arg Create
 		arg.DelayMs,
 	)
 	var i CreateDeferredEpisodeRow
-	err := row.Scan(&i.ID, &i.CreatedAt, &i.RequestID)
+	err := row.Scan(
+		&i.Created,
+		&i.ID,
+		&i.CreatedAt,
+		&i.RequestID,
+	)
 	return i, err
 }
 

@@ -37,10 +37,12 @@ type Deferred struct {
 // DeferredCreated is what CreateDeferredEpisode did.
 type DeferredCreated struct {
 	// Created is false when a live episode already holds the dedupe key;
-	// nothing was written.
-	Created   bool
-	Episode   Episode
-	RequestID int64
+	// nothing was written, and ExistingID is that episode (0 if it was
+	// archived before it could be read).
+	Created    bool
+	ExistingID int64
+	Episode    Episode
+	RequestID  int64
 }
 
 // RequestQuery claims trigger requests for a poller.

@@ -85,6 +85,11 @@ type New struct {
 	// episode unclaimed (deferred execution by another node).
 	Owner string
 	Lease time.Duration
+	// Start, with Owner, starts the episode in the creating statement
+	// itself (status running, owner_node and started_at set) when the
+	// grant is made: the caller holds a free slot and runs it at once, so
+	// the run needs no StartEpisode. Created.Started says whether it was.
+	Start bool
 }
 
 // Queued is the episode n creates, as the creating statement left it: id and
@@ -103,10 +108,18 @@ type Created struct {
 	// Created is false when a live episode already holds the dedupe key
 	// (another node won the trigger); nothing was written.
 	Created bool
-	Episode Episode
+	// ExistingID, when Created is false, is the live episode that holds the
+	// dedupe key: the one the trigger is a duplicate of (0 if it was
+	// archived before it could be read).
+	ExistingID int64
+	Episode    Episode
 	// Claim is the grant made with the episode; Claim.Fence is 0 when none
 	// was asked for, or the key's claim was held live elsewhere (busy).
 	Claim claims.Claim
+	// Started: New.Start was honoured and the episode is running under
+	// Claim. A started episode with Claim.Fence 0 (its key's claim changed
+	// hands during the statement) must not be run: it is left to recovery.
+	Started bool
 }
 
 // Episode is an episode row.
@@ -179,12 +192,52 @@ type Retry struct {
 	Backoff time.Duration
 }
 
-// Retried is what RetryEpisode did: the episode is queued as attempt
-// Attempts + 1, with its trigger request due at RunAfter (database time).
+// Retried is what RetryEpisode (or an operator's RequeueEpisode) did: the
+// episode is queued as attempt Attempts + 1, with its trigger request due
+// at RunAfter (database time). Canceled: a cancel was requested while the
+// attempt ran, so the episode ended canceled instead (no request).
 type Retried struct {
 	Attempts  int32
 	RequestID int64
 	RunAfter  time.Time
+	Canceled  bool
+}
+
+// Cancel outcomes and the errors of the operator's statements.
+var (
+	// ErrNotLive: the episode is terminal or archived, so there is nothing
+	// to cancel.
+	ErrNotLive = errors.New("episodes: episode is not live (terminal or archived)")
+	// ErrNotRetryable: only a failed or canceled episode that is not
+	// archived can be run again.
+	ErrNotRetryable = errors.New("episodes: episode is not failed or canceled, or is archived")
+)
+
+// Canceled is what CancelEpisode did. Ended: nobody held a live lease on
+// the episode, and it is canceled now. Otherwise its holder was asked
+// (cancel_requested_at, database time) and ends the run canceled once it
+// reads the request, within one heartbeat interval.
+type Canceled struct {
+	EpisodeID   int64
+	Ended       bool
+	Status      Status
+	RequestedAt time.Time
+}
+
+// CancelRequest is an episode a node holds live whose cancel was requested.
+type CancelRequest struct {
+	EpisodeID int64
+	Fence     int64
+}
+
+// Requeued is what RequeueOrphan did with an orphan: made available as
+// attempt Attempts + 1 (Status queued, RequestID its pending request), or
+// ended canceled because a cancel was requested (Status canceled).
+type Requeued struct {
+	Status      Status
+	Attempts    int32
+	MaxAttempts int32
+	RequestID   int64
 }
 
 // ClaimState is the work-claim state written with the finish: done for a done
@@ -203,18 +256,6 @@ type Step struct {
 	Fence     int64
 	Data      json.RawMessage
 	CreatedAt time.Time
-}
-
-// ListQuery selects episodes for an operator listing (leasehold episodes
-// ls); it has no coordination role. Status and ActorID "" mean any.
-// StaleOnly keeps the running episodes whose last step (else start) is
-// older than StaleAfter on the database clock. Newest first, at most Limit.
-type ListQuery struct {
-	Status     Status
-	ActorID    string
-	StaleOnly  bool
-	StaleAfter time.Duration
-	Limit      int
 }
 
 // OrphanQuery selects orphaned episodes. Stack "" means every stack;

@@ -20,25 +20,38 @@
 //	running, claim live (however old its last step)    -> alive; never touched
 //
 // Every node lists the same orphans, shuffles them (so the wins spread over
-// the cluster) and calls ClaimForRecovery for each. That one statement
-// locks the claim row, then the episode row, re-checks the orphan condition
-// on their latest versions (an episode finished meanwhile is never
-// reopened), and grants the
-// episode's work claim to the sweeper (fence + 1), marking the episode queued
-// for recovery with attempts + 1. Only one node's grant can succeed; an
-// episode that journaled a step since it was listed has extended its lease
-// and is skipped; an episode already being recovered holds a live lease and
-// is skipped the same way. The sweeper now holds the claim, so the restarted
-// run is never "busy with itself".
+// the cluster) and takes each over with one statement, which locks the
+// claim row, then the episode row, and re-checks the orphan condition on
+// their latest versions (an episode finished meanwhile is never reopened;
+// one that journaled a step since it was listed has extended its lease and
+// is skipped). Which statement depends on what happens next:
 //
-// # What happens next
+//	policy restart, attempts left  -> RequeueOrphan: the orphan's grant is fenced
+//	  (the next attempt is within     out (released, fence + 1), the episode queued
+//	  max_attempts)                   as its next attempt (attempts + 1, phase
+//	                                  recovering, no owner) and its trigger request
+//	                                  pending at once: AVAILABLE work, which any full
+//	                                  node with a free slot for its actor takes
+//	                                  (package runner), never past MaxConcurrent; a
+//	                                  cancel requested meanwhile ends it canceled
+//	policy fail                    -> ClaimForRecovery (grants the sweeper the claim,
+//	                                  fence + 1), then FinishEpisode failed,
+//	                                  error_class orphaned, with the reason
+//	attempt > max_attempts         -> ClaimForRecovery, then FinishEpisode failed,
+//	  (the attempt this recovery      error_class recovery_exhausted
+//	  would start: the first run is
+//	  attempt 1, each restart the
+//	  next; episodes.Episode.Attempt)
 //
-//	attempt > max_attempts       -> failed, error_class recovery_exhausted
-//	  (the attempt this recovery would start: the first run is attempt 1,
-//	  each restart the next; episodes.Episode.Attempt)
-//	policy restart               -> queued on the local actor (its max concurrency
-//	                                applies; never dropped), holding the claim
-//	policy fail                  -> failed, error_class orphaned, with the reason
+// The sweeper never runs what it restarts: recovered work flows to free
+// capacity across the cluster like any available work, so a burst of
+// orphans found by the first node to sweep is still spread over every node
+// (1,000 orphans, three nodes sweeping 300 ms apart: each ran 31-35%). A
+// restart needs no code for the actor on the sweeping node (a trigger_only
+// node, the operator CLI). RequeueOrphan also compares the episode's
+// attempts with the count the sweep listed, so of two sweepers that listed
+// the same orphan only the first requeues it: the claim it leaves behind is
+// released, not live, and the second would otherwise take it again.
 //
 // The policy is resolved before anything is claimed: by the caller's
 // resolver, else the compiled actor registry of the node, else
@@ -46,14 +59,13 @@
 // max attempts of each expectation it registers when it starts. When none
 // knows (SourceUnknown), the orphan is not claimed: it is skipped, with the
 // reason, for a node that runs the actor, so a rolling deploy that adds an
-// actor never fails that actor's restartable work on the old nodes. A
-// restart whose actor is not registered on this node releases the claim at
-// once so a node that has it can take over; each such round counts as an
-// attempt. Exhausted work is failed whatever the policy.
+// actor never fails that actor's restartable work on the old nodes.
+// Exhausted work is failed whatever the policy.
 //
-// The claim is a takeover: the sweep's context carries claims.TxBound of the
-// node's lease, so a holder frozen inside a transaction on the claim or
-// episode row makes it fail fast (retryable) rather than hang the sweep.
+// Both statements are takeovers: the sweep's context carries claims.TxBound
+// of the node's lease, so a holder frozen inside a transaction on the claim
+// or episode row makes them fail fast (retryable) rather than hang the
+// sweep.
 //
 // Every terminal write uses the sweeper's claim token (FinishEpisode) and is
 // fenced like any run's: the old owner, if it is in fact alive, can no

@@ -38,12 +38,19 @@ type Store interface {
 	// ClaimForRecovery returns claims.ErrBusy when the episode is not (or
 	// no longer) an orphan, or another node took it first.
 	ClaimForRecovery(ctx context.Context, id int64, owner string, lease, staleAfter time.Duration) (episodes.Episode, claims.Claim, error)
+	// RequeueOrphan makes an orphan whose policy is restart available work
+	// again, as its next attempt (or ends it canceled when a cancel was
+	// requested), if its attempts are still those listed; claims.ErrBusy
+	// as ClaimForRecovery, and when it has no attempt left.
+	RequeueOrphan(ctx context.Context, id int64, attempts int32, owner string, staleAfter time.Duration) (episodes.Requeued, error)
 	FinishEpisode(ctx context.Context, id int64, t claims.Token, f episodes.Finish) error
 	Release(ctx context.Context, t claims.Token) error
 	AgentRecoveryPolicy(ctx context.Context, actorID, expectationID string) (policy string, found bool, err error)
 }
 
-// Node is the local node that restarts recovered episodes (a *runner.Node).
+// Node is the node on whose behalf a sweep runs (a *runner.Node): its
+// identity, scope, lease and registered policies. Recovered episodes are
+// not run by it: a restart makes the orphan available to every node.
 type Node interface {
 	ID() string
 	Lease() time.Duration
@@ -51,9 +58,6 @@ type Node interface {
 	Env() string
 	// RecoveryPolicy is the compiled policy of a registered expectation.
 	RecoveryPolicy(actorID, expectationID string) (policy string, ok bool)
-	// Resume queues a recovered episode on its actor, holding c, under the
-	// actor's max concurrency. It fails when the actor is not registered.
-	Resume(ep episodes.Episode, c claims.Claim) error
 }
 
 // Options tunes one sweep. The zero value sweeps the node's own stack and env.
@@ -84,6 +88,10 @@ const (
 	ActionFail      Action = "fail"
 	ActionExhausted Action = "fail_exhausted"
 	ActionSkip      Action = "skip"
+	// ActionCancel: a cancel had been requested (CancelEpisode) while the
+	// orphan's holder was alive; recovery ended it canceled. Counted as
+	// failed in the Report.
+	ActionCancel Action = "cancel"
 )
 
 // Decision is one orphan's outcome.
@@ -222,6 +230,9 @@ func (r *Recoverer) recoverOne(ctx context.Context, o episodes.Orphan, opts Opti
 		rep.Skipped++
 		return unknown()
 	}
+	if d.Policy == PolicyRestart && !exhausted {
+		return r.requeue(ctx, o, d, opts, rep)
+	}
 
 	ep, claim, err := r.store.ClaimForRecovery(ctx, ep.ID, r.node.ID(), r.node.Lease(), opts.StaleAfter)
 	if err != nil {
@@ -248,21 +259,44 @@ func (r *Recoverer) recoverOne(ctx context.Context, o episodes.Orphan, opts Opti
 		return unknown()
 	}
 	if d.Policy == PolicyRestart {
-		if err := r.node.Resume(ep, claim); err != nil {
-			// No code for this actor here: let a node that has it take over.
-			if rerr := r.store.Release(ctx, claim.Token); rerr != nil {
-				r.log.WarnContext(ctx, "leasehold: release after failed resume", slog.Int64("episode", ep.ID), slog.Any("error", rerr))
-			}
-			rep.Skipped++
-			d.Action, d.Reason = ActionSkip, "restart not possible on this node: "+err.Error()
-			return d
+		// Listed as exhausted, but its attempts changed meanwhile (an
+		// operator's retry): hand it back at once, for the next sweep.
+		if rerr := r.store.Release(ctx, claim.Token); rerr != nil {
+			r.log.WarnContext(ctx, "leasehold: release of an orphan no longer exhausted", slog.Int64("episode", ep.ID), slog.Any("error", rerr))
 		}
-		rep.Restarted++
-		d.Action, d.Reason = ActionRestart, why
+		rep.Skipped++
+		d.Action, d.Reason = ActionSkip, fmt.Sprintf("%s; attempt %d is within max attempts %d again: left for the next sweep", why, ep.Attempt(), ep.MaxAttempts)
 		return d
 	}
 	d.Action, d.Reason = ActionFail, why
 	r.fail(ctx, ep, claim, episodes.ClassOrphaned, fmt.Sprintf("%s; recovered by %s with policy fail", why, r.node.ID()), rep)
+	return d
+}
+
+// requeue restarts an orphan by making it available work again
+// (RequeueOrphan): whichever full node has a free slot for its actor runs
+// it, under the actor's MaxConcurrent, this node included. An orphan with
+// a cancel request ends canceled instead.
+func (r *Recoverer) requeue(ctx context.Context, o episodes.Orphan, d Decision, opts Options, rep *Report) Decision {
+	why := orphanReason(o)
+	res, err := r.store.RequeueOrphan(ctx, o.Episode.ID, o.Episode.Attempts, r.node.ID(), opts.StaleAfter)
+	if err != nil {
+		rep.Skipped++
+		d.Action, d.Reason = ActionSkip, "not requeued: "+err.Error()
+		if errors.Is(err, claims.ErrBusy) {
+			d.Reason = "not requeued: recovered by another node, alive again, or out of attempts (the next sweep fails it)"
+		}
+		return d
+	}
+	rep.Claimed++
+	if res.Status == episodes.StatusCanceled {
+		rep.Failed++
+		d.Action, d.Reason = ActionCancel, why+"; a cancel was requested: ended canceled"
+		return d
+	}
+	rep.Restarted++
+	d.Action = ActionRestart
+	d.Reason = fmt.Sprintf("%s; available again as attempt %d of %d (request %d)", why, res.Attempts+1, res.MaxAttempts, res.RequestID)
 	return d
 }
 

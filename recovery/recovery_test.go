@@ -116,31 +116,31 @@ func TestThreeNodesRestartEachOrphanExactlyOnce(t *testing.T) {
 	nodetest.WaitEnded(t, len(ids), c.Sigs...)
 
 	restarted := 0
-	for i, rep := range reports {
-		require.LessOrEqual(t, rep.Found, 300) // a slower node lists after others claimed some
+	for _, rep := range reports {
+		require.LessOrEqual(t, rep.Found, 300) // a slower node lists after others requeued some
 		restarted += rep.Restarted
-		require.LessOrEqual(t, rep.Restarted, 180, "node-%d took %d of 300: %+v", i, rep.Restarted, reports)
 	}
-	require.Equal(t, 300, restarted)
+	require.Equal(t, 300, restarted, "each orphan requeued exactly once: %+v", reports)
 	require.Equal(t, 300, c.Count(t, "status = 'done' AND attempts = 1"))
 
 	// Exactly one run per orphan: one journal entry each, written under the
-	// recovery grant (fence 2), and every claim granted exactly twice.
-	var steps, badFence, claimsAtFence2 int
-	require.NoError(t, c.Pool.QueryRow(t.Context(), `SELECT count(*), count(*) FILTER (WHERE fence <> 2)
+	// grant the poller's dispatch made (fence 3: the dead node's was 1, the
+	// requeue fenced it out with 2), and every claim finished at fence 3.
+	var steps, badFence, claimsAtFence3 int
+	require.NoError(t, c.Pool.QueryRow(t.Context(), `SELECT count(*), count(*) FILTER (WHERE fence <> 3)
 		FROM leasehold_episode_steps WHERE episode_id = ANY($1)`, ids).Scan(&steps, &badFence))
 	require.Equal(t, 300, steps)
 	require.Zero(t, badFence)
 	require.NoError(t, c.Pool.QueryRow(t.Context(), `SELECT count(*) FROM leasehold_work_claims
-		WHERE fence = 2 AND state = 'done'`).Scan(&claimsAtFence2))
-	if claimsAtFence2 != 300 {
-		rows, _ := c.Pool.Query(t.Context(), `SELECT dedupe_key, state, owner_node, fence, attempt, grant_kind FROM leasehold_work_claims WHERE NOT (fence = 2 AND state = 'done')`)
+		WHERE fence = 3 AND state = 'done'`).Scan(&claimsAtFence3))
+	if claimsAtFence3 != 300 {
+		rows, _ := c.Pool.Query(t.Context(), `SELECT dedupe_key, state, owner_node, fence, attempt, grant_kind FROM leasehold_work_claims WHERE NOT (fence = 3 AND state = 'done')`)
 		for rows.Next() {
 			v, _ := rows.Values()
 			t.Log(v...)
 		}
 	}
-	require.Equal(t, 300, claimsAtFence2)
+	require.Equal(t, 300, claimsAtFence3)
 }
 
 func TestAliveEpisodesAreNotRecovered(t *testing.T) {
@@ -229,12 +229,16 @@ func TestPolicyResolutionOrder(t *testing.T) {
 	require.Equal(t, " from unknown", got["resolved/x"])
 
 	// For real: orphans whose policy nobody here knows are left alone, not
-	// claimed (a node that runs them will); the dynamic actor's restart is
-	// not possible here (no code for it), so its claim is released at once.
+	// claimed (a node that runs them will); the dynamic actor's restart
+	// makes it available work, which waits for a node that runs the actor
+	// (none here).
 	rep, err = newRecoverer(t, c, 0).Sweep(t.Context(), recovery.Options{})
 	require.NoError(t, err)
-	require.Equal(t, recovery.Report{Found: 5, Claimed: 3, Restarted: 1, Failed: 1, Skipped: 3}, withoutDecisions(rep))
+	require.Equal(t, recovery.Report{Found: 5, Claimed: 3, Restarted: 2, Failed: 1, Skipped: 2}, withoutDecisions(rep))
 	nodetest.WaitEnded(t, 1, c.Sigs...)
+	require.Equal(t, 1, c.Count(t, "status = 'queued' AND actor_id = 'dynamic' AND attempts = 1 AND EXISTS "+
+		"(SELECT 1 FROM leasehold_trigger_requests AS r WHERE r.episode_id = leasehold_episodes.id AND r.status = 'pending')"),
+		"available, for a node that registers the dynamic actor")
 	require.Equal(t, 1, c.Count(t, "status = 'failed' AND error_class = 'orphaned'"))
 	require.Equal(t, 2, c.Count(t, "status = 'running' AND attempts = 0 AND actor_id IN ('unknown', 'resolved')"), "unknown policy: untouched")
 	var last telemetry.Event
@@ -243,7 +247,7 @@ func TestPolicyResolutionOrder(t *testing.T) {
 			last = e
 		}
 	}
-	require.Equal(t, map[string]int{"found": 5, "claimed": 3, "restarted": 1, "failed": 1, "skipped": 3}, last.Counts)
+	require.Equal(t, map[string]int{"found": 5, "claimed": 3, "restarted": 2, "failed": 1, "skipped": 2}, last.Counts)
 	require.Equal(t, 1, c.Count(t, "status = 'done' AND actor_id = 'compiled'"))
 }
 
@@ -359,10 +363,10 @@ func withoutDecisions(r recovery.Report) recovery.Report {
 	return r
 }
 
-// A node that does not run an actor locally (trigger_only) never restarts
-// its orphans: it hands the claim back at once for a full node, which then
-// restarts the episode.
-func TestTriggerOnlyNodeLeavesRestartsToFullNodes(t *testing.T) {
+// Recovery never runs what it restarts: a sweep from a node that does not
+// run the actor locally (trigger_only) makes the orphan available, and a
+// full node's poller runs it.
+func TestTriggerOnlyNodesSweepFeedsFullNodes(t *testing.T) {
 	t.Parallel()
 	c := nodetest.Start(t, 2, func(i int, cfg *runner.Config) {
 		if i == 0 {
@@ -370,17 +374,76 @@ func TestTriggerOnlyNodeLeavesRestartsToFullNodes(t *testing.T) {
 		}
 	}, worker(runner.RecoveryRestart, journalOnce, 1))
 	id := insertOrphans(t, c.Pool, orphanSpec{n: 1})[0]
+	require.False(t, c.Nodes[0].Executes())
 
 	rep, err := newRecoverer(t, c, 0).Sweep(t.Context(), recovery.Options{})
 	require.NoError(t, err)
-	require.Equal(t, 1, rep.Skipped)
-	require.Contains(t, rep.Decisions[0].Reason, "trigger_only")
-	require.Equal(t, 1, c.Count(t, "id = $1 AND status = 'queued'", id))
-	require.False(t, c.Nodes[0].Executes())
-
-	rep, err = newRecoverer(t, c, 1).Sweep(t.Context(), recovery.Options{})
-	require.NoError(t, err)
-	require.Equal(t, 1, rep.Restarted, "the released claim is taken at once, no lease to wait out")
+	require.Equal(t, 1, rep.Restarted, "%+v", rep.Decisions)
+	require.Contains(t, rep.Decisions[0].Reason, "available again as attempt 2")
 	nodetest.WaitEnded(t, 1, c.Sigs[1])
-	require.Equal(t, 1, c.Count(t, "id = $1 AND status = 'done' AND owner_node = 'node-1'", id))
+	require.Equal(t, 1, c.Count(t, "id = $1 AND status = 'done' AND owner_node = 'node-1' AND attempts = 1", id))
+}
+
+// Recovered work flows to free capacity: 1,000 orphans, three nodes whose
+// first sweeps are 300 ms apart (the first requeues nearly all of them),
+// and every node runs 20-50% of them, each exactly once, never more at
+// once than its actor's MaxConcurrent.
+func TestRecoveredWorkSpreadsAcrossNodes(t *testing.T) {
+	t.Parallel()
+	const orphans, slots = 1000, 8
+	var mu sync.Mutex
+	running, peak := map[string]int{}, map[string]int{}
+	step := nodetest.Strategy{StepFunc: func(ctx context.Context, r *runner.Run) (runner.StepResult, error) {
+		node := r.Episode.OwnerNode
+		mu.Lock()
+		running[node]++
+		peak[node] = max(peak[node], running[node])
+		mu.Unlock()
+		defer func() { mu.Lock(); running[node]--; mu.Unlock() }()
+		select {
+		case <-time.After(10 * time.Millisecond): // the work itself
+		case <-ctx.Done():
+			return runner.StepResult{}, ctx.Err()
+		}
+		return runner.StepResult{Done: true}, nil
+	}}
+	c := nodetest.Start(t, 3, func(_ int, cfg *runner.Config) { cfg.Poll.Interval = 100 * time.Millisecond },
+		worker(runner.RecoveryRestart, step, slots))
+	ids := insertOrphans(t, c.Pool, orphanSpec{n: orphans})
+
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range c.Nodes {
+		r := newRecoverer(t, c, i)
+		wg.Go(func() {
+			time.Sleep(time.Duration(i) * 300 * time.Millisecond) // staggered first sweeps
+			_, err := r.Sweep(t.Context(), recovery.Options{})
+			require.NoError(t, err)
+		})
+	}
+	wg.Wait()
+	nodetest.WaitEnded(t, orphans, c.Sigs...)
+	took := time.Since(start)
+
+	require.Equal(t, orphans, c.Count(t, "id = ANY($1) AND status = 'done' AND attempts = 1", ids))
+	var steps int
+	require.NoError(t, c.Pool.QueryRow(t.Context(), `SELECT count(*) FROM leasehold_episode_steps WHERE episode_id = ANY($1)`, ids).Scan(&steps))
+	require.Equal(t, orphans, steps, "each orphan ran exactly once")
+	shares := map[string]int{}
+	rows, err := c.Pool.Query(t.Context(), `SELECT owner_node, count(*) FROM leasehold_episodes WHERE id = ANY($1) GROUP BY owner_node`, ids)
+	require.NoError(t, err)
+	for rows.Next() {
+		var node string
+		var n int
+		require.NoError(t, rows.Scan(&node, &n))
+		shares[node] = n
+	}
+	require.NoError(t, rows.Err())
+	t.Logf("1,000 recovered orphans ran in %v: shares %v, peak concurrency %v", took.Round(time.Millisecond), shares, peak)
+	require.Len(t, shares, 3)
+	for node, n := range shares {
+		require.GreaterOrEqual(t, n, orphans/5, "%s ran %d of %d: %v", node, n, orphans, shares)
+		require.LessOrEqual(t, n, orphans/2, "%s ran %d of %d: %v", node, n, orphans, shares)
+		require.LessOrEqual(t, peak[node], slots, "%s ran more than MaxConcurrent at once", node)
+	}
 }

@@ -60,11 +60,11 @@ func TestDrainHandsOverAtOnce(t *testing.T) {
 	}}}
 	drainStarted := make(chan telemetry.Event, 1)
 	c := nodetest.Start(t, 2, func(i int, cfg *runner.Config) {
-		// No pollers: the sixth episode waits in node A's slot queue (as
-		// recovered work does) instead of flowing to B, and the drain hands
-		// that queue over.
-		cfg.Poll.Disabled = true
+		// No poller on A: the sixth episode waits in A's slot queue instead
+		// of flowing to B, and the drain hands that queue over. B polls:
+		// what recovery restarts is available work, run by pollers.
 		if i == 0 {
+			cfg.Poll.Disabled = true
 			cfg.Observer = watch{Observer: cfg.Observer, name: runner.EventDrainStarted, ch: drainStarted}
 		}
 	}, work)
@@ -124,7 +124,8 @@ func TestDrainHandsOverAtOnce(t *testing.T) {
 	require.Len(t, rows, 1, "a drained node removes its membership row")
 	require.Equal(t, "node-1", rows[0].ID)
 
-	// One sweep on B takes all four released claims at once.
+	// One sweep on B makes all four released episodes available at once,
+	// and B's poller runs them.
 	rcv, err := recovery.New(postgres.New(c.Pool), b, slog.New(slog.DiscardHandler), c.Sigs[1])
 	require.NoError(t, err)
 	rep, err := rcv.Sweep(ctx, recovery.Options{})

@@ -157,7 +157,7 @@ func liveOnDatabase(c nodetest.Cluster, tok claims.Token) (bool, error) {
 }
 
 // Every path that grants a claim — a trigger's creation, a deferred
-// episode's dispatch, a recovery claim, a direct acquire — starts the local
+// episode's dispatch, a recovered one's, a direct acquire — starts the local
 // lease clock before its statement was sent: with the grant's answer 500 ms
 // late and no renewal getting through afterwards, the run is stopped while
 // its lease is still live on the database, so no other node can be running
@@ -237,7 +237,9 @@ func TestEveryGrantPathStopsTheRunBeforeItsLeaseExpires(t *testing.T) {
 	require.Equal(t, 1, n)
 	check("DispatchTriggerRequest", d.Episode.ID)
 
-	// 3. An orphan recovered by this node (its claim's owner is gone).
+	// 3. An orphan recovered by this node (its claim's owner is gone): the
+	// sweep makes it available again (RequeueOrphan), and the dispatch
+	// that takes it grants the lease the run holds.
 	orphan := deferred
 	orphan.DedupeKey, orphan.Owner, orphan.Lease = "event:slow:wait:orphan", "gone", time.Minute
 	created, err := postgres.New(c.Pool).CreateEpisode(ctx, orphan)
@@ -250,7 +252,10 @@ func TestEveryGrantPathStopsTheRunBeforeItsLeaseExpires(t *testing.T) {
 	rep, err := rcv.Sweep(ctx, recovery.Options{})
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, rep.Restarted, 1) // the earlier runs' leases expired too
-	check("ClaimForRecovery", created.Episode.ID)
+	n, err = node.PollOnce(ctx)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, n, 1)
+	check("RequeueOrphan, DispatchTriggerRequest", created.Episode.ID)
 
 	// 4. A direct claims user: Gate.Acquire, then Hold.
 	gate, err := claims.NewGate(fs, claims.GateConfig{Owner: "direct", Lease: lease})
@@ -484,4 +489,32 @@ func TestReadinessDegradesWhileTheDatabaseIsUnreachable(t *testing.T) {
 	waitProbe(false)
 	require.Equal(t, runner.StateReady, node.Readiness().State)
 	close(blocks)
+}
+
+// A node that was stopped past a lease's local deadline (SIGSTOP, a long GC
+// pause, here: the answer that granted it arriving after the deadline) does
+// not begin the strategy on that lease: the check before Init (and before
+// each Step) is synchronous, not left to the heartbeat's next tick. The
+// episode stays running under the grant, for recovery once it expires.
+func TestNoStrategyCallPastTheLocalDeadline(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	s := nodetest.Strategy{
+		InitFunc: func(context.Context, *runner.Run) error { calls.Add(1); return nil },
+		StepFunc: func(context.Context, *runner.Run) (runner.StepResult, error) {
+			calls.Add(1)
+			return runner.StepResult{Done: true}, nil
+		},
+	}
+	c, fs := startFaulty(t, 2*time.Second, func(cfg *runner.Config) {
+		cfg.Heartbeat.Margin = 600 * time.Millisecond // local deadline: sent + 1.4 s
+		cfg.Heartbeat.Interval = 500 * time.Millisecond
+	}, runner.Actor{ID: "pay", Expectations: []runner.Expectation{{ID: "charge", Trigger: runner.Manual{}, Strategy: s}}})
+	fs.slowGrants.Store(int64(1500 * time.Millisecond)) // the grant's answer comes after the deadline
+	_, err := c.Nodes[0].RunManual(context.Background(), "pay", "charge", nil)
+	require.NoError(t, err)
+	nodetest.WaitEnded(t, 1, c.Sigs...)
+	require.Zero(t, calls.Load(), "no Init or Step on a lease past its local deadline")
+	require.Equal(t, 1, c.Sigs[0].Count(runner.EventLeaseLost))
+	require.Zero(t, c.Count(t, "status = 'done'"))
 }

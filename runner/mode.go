@@ -28,10 +28,6 @@ const (
 // in mode disabled.
 var ErrDisabled = errors.New("runner: disabled")
 
-// ErrNotFull: the node cannot run the episode here because the node or its
-// actor is not in mode full (recovery then releases it for another node).
-var ErrNotFull = errors.New("runner: actor does not run locally in this mode")
-
 func (m Mode) valid() error {
 	switch m {
 	case ModeFull, ModeTriggerOnly, ModeDisabled:

@@ -47,7 +47,6 @@ var (
 	ErrStopped   = errors.New("runner: node is not running")
 	ErrUnknown   = errors.New("runner: unknown actor, expectation or event")
 	ErrCanceled  = errors.New("runner: episode canceled")
-	ErrNotLocal  = errors.New("runner: episode is not running on this node")
 	errStopping  = errors.New("runner: node stopping")
 	errWallSpent = errors.New("runner: wall-time budget exceeded")
 )
@@ -64,6 +63,12 @@ type Store interface {
 	// keeps and journals the error, releases the claim and makes the
 	// episode available after the backoff (database clock).
 	RetryEpisode(ctx context.Context, id int64, t claims.Token, r episodes.Retry) (episodes.Retried, error)
+	// Cluster-wide cancel and retry (Node.Cancel, Node.Retry): the
+	// holder of a live episode reads its cancel requests once per
+	// heartbeat interval.
+	CancelEpisode(ctx context.Context, id int64, detail json.RawMessage) (episodes.Canceled, error)
+	ListCancelRequests(ctx context.Context, owner string) ([]episodes.CancelRequest, error)
+	RequeueEpisode(ctx context.Context, id int64, by string) (episodes.Retried, error)
 	GetEpisode(ctx context.Context, id int64) (episodes.Episode, error)
 
 	// Deferred execution (trigger_only nodes write, full nodes poll).
@@ -374,25 +379,6 @@ func (n *Node) RecoveryPolicy(actorID, expectationID string) (string, bool) {
 	return string(e.Recovery), true
 }
 
-// Resume queues an episode recovered by this node, holding its claim c, on
-// its actor: it runs under the actor's max concurrency, from Init, like a new
-// trigger. It fails when the actor or expectation is not registered here or
-// the node is not running.
-func (n *Node) Resume(ep episodes.Episode, c claims.Claim) error {
-	n.intake.RLock()
-	defer n.intake.RUnlock()
-	as, e, err := n.lookup(ep.ActorID, ep.ExpectationID)
-	if err != nil {
-		return err
-	}
-	if m := n.ActorMode(ep.ActorID); m != ModeFull {
-		return fmt.Errorf("%w: actor %q is %s here", ErrNotFull, ep.ActorID, m)
-	}
-	runCtx, unhold := n.hb.Hold(n.base, c)
-	as.exec.submit(&job{ep: ep, exp: e, claim: c, ctx: runCtx, unhold: unhold})
-	return nil
-}
-
 // Register adds an actor. Actors are registered before Start.
 func (n *Node) Register(a Actor) error {
 	if err := a.validate(); err != nil {
@@ -460,6 +446,7 @@ func (n *Node) Start(ctx context.Context) error {
 	n.state.Store(int32(stateRunning))
 	n.lifeBg.Go(func() { _ = n.hb.Run(life) })
 	n.lifeBg.Go(func() { n.refreshMembership(life) })
+	n.lifeBg.Go(func() { n.watchCancels(life) })
 	for _, as := range n.actors {
 		for _, e := range as.exps {
 			if s, ok := e.Trigger.(Schedule); ok {
@@ -479,7 +466,9 @@ func (n *Node) Start(ctx context.Context) error {
 // Outcome is what one trigger did on this node.
 type Outcome struct {
 	ExpectationID string
-	// EpisodeID is the episode this node created, 0 when Duplicate.
+	// EpisodeID is the episode this trigger created or, when Duplicate,
+	// the live episode that holds its dedupe key (0 only if that one was
+	// archived before it could be read).
 	EpisodeID int64
 	// Duplicate: another node (or an earlier trigger) already created the
 	// live episode for this dedupe key; nothing was done here.
@@ -608,23 +597,6 @@ func (n *Node) RunManual(ctx context.Context, actorID, expectationID string, pay
 	return n.trigger(ctx, as, e, n.cfg.Env, "", ref, raw, 0, 0)
 }
 
-// Cancel stops a running episode of this node; it ends with status canceled.
-func (n *Node) Cancel(episodeID int64) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	found := false
-	for j, cancel := range n.running {
-		if j.ep.ID == episodeID {
-			cancel(ErrCanceled)
-			found = true
-		}
-	}
-	if !found {
-		return fmt.Errorf("episode %d: %w", episodeID, ErrNotLocal)
-	}
-	return nil
-}
-
 // Stop drains the node (see Drain) and returns ctx's error if running steps
 // had to be cancelled at its deadline.
 func (n *Node) Stop(ctx context.Context) error {
@@ -701,15 +673,17 @@ func (n *Node) trigger(ctx context.Context, as *actorState, e *Expectation, env,
 			as.exec.unreserve()
 		}
 	}()
-	ne.Owner, ne.Lease = n.id, n.gate.Lease()
+	// With a reserved slot the creating statement starts the episode too:
+	// two commits for a run that starts at once (create, finish).
+	ne.Owner, ne.Lease, ne.Start = n.id, n.gate.Lease(), reserved
 	res, err := n.store.CreateEpisode(ctx, ne)
 	if err != nil {
 		return Outcome{}, fmt.Errorf("create episode %s/%s: %w", as.actor.ID, e.ID, err)
 	}
 	if !res.Created {
 		n.emit(ctx, telemetry.Event{Name: EventDuplicate, Key: key, Owner: n.id})
-		n.log.DebugContext(ctx, "leasehold: dedupe skip", slog.String("key", key))
-		return Outcome{ExpectationID: e.ID, Duplicate: true}, nil
+		n.log.DebugContext(ctx, "leasehold: dedupe skip", slog.String("key", key), slog.Int64("episode", res.ExistingID))
+		return Outcome{ExpectationID: e.ID, EpisodeID: res.ExistingID, Duplicate: true}, nil
 	}
 	ep, claim := res.Episode, res.Claim
 	n.emit(ctx, telemetry.Event{Name: EventCreated, Key: ep.ClaimKey(), Owner: n.id})
@@ -721,7 +695,7 @@ func (n *Node) trigger(ctx context.Context, as *actorState, e *Expectation, env,
 		return Outcome{ExpectationID: e.ID, EpisodeID: ep.ID}, nil
 	}
 	runCtx, unhold := n.hb.Hold(n.base, claim)
-	j := &job{ep: ep, exp: e, claim: claim, ctx: runCtx, unhold: unhold}
+	j := &job{ep: ep, exp: e, claim: claim, ctx: runCtx, unhold: unhold, started: res.Started}
 	if reserved {
 		reserved = false
 		as.exec.startReserved(j)

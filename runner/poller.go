@@ -80,7 +80,7 @@ func (n *Node) deferTrigger(ctx context.Context, ne episodes.New, delay time.Dur
 	}
 	if !res.Created {
 		n.emit(ctx, telemetry.Event{Name: EventDuplicate, Key: ne.DedupeKey, Owner: n.id})
-		return Outcome{ExpectationID: ne.ExpectationID, Duplicate: true}, nil
+		return Outcome{ExpectationID: ne.ExpectationID, EpisodeID: res.ExistingID, Duplicate: true}, nil
 	}
 	n.emit(ctx, telemetry.Event{Name: EventDeferred, Key: res.Episode.ClaimKey(), Owner: n.id})
 	return Outcome{ExpectationID: ne.ExpectationID, EpisodeID: res.Episode.ID, Deferred: true}, nil

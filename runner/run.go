@@ -26,6 +26,9 @@ type job struct {
 	ctx    context.Context
 	unhold func()
 	run    *Run // once started
+	// started: the creating statement started the episode already
+	// (CreateEpisode with a reserved slot): execute skips StartEpisode.
+	started bool
 }
 
 // executor runs one actor's episodes, at most max at once on this node, the
@@ -115,6 +118,20 @@ func (x *executor) work(j *job) {
 	x.node.pollWake()
 }
 
+// remove takes the job of episodeID (under fence, any when 0) out of the
+// queue, or returns nil when none waits.
+func (x *executor) remove(episodeID, fence int64) *job {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for i, j := range x.queue {
+		if j.ep.ID == episodeID && (fence == 0 || j.claim.Fence == fence) {
+			x.queue = append(x.queue[:i:i], x.queue[i+1:]...)
+			return j
+		}
+	}
+	return nil
+}
+
 // waiting returns how many jobs wait for a slot.
 func (x *executor) waiting() int {
 	x.mu.Lock()
@@ -161,11 +178,13 @@ func (n *Node) execute(j *job) {
 		n.handOver(j)
 		return
 	}
-	var next int32
-	err := n.retrying(j, func(ctx context.Context) (err error) {
-		next, err = n.store.StartEpisode(ctx, j.ep.ID, j.claim.Token)
-		return err
-	})
+	next, err := int32(1), error(nil)
+	if !j.started {
+		err = n.retrying(j, func(ctx context.Context) (err error) {
+			next, err = n.store.StartEpisode(ctx, j.ep.ID, j.claim.Token)
+			return err
+		})
+	}
 	if err != nil {
 		// The episode was finished, archived or taken over meanwhile, or the
 		// database failed: either way another grant decides what happens now.
@@ -183,6 +202,10 @@ func (n *Node) execute(j *job) {
 		ctx, cancelWall = context.WithTimeoutCause(ctx, w, errWallSpent)
 		defer cancelWall()
 	}
+	if err := n.leaseLive(j); err != nil {
+		n.end(ctx, j, err)
+		return
+	}
 	if err := safely(func() error { return j.exp.Strategy.Init(ctx, run) }); err != nil {
 		n.end(ctx, j, err)
 		return
@@ -190,6 +213,10 @@ func (n *Node) execute(j *job) {
 	for steps := 1; ; steps++ {
 		if n.stopping() {
 			n.handOver(j)
+			return
+		}
+		if err := n.leaseLive(j); err != nil {
+			n.end(ctx, j, err)
 			return
 		}
 		var res StepResult
@@ -246,6 +273,22 @@ func (n *Node) execute(j *job) {
 	}
 }
 
+// leaseLive is claims.ErrLeaseLost when j's lease is past its local
+// deadline (or lost) now, checked before the strategy is called: the
+// heartbeat cancels the run's context on its own schedule, and a process
+// that was stopped (SIGSTOP, a long GC pause, a frozen VM) past the
+// deadline must not begin Init or another Step on a lease the database
+// may already have handed to another node.
+func (n *Node) leaseLive(j *job) error {
+	if j.claim.Passthrough {
+		return nil
+	}
+	if _, held := n.hb.Remaining(j.claim); !held {
+		return fmt.Errorf("%w: %s is past its local deadline", claims.ErrLeaseLost, j.claim.Token)
+	}
+	return nil
+}
+
 func (n *Node) appendStep(j *job, run *Run, data any) error {
 	raw := mustJSON(data)
 	if err := n.retrying(j, func(ctx context.Context) error {
@@ -274,8 +317,7 @@ func (n *Node) end(ctx context.Context, j *job, err error) {
 	case errors.Is(cause, errWallSpent):
 		n.finish(ctx, j, failure(episodes.ClassBudgetExceeded, fmt.Sprintf("max wall time %v exceeded", j.exp.Budget.MaxWall)))
 	case errors.Is(cause, ErrCanceled):
-		n.finish(ctx, j, episodes.Finish{Status: episodes.StatusCanceled, ErrorClass: episodes.ClassCanceled,
-			ErrorDetail: mustJSON(map[string]string{"reason": "canceled"})})
+		n.finish(ctx, j, canceled())
 	case errors.As(err, &p):
 		f := failure(episodes.ClassPanic, fmt.Sprint(p.value))
 		f.ErrorDetail = mustJSON(map[string]string{"panic": fmt.Sprint(p.value), "stack": string(p.stack)})
@@ -309,6 +351,8 @@ func (n *Node) retryAttempt(ctx context.Context, j *job, cause error) {
 	case err != nil:
 		// The claim stays claimed and expires; recovery resolves the episode.
 		n.log.ErrorContext(ctx, "leasehold: retry write failed", slog.Int64("episode", j.ep.ID), slog.Any("error", err))
+	case res.Canceled: // a cancel was requested while the attempt ran
+		n.emit(ctx, telemetry.Event{Name: EventCanceled, Key: j.claim.Key, Owner: n.id, Fence: j.claim.Fence, Attempt: attempt})
 	default:
 		n.emit(ctx, telemetry.Event{Name: EventRetrying, Key: j.claim.Key, Owner: n.id, Fence: j.claim.Fence,
 			Attempt: attempt, Err: cause, Counts: map[string]int{"retry_in_ms": int(backoff.Milliseconds())}})

@@ -250,7 +250,8 @@ func TestTerminalStatuses(t *testing.T) {
 			require.NoError(t, err)
 			if tc.cancel {
 				<-cancelReady
-				require.NoError(t, node.Cancel(out.EpisodeID))
+				_, err := node.Cancel(t.Context(), out.EpisodeID)
+				require.NoError(t, err)
 			}
 			waitEnded(t, 1, c.Sigs...)
 

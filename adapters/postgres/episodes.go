@@ -30,19 +30,43 @@ func (s *Store) CreateEpisode(ctx context.Context, n episodes.New) (episodes.Cre
 		SourceEnv:     n.SourceEnv,
 		Payload:       n.Payload,
 		OwnerNode:     n.Owner,
+		Start:         n.Start,
 		LeaseMs:       n.Lease.Milliseconds(),
 	})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return episodes.Created{}, nil
-	}
 	if err != nil {
 		return episodes.Created{}, dbError("CreateEpisode", err)
 	}
+	if !row.Created {
+		id, err := s.liveEpisode(ctx, n.DedupeKey, row.ID)
+		return episodes.Created{ExistingID: id}, err
+	}
+	ep := n.Queued(row.ID, row.CreatedAt)
+	if row.Status == string(episodes.StatusRunning) {
+		ep.Status, ep.OwnerNode, ep.StartedAt = episodes.StatusRunning, n.Owner, &row.CreatedAt
+	}
 	return episodes.Created{
 		Created: true,
-		Episode: n.Queued(row.ID, row.CreatedAt),
+		Episode: ep,
 		Claim:   episodes.GrantedClaim(sent, row.ClaimKey, n.Owner, row.Fence, row.Attempt, row.LeaseUntil, row.ClaimedAt, row.GrantKind),
+		Started: ep.Status == episodes.StatusRunning,
 	}, nil
+}
+
+// liveEpisode is the live episode holding key, for a duplicate trigger:
+// seen, when the creating statement's snapshot showed it, else read by
+// FindLiveEpisode (its winner committed after that snapshot began). 0 when
+// it was archived meanwhile or could not be read (the read decides nothing).
+func (s *Store) liveEpisode(ctx context.Context, key string, seen int64) (int64, error) {
+	if seen != 0 || key == "" {
+		return seen, nil
+	}
+	id, err := s.q.FindLiveEpisode(ctx, s.conn, key)
+	if err != nil {
+		// Best effort (no row: archived meanwhile): the trigger was a
+		// duplicate whatever this read says.
+		return 0, nil
+	}
+	return id, nil
 }
 
 // StartEpisode runs StartEpisode and returns the next free step number.
@@ -97,7 +121,62 @@ func (s *Store) RetryEpisode(ctx context.Context, id int64, t claims.Token, r ep
 	if err := episodeFenced("RetryEpisode", err); err != nil {
 		return episodes.Retried{}, err
 	}
+	return episodes.Retried{Attempts: row.Attempts, RequestID: row.RequestID, RunAfter: row.RunAfter,
+		Canceled: row.Status == string(episodes.StatusCanceled)}, nil
+}
+
+// CancelEpisode runs CancelEpisode: the episode ends canceled now when
+// nobody holds a live lease on it, else its holder is asked to stop it.
+// episodes.ErrNotFound or episodes.ErrNotLive when there is nothing to
+// cancel.
+func (s *Store) CancelEpisode(ctx context.Context, id int64, detail json.RawMessage) (episodes.Canceled, error) {
+	row, err := s.q.CancelEpisode(ctx, s.conn, db.CancelEpisodeParams{ID: id, ErrorDetail: detail})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return episodes.Canceled{}, s.whyNot(ctx, id, episodes.ErrNotLive)
+	}
+	if err != nil {
+		return episodes.Canceled{}, dbError("CancelEpisode", err)
+	}
+	st := episodes.Status(row.Status)
+	return episodes.Canceled{EpisodeID: row.ID, Ended: st == episodes.StatusCanceled, Status: st, RequestedAt: row.CancelRequestedAt}, nil
+}
+
+// ListCancelRequests runs ListCancelRequests for the holder owner.
+func (s *Store) ListCancelRequests(ctx context.Context, owner string) ([]episodes.CancelRequest, error) {
+	rows, err := s.q.ListCancelRequests(ctx, s.conn, owner)
+	if err != nil {
+		return nil, dbError("ListCancelRequests", err)
+	}
+	out := make([]episodes.CancelRequest, len(rows))
+	for i, r := range rows {
+		out[i] = episodes.CancelRequest{EpisodeID: r.ID, Fence: r.Fence}
+	}
+	return out, nil
+}
+
+// RequeueEpisode runs RequeueEpisode: a failed or canceled episode becomes
+// available again as its next attempt; by names who asked (recorded as the
+// request's source node). episodes.ErrNotFound or episodes.ErrNotRetryable
+// when it cannot be.
+func (s *Store) RequeueEpisode(ctx context.Context, id int64, by string) (episodes.Retried, error) {
+	row, err := s.q.RequeueEpisode(ctx, s.conn, db.RequeueEpisodeParams{ID: id, SourceNode: by})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return episodes.Retried{}, s.whyNot(ctx, id, episodes.ErrNotRetryable)
+	}
+	if err != nil {
+		return episodes.Retried{}, dbError("RequeueEpisode", err)
+	}
 	return episodes.Retried{Attempts: row.Attempts, RequestID: row.RequestID, RunAfter: row.RunAfter}, nil
+}
+
+// whyNot tells an operator statement that matched nothing apart: no such
+// episode (episodes.ErrNotFound), or not in a state it applies to (why).
+func (s *Store) whyNot(ctx context.Context, id int64, why error) error {
+	ep, err := s.GetEpisode(ctx, id)
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("episode %d is %s: %w", id, ep.Status, why)
 }
 
 // GetEpisode runs GetEpisode.
@@ -205,6 +284,24 @@ func (s *Store) ClaimForRecovery(ctx context.Context, id int64, owner string, le
 	return ep, episodes.GrantedClaim(sent, r.ClaimKey, owner, r.Fence, r.ClaimAttempt, r.LeaseUntil, r.ClaimedAt, r.GrantKind), nil
 }
 
+// RequeueOrphan runs RequeueOrphan, recovery's restart: the orphan becomes
+// available again as its next attempt (or ends canceled if a cancel was
+// requested). attempts is the count the sweeper listed; claims.ErrBusy
+// when it is not (or no longer) an orphan, another sweeper took it (its
+// attempts changed), or it has no attempt left.
+func (s *Store) RequeueOrphan(ctx context.Context, id int64, attempts int32, owner string, staleAfter time.Duration) (episodes.Requeued, error) {
+	r, err := s.q.RequeueOrphan(ctx, s.takeover(ctx), db.RequeueOrphanParams{
+		ID: id, Attempts: attempts, StaleAfterMs: staleAfter.Milliseconds(), OwnerNode: owner,
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return episodes.Requeued{}, claims.ErrBusy
+	}
+	if err != nil {
+		return episodes.Requeued{}, dbError("RequeueOrphan", err)
+	}
+	return episodes.Requeued{Status: episodes.Status(r.Status), Attempts: r.Attempts, MaxAttempts: r.MaxAttempts, RequestID: r.RequestID}, nil
+}
+
 // AgentRecoveryPolicy runs GetAgentRecoveryPolicy; found is false when the
 // actor's expectation has no definition.
 func (s *Store) AgentRecoveryPolicy(ctx context.Context, actorID, expectationID string) (policy string, found bool, err error) {
@@ -231,26 +328,4 @@ func (s *Store) PutAgentDefinition(ctx context.Context, d episodes.Definition) e
 		return dbError("PutAgentDefinition", err)
 	}
 	return nil
-}
-
-// ListEpisodes runs ListEpisodes, an operator read.
-func (s *Store) ListEpisodes(ctx context.Context, q episodes.ListQuery) ([]episodes.Episode, error) {
-	rows, err := s.q.ListEpisodes(ctx, s.conn, db.ListEpisodesParams{
-		Status: string(q.Status), ActorID: q.ActorID, StaleOnly: q.StaleOnly,
-		StaleAfterMs: q.StaleAfter.Milliseconds(), MaxRows: int32(min(q.Limit, 1<<31-1)),
-	})
-	if err != nil {
-		return nil, dbError("ListEpisodes", err)
-	}
-	out := make([]episodes.Episode, len(rows))
-	for i, r := range rows {
-		out[i] = episodes.Episode{
-			ID: r.ID, ActorID: r.ActorID, ExpectationID: r.ExpectationID, TriggerType: episodes.TriggerType(r.TriggerType),
-			DedupeKey: deref(r.DedupeKey), Status: episodes.Status(r.Status), Phase: deref(r.Phase),
-			Attempts: r.Attempts, MaxAttempts: r.MaxAttempts, SourceStack: r.SourceStack, SourceEnv: r.SourceEnv,
-			OwnerNode: deref(r.OwnerNode), CreatedAt: r.CreatedAt, StartedAt: r.StartedAt,
-			FinishedAt: r.FinishedAt, LastStepAt: r.LastStepAt,
-		}
-	}
-	return out, nil
 }

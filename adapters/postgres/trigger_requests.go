@@ -31,11 +31,12 @@ func (s *Store) CreateDeferredEpisode(ctx context.Context, d episodes.Deferred) 
 		Opts:          d.Opts,
 		DelayMs:       d.Delay.Milliseconds(),
 	})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return episodes.DeferredCreated{}, nil
-	}
 	if err != nil {
 		return episodes.DeferredCreated{}, dbError("CreateDeferredEpisode", err)
+	}
+	if !row.Created {
+		id, err := s.liveEpisode(ctx, n.DedupeKey, row.ID)
+		return episodes.DeferredCreated{ExistingID: id}, err
 	}
 	return episodes.DeferredCreated{
 		Created:   true,

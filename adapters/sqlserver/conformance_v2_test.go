@@ -46,7 +46,8 @@ func TestConformanceDeferred(t *testing.T) {
 							run_after = DATEADD(second, -@s, run_after) WHERE id = @id`,
 							sql.Named("s", int(d.Seconds())), sql.Named("id", id))
 					},
-					Age: func(t testing.TB, id int64, d time.Duration) { ageEpisode(t, db, id, d) },
+					Age:         func(t testing.TB, id int64, d time.Duration) { ageEpisode(t, db, id, d) },
+					ExpireClaim: func(t testing.TB, key string) { expireClaim(t, db, key) },
 				}
 			})
 		})

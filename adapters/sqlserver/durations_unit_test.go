@@ -14,6 +14,7 @@ import (
 
 	"github.com/leasehold/leasehold/claims"
 	"github.com/leasehold/leasehold/episodes"
+	"github.com/leasehold/leasehold/inspect"
 	"github.com/leasehold/leasehold/maintenance"
 )
 
@@ -63,8 +64,8 @@ func TestUnitDurationsAsMilliseconds(t *testing.T) {
 	sent("ListOrphanedEpisodes", map[string]time.Duration{"stale_after_ms": staleAfter})
 	_, _, _ = s.ClaimForRecovery(ctx, 1, "a", lease, staleAfter)
 	sent("ClaimForRecovery", map[string]time.Duration{"lease_ms": lease, "stale_after_ms": staleAfter})
-	_, _ = s.ListEpisodes(ctx, episodes.ListQuery{StaleOnly: true, StaleAfter: staleAfter, Limit: 10})
-	sent("ListEpisodes", map[string]time.Duration{"stale_after_ms": staleAfter})
+	_, _ = s.InspectEpisodes(ctx, inspect.EpisodeQuery{StaleOnly: true, StaleAfter: staleAfter, Limit: 10})
+	sent("InspectEpisodes", map[string]time.Duration{"stale_after_ms": staleAfter})
 	_, _ = s.CreateDeferredEpisode(ctx, episodes.Deferred{New: episodes.New{ActorID: "x", MaxAttempts: 3}, SourceNode: "t", Delay: delay})
 	sent("CreateDeferredEpisode", map[string]time.Duration{"delay_ms": delay})
 	_, _ = s.ClaimTriggerRequests(ctx, episodes.RequestQuery{Owner: "a", Lease: lease, ActorIDs: []string{"x"}, Limit: 5})

@@ -19,12 +19,13 @@ import (
 // duplicate-key error.
 func (s *Store) CreateEpisode(ctx context.Context, n episodes.New) (episodes.Created, error) {
 	var (
-		id                    int64
-		createdAt             time.Time
-		claimKey, grantKind   string
-		fence                 int64
-		attempt               int32
-		leaseUntil, claimedAt time.Time
+		created                     bool
+		id                          int64
+		createdAt                   time.Time
+		status, claimKey, grantKind string
+		fence                       int64
+		attempt                     int32
+		leaseUntil, claimedAt       time.Time
 	)
 	sent := time.Now()
 	err := s.queryRow(ctx, "CreateEpisode",
@@ -39,19 +40,45 @@ func (s *Store) CreateEpisode(ctx context.Context, n episodes.New) (episodes.Cre
 		sql.Named("source_env", n.SourceEnv),
 		sql.Named("payload", jsonArg(n.Payload)),
 		sql.Named("owner_node", n.Owner),
+		sql.Named("start", n.Start),
 		sql.Named("lease_ms", n.Lease.Milliseconds()),
-	).Scan(&id, &createdAt, &claimKey, &fence, &attempt, &leaseUntil, &claimedAt, &grantKind)
+	).Scan(&created, &id, &createdAt, &status, &claimKey, &fence, &attempt, &leaseUntil, &claimedAt, &grantKind)
 	if errors.Is(err, sql.ErrNoRows) || isDuplicate(err) {
-		return episodes.Created{}, nil
+		id, err := s.liveEpisode(ctx, n.DedupeKey, 0)
+		return episodes.Created{ExistingID: id}, err
 	}
 	if err != nil {
 		return episodes.Created{}, err
 	}
+	if !created {
+		id, err := s.liveEpisode(ctx, n.DedupeKey, id)
+		return episodes.Created{ExistingID: id}, err
+	}
+	ep := n.Queued(id, createdAt)
+	if status == string(episodes.StatusRunning) {
+		ep.Status, ep.OwnerNode, ep.StartedAt = episodes.StatusRunning, n.Owner, &createdAt
+	}
 	return episodes.Created{
 		Created: true,
-		Episode: n.Queued(id, createdAt),
+		Episode: ep,
 		Claim:   episodes.GrantedClaim(sent, claimKey, n.Owner, fence, attempt, leaseUntil, claimedAt, grantKind),
+		Started: ep.Status == episodes.StatusRunning,
 	}, nil
+}
+
+// liveEpisode is the live episode holding key, for a duplicate trigger:
+// seen when the batch read it, else read by FindLiveEpisode. 0 when it was
+// archived meanwhile or could not be read (the read decides nothing).
+func (s *Store) liveEpisode(ctx context.Context, key string, seen int64) (int64, error) {
+	if seen != 0 || key == "" {
+		return seen, nil
+	}
+	var id int64
+	if err := s.queryRow(ctx, "FindLiveEpisode", sql.Named("dedupe_key", key)).Scan(&id); err != nil {
+		// Best effort: the trigger was a duplicate whatever this read says.
+		return 0, nil
+	}
+	return id, nil
 }
 
 // StartEpisode runs StartEpisode and returns the next free step number.
@@ -109,6 +136,7 @@ func (s *Store) FinishEpisode(ctx context.Context, id int64, t claims.Token, f e
 func (s *Store) RetryEpisode(ctx context.Context, id int64, t claims.Token, r episodes.Retry) (episodes.Retried, error) {
 	var out episodes.Retried
 	var got int64
+	var status string
 	err := episodeFenced(s.queryRow(ctx, "RetryEpisode",
 		sql.Named("error_detail", jsonArg(r.ErrorDetail)),
 		sql.Named("claim_key", t.Key),
@@ -119,11 +147,79 @@ func (s *Store) RetryEpisode(ctx context.Context, id int64, t claims.Token, r ep
 		sql.Named("step_data", jsonArg(r.StepData)),
 		sql.Named("error_class", nullString(r.ErrorClass)),
 		sql.Named("backoff_ms", r.Backoff.Milliseconds()),
-	).Scan(&got, &out.Attempts, &out.RequestID, &out.RunAfter))
+	).Scan(&got, &out.Attempts, &status, &out.RequestID, &out.RunAfter))
+	if err != nil {
+		return episodes.Retried{}, err
+	}
+	out.Canceled = status == string(episodes.StatusCanceled)
+	return out, nil
+}
+
+// CancelEpisode runs CancelEpisode: the episode ends canceled now when
+// nobody holds a live lease on it, else its holder is asked to stop it.
+// episodes.ErrNotFound or episodes.ErrNotLive when there is nothing to
+// cancel.
+func (s *Store) CancelEpisode(ctx context.Context, id int64, detail json.RawMessage) (episodes.Canceled, error) {
+	var (
+		out       episodes.Canceled
+		status    string
+		requested sql.NullTime
+	)
+	err := s.queryRow(ctx, "CancelEpisode", sql.Named("id", id), sql.Named("error_detail", jsonArg(detail))).
+		Scan(&out.EpisodeID, &status, &requested)
+	if errors.Is(err, sql.ErrNoRows) {
+		return episodes.Canceled{}, s.whyNot(ctx, id, episodes.ErrNotLive)
+	}
+	if err != nil {
+		return episodes.Canceled{}, err
+	}
+	out.Status = episodes.Status(status)
+	out.Ended, out.RequestedAt = out.Status == episodes.StatusCanceled, requested.Time
+	return out, nil
+}
+
+// ListCancelRequests runs ListCancelRequests for the holder owner.
+func (s *Store) ListCancelRequests(ctx context.Context, owner string) ([]episodes.CancelRequest, error) {
+	rows, err := s.query(ctx, "ListCancelRequests", sql.Named("owner_node", owner))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]episodes.CancelRequest, 0, len(rows.rows))
+	for rows.Next() {
+		var r episodes.CancelRequest
+		if err := rows.Scan(&r.EpisodeID, &r.Fence); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// RequeueEpisode runs RequeueEpisode: a failed or canceled episode becomes
+// available again as its next attempt; by names who asked.
+// episodes.ErrNotFound or episodes.ErrNotRetryable when it cannot be.
+func (s *Store) RequeueEpisode(ctx context.Context, id int64, by string) (episodes.Retried, error) {
+	var out episodes.Retried
+	var got int64
+	err := s.queryRow(ctx, "RequeueEpisode", sql.Named("id", id), sql.Named("source_node", by)).
+		Scan(&got, &out.Attempts, &out.RequestID, &out.RunAfter)
+	if errors.Is(err, sql.ErrNoRows) {
+		return episodes.Retried{}, s.whyNot(ctx, id, episodes.ErrNotRetryable)
+	}
 	if err != nil {
 		return episodes.Retried{}, err
 	}
 	return out, nil
+}
+
+// whyNot tells an operator statement that matched nothing apart: no such
+// episode (episodes.ErrNotFound), or not in a state it applies to (why).
+func (s *Store) whyNot(ctx context.Context, id int64, why error) error {
+	ep, err := s.GetEpisode(ctx, id)
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("episode %d is %s: %w", id, ep.Status, why)
 }
 
 // GetEpisode runs GetEpisode.
@@ -194,39 +290,4 @@ func timePtr(nt sql.NullTime) *time.Time {
 	}
 	t := nt.Time
 	return &t
-}
-
-// ListEpisodes runs ListEpisodes, an operator read.
-func (s *Store) ListEpisodes(ctx context.Context, q episodes.ListQuery) ([]episodes.Episode, error) {
-	rows, err := s.query(ctx, "ListEpisodes",
-		sql.Named("max_rows", maxRows(q.Limit)),
-		sql.Named("status", string(q.Status)),
-		sql.Named("actor_id", q.ActorID),
-		sql.Named("stale_only", q.StaleOnly),
-		sql.Named("stale_after_ms", q.StaleAfter.Milliseconds()),
-	)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]episodes.Episode, 0, len(rows.rows))
-	for rows.Next() {
-		var (
-			e                           episodes.Episode
-			triggerType, status         string
-			dedupeKey, phase, owner     sql.NullString
-			started, finished, lastStep sql.NullTime
-		)
-		if err := rows.Scan(
-			&e.ID, &e.ActorID, &e.ExpectationID, &triggerType, &dedupeKey,
-			&status, &phase, &e.Attempts, &e.MaxAttempts, &e.SourceStack, &e.SourceEnv,
-			&owner, &e.CreatedAt, &started, &finished, &lastStep,
-		); err != nil {
-			return nil, err
-		}
-		e.TriggerType, e.Status = episodes.TriggerType(triggerType), episodes.Status(status)
-		e.DedupeKey, e.Phase, e.OwnerNode = dedupeKey.String, phase.String, owner.String
-		e.StartedAt, e.FinishedAt, e.LastStepAt = timePtr(started), timePtr(finished), timePtr(lastStep)
-		out = append(out, e)
-	}
-	return out, nil
 }

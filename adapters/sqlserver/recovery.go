@@ -79,6 +79,33 @@ func (s *Store) ClaimForRecovery(ctx context.Context, id int64, owner string, le
 	return ep, c, nil
 }
 
+// RequeueOrphan runs RequeueOrphan, recovery's restart: the orphan becomes
+// available again as its next attempt (or ends canceled if a cancel was
+// requested). attempts is the count the sweeper listed; claims.ErrBusy
+// when it is not (or no longer) an orphan, another sweeper took it (its
+// attempts changed), or it has no attempt left.
+func (s *Store) RequeueOrphan(ctx context.Context, id int64, attempts int32, owner string, staleAfter time.Duration) (episodes.Requeued, error) {
+	var (
+		out    episodes.Requeued
+		got    int64
+		status string
+	)
+	err := s.queryRow(ctx, "RequeueOrphan",
+		sql.Named("id", id),
+		sql.Named("attempts", attempts),
+		sql.Named("stale_after_ms", staleAfter.Milliseconds()),
+		sql.Named("owner_node", owner),
+	).Scan(&got, &status, &out.Attempts, &out.MaxAttempts, &out.RequestID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return episodes.Requeued{}, claims.ErrBusy
+	}
+	if err != nil {
+		return episodes.Requeued{}, err
+	}
+	out.Status = episodes.Status(status)
+	return out, nil
+}
+
 // AgentRecoveryPolicy runs GetAgentRecoveryPolicy; found is false when the
 // actor's expectation has no definition.
 func (s *Store) AgentRecoveryPolicy(ctx context.Context, actorID, expectationID string) (policy string, found bool, err error) {

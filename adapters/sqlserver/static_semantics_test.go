@@ -40,6 +40,26 @@ var dialectDifferences = []difference{
 	{"CreateEpisode", "dedupe_key IS NOT NULL",
 		"the ON CONFLICT arbiter's predicate: T-SQL inserts and lets the filtered unique index (same filter, TestStaticSchemaSemantics) raise 2601, caught as the duplicate"},
 	{"CreateEpisode", "archived_at IS NULL", "as above: the index predicate, not a statement predicate, on SQL Server"},
+	{"CreateEpisode", "'' <> @owner_node", "the start pre-check: Postgres picks the status from its snapshot before the grant " +
+		"(start, an owner, no live claim of the key); T-SQL starts the episode with an UPDATE after the grant, inside IF @start = 1 AND EXISTS (@granted)"},
+	{"CreateEpisode", "'claimed' = state", "the start pre-check's live claim, as above"},
+	{"CreateEpisode", "lease_until > now", "the start pre-check's live claim, as above"},
+	{"CreateEpisode", "@dedupe_key = dedupe_key", "the start pre-check's key, as above"},
+	{"CreateEpisode", "'running' = status", "the CASEs that stamp a started episode's owner, start and last step in the INSERT; T-SQL sets them unconditionally in its start UPDATE"},
+	{"CreateEpisode", "'running' = status", "as above"},
+	{"CreateEpisode", "'running' = status", "as above"},
+	{"CreateEpisode", "leasehold_episodes.status := status", "the INSERT's status from the pre-check; T-SQL inserts queued and its start UPDATE writes running"},
+	{"CreateEpisode", "leasehold_episodes.owner_node := case('running' = status; @owner_node)", "written by T-SQL's start UPDATE (owner_node = @owner_node)"},
+	{"CreateEpisode", "leasehold_episodes.started_at := case('running' = status; now)", "written by T-SQL's start UPDATE (started_at = now)"},
+	{"CreateEpisode", "leasehold_episodes.last_step_at := case('running' = status; now)", "written by T-SQL's start UPDATE (last_step_at = now)"},
+	{"CreateEpisode", "@dedupe_key = dedupe_key", "a duplicate's id: Postgres reads it in the statement (existing); T-SQL leaves it to FindLiveEpisode, " +
+		"since a read of the episodes table in a batch that inserts into it must be an update-locked guard"},
+	{"CreateEpisode", "archived_at IS NULL", "the duplicate's read, as above"},
+	{"CreateDeferredEpisode", "archived_at IS NULL", "a duplicate's id, read by FindLiveEpisode on SQL Server (see CreateEpisode); the guard's own archived_at IS NULL is matched"},
+	{"CancelEpisode", "(SELECT FROM leasehold_episodes) = dedupe_key",
+		"the claim key is read into @claim_key by the first SELECT instead of a scalar subquery, as in ClaimForRecovery"},
+	{"RequeueOrphan", "(SELECT FROM leasehold_episodes) = dedupe_key", "as in ClaimForRecovery: @orphan_key"},
+	{"RequeueOrphan", "NOT EXISTS(leasehold_trigger_requests)", "as in ClaimForRecovery: @open_request, under IF @orphan_key IS NOT NULL AND @open_request = 0"},
 	{"ClaimForRecovery", "(SELECT FROM leasehold_episodes) = dedupe_key",
 		"the claim key is read into @orphan_key by the first SELECT (COALESCE(dedupe_key, CONCAT(N'episode:', id))) instead of a scalar subquery"},
 	{"ClaimForRecovery", "NOT EXISTS(leasehold_trigger_requests)",
@@ -407,7 +427,8 @@ func walkVars(v any, f func(string)) {
 // four conditions of the grant's identity at top level, with an update
 // lock, and every write it makes must be that access or depend on it. And
 // every UPDATE of a claim that does not grant one (renew, complete, fail,
-// release, journal, finish) is such a fenced access, in any batch.
+// release, journal, finish) is such a fenced access, in any batch, unless
+// it fences a grant out (fenceOut: recovery's requeue, a cancel).
 func TestStaticFencedWrites(t *testing.T) {
 	t.Parallel()
 
@@ -443,7 +464,7 @@ func TestStaticFencedWrites(t *testing.T) {
 				grants := slices.ContainsFunc(getList(n, "SetClauses"), func(c any) bool {
 					return columnOrWord(get(c, "Column")) == "state" && r.expr(get(c, "NewValue")).String() == "'claimed'"
 				})
-				if grants {
+				if grants || fenceOut(t, r, n, q.SQL) {
 					return
 				}
 				require.NotEmpty(t, grantAccesses(n, q.SQL), "an UPDATE of a claim that grants nothing must be fenced on key, owner, fence and claimed")
@@ -555,6 +576,43 @@ func TestStaticAllOrNothing(t *testing.T) {
 var grantForms = []string{
 	"('claimed' <> state OR lease_until <= now)",
 	"(('claimed' = state AND lease_until <= now) OR state IN ('done', 'failed', 'released'))",
+}
+
+// fenceOut reports whether the claim UPDATE spec ends a grant nobody can
+// still use without holding it (RequeueOrphan, CancelEpisode): it bumps the
+// fence (fence + 1: the old holder's token matches nothing any more) and
+// leaves the claim unclaimed; and then it must take the claim as a grant
+// would: keyed on dedupe_key, under UPDLOCK, and only a grant that is not
+// live on the database clock, recovery's grant form or an expired claimed
+// one ('claimed' = state and lease_until <= now, both conjuncts).
+func fenceOut(t *testing.T, r tsqlReader, spec node, sql string) bool {
+	set := map[string]string{}
+	for _, c := range getList(spec, "SetClauses") {
+		set[columnOrWord(get(c, "Column"))] = r.expr(get(c, "NewValue")).String()
+	}
+	if set["fence"] != "(fence + 1)" {
+		return false
+	}
+	targets := updateTargets(spec, sql)
+	require.Contains(t, targets[0].hints, "UPDLOCK", "a fence-out takes UPDLOCK")
+	var keyed, claimed, expired, form bool
+	for _, c := range conjuncts(get(spec, "WhereClause", "SearchCondition")) {
+		e := r.boolean(c)
+		switch s := e.String(); {
+		case e.op == "cmp" && e.s == "=" && e.args[1].String() == "dedupe_key" && (e.args[0].op == "param" || e.args[0].op == "var"):
+			keyed = true
+		case s == "'claimed' = state":
+			claimed = true
+		case s == "lease_until <= now":
+			expired = true
+		case s == grantForms[1]:
+			form = true
+		}
+	}
+	require.True(t, keyed, "a fence-out is keyed on dedupe_key = @key")
+	require.True(t, form || claimed && expired, "a fence-out takes only a grant that is not live: %q, or 'claimed' = state AND lease_until <= now", grantForms[1])
+	require.NotEqual(t, "'claimed'", set["state"])
+	return true
 }
 
 // TestStaticGrantShape: every UPDATE that sets a claim to claimed, in any
@@ -1020,5 +1078,65 @@ func TestStaticEmbeddedMatchesFiles(t *testing.T) {
 		b, err := os.ReadFile(filepath.Join(sqlServerSchemaDir, file))
 		require.NoError(t, err)
 		require.Equal(t, string(b), string(a), "%s: embedded copy differs from the file", file)
+	}
+}
+
+// TestStaticStartsUnderAGrant: every UPDATE that sets an episode running,
+// in any batch, runs only under a grant of its claim: its WHERE holds an
+// EXISTS over the claims table (StartEpisode's fenced check), or it runs
+// under an IF EXISTS over a table variable that a claim grant's OUTPUT
+// INTO filled in the same batch (CreateEpisode's start with its own grant).
+func TestStaticStartsUnderAGrant(t *testing.T) {
+	t.Parallel()
+
+	for _, q := range byName(sqlServerQueries(t)) {
+		t.Run(q.Name, func(t *testing.T) {
+			tree := mustParse(t, q.SQL)
+			r := newTSQLReader(tree)
+			granted := map[string]bool{} // table variables a claim grant outputs into
+			for _, s := range batchStmts(tree) {
+				for _, spec := range []any{get(s.n, "UpdateSpecification"), get(s.n, "InsertSpecification")} {
+					into := strings.ToLower(getString(spec, "OutputIntoClause", "IntoTable", "Variable", "Name"))
+					if into == "" || !strings.Contains(strings.ToLower(fragment(q.SQL, s.n)), claimsTable) {
+						continue
+					}
+					granted[into] = true
+				}
+			}
+			for _, s := range batchStmts(tree) {
+				spec, ok := get(s.n, "UpdateSpecification").(node)
+				if !ok {
+					continue
+				}
+				targets := updateTargets(spec, q.SQL)
+				if len(targets) == 0 || !strings.EqualFold(targets[0].table, episodesTable) {
+					continue
+				}
+				starts := slices.ContainsFunc(getList(spec, "SetClauses"), func(c any) bool {
+					return columnOrWord(get(c, "Column")) == "status" && r.expr(get(c, "NewValue")).String() == "'running'"
+				})
+				if !starts {
+					continue
+				}
+				fenced := slices.ContainsFunc(conjuncts(get(spec, "WhereClause", "SearchCondition")), func(c any) bool {
+					return getString(c, "$type") == "ExistsPredicate" && readsTable(c, claimsTable)
+				})
+				underGrant := slices.ContainsFunc(s.guards, func(g any) bool {
+					return slices.ContainsFunc(conjuncts(g), func(c any) bool {
+						if getString(c, "$type") != "ExistsPredicate" {
+							return false
+						}
+						found := false
+						walk(c, func(n node) {
+							if getString(n, "$type") == "VariableTableReference" && granted[strings.ToLower(getString(n, "Variable", "Name"))] {
+								found = true
+							}
+						})
+						return found
+					})
+				})
+				require.True(t, fenced || underGrant, "an episode is set running only under a grant of its claim:\n%s", fragment(q.SQL, s.n))
+			}
+		})
 	}
 }

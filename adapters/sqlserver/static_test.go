@@ -702,8 +702,18 @@ func TestStaticRecoveryOrphanRules(t *testing.T) {
 		require.Equal(t, 2, excluded, "both branches exclude, at top level, episodes with an open trigger request")
 	})
 
-	t.Run("ClaimForRecovery", func(t *testing.T) {
-		sql := qs["ClaimForRecovery"].SQL
+	for _, name := range []string{"ClaimForRecovery", "RequeueOrphan"} {
+		t.Run(name, func(t *testing.T) { recoveryTakeoverRules(t, name, qs[name].SQL) })
+	}
+}
+
+// recoveryTakeoverRules: the rules ClaimForRecovery and RequeueOrphan share
+// (see TestStaticRecoveryOrphanRules), and RequeueOrphan's own: its
+// episode UPDATE compares attempts with the count the sweeper listed (a
+// second sweeper that waited on the claim row finds a released claim and
+// must see the first requeue on the episode row).
+func recoveryTakeoverRules(t *testing.T, name, sql string) {
+	{
 		tree := mustParse(t, sql)
 		// The variable that records "no open request", set from the probe,
 		// 1 (open) until then.
@@ -720,7 +730,7 @@ func TestStaticRecoveryOrphanRules(t *testing.T) {
 				openVars[strings.ToLower(getString(n, "Variable", "Name"))] = true
 			}
 		})
-		require.Len(t, openVars, 1, "ClaimForRecovery must read its episode's open trigger request into a variable")
+		require.Len(t, openVars, 1, "%s must read its episode's open trigger request into a variable", name)
 		walk(tree, func(n node) {
 			if getString(n, "$type") == "DeclareVariableElement" && openVars[strings.ToLower(getString(n, "VariableName", "Value"))] {
 				require.Equal(t, "1", getString(n, "Value", "Value"), "the variable starts at 1: open, nothing taken over")
@@ -766,18 +776,24 @@ func TestStaticRecoveryOrphanRules(t *testing.T) {
 					return getString(c, "$type") == "BooleanIsNullExpression" && isColumn(get(c, "Expression"), "archived_at") &&
 						get(c, "IsNot") != true
 				}), "the episode UPDATE re-checks archived_at IS NULL")
+				if name == "RequeueOrphan" {
+					require.True(t, slices.ContainsFunc(conjuncts(where), func(c any) bool {
+						return getString(c, "ComparisonType") == "Equals" && isColumn(get(c, "FirstExpression"), "attempts") &&
+							strings.EqualFold(getString(c, "SecondExpression", "Name"), "@attempts")
+					}), "RequeueOrphan's episode UPDATE compares attempts = @attempts on the locked row")
+				}
 			}
 		})
 		require.Equal(t, 1, n, "the claim UPDATE takes over done/failed claims")
-		require.Equal(t, []string{claimsTable, episodesTable}, updates, "lock order: claim row, then episode row")
+		require.Equal(t, []string{claimsTable, episodesTable}, updates[:2], "lock order: claim row, then episode row")
 		var rollbacks int
 		walk(tree, func(n node) {
 			if getString(n, "$type") == "RollbackTransactionStatement" {
 				rollbacks++
 			}
 		})
-		require.Equal(t, 1, rollbacks, "a grant whose episode no longer qualifies is rolled back")
-	})
+		require.Equal(t, 1, rollbacks, "a takeover whose episode no longer qualifies is rolled back")
+	}
 }
 
 // isOpenRequestProbe: EXISTS (SELECT ... FROM leasehold_trigger_requests

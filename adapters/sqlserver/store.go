@@ -138,6 +138,7 @@ const (
 var takeovers = map[string]bool{
 	"AcquireClaim":           true,
 	"ClaimForRecovery":       true,
+	"RequeueOrphan":          true,
 	"DispatchTriggerRequest": true,
 }
 
@@ -186,11 +187,15 @@ var resultColumns = map[string][]string{
 	"ListExpiredClaims": claimColumns,
 	"ListClaims":        claimColumns,
 
-	"CreateEpisode": {"id", "created_at", "claim_key", "fence", "attempt", "lease_until", "claimed_at", "grant_kind"},
-	"StartEpisode":  {"id", "next_step_no"},
-	"AppendStep":    {"step_no"},
-	"FinishEpisode": {"id"},
-	"RetryEpisode":  {"id", "attempts", "request_id", "run_after"},
+	"CreateEpisode":      {"created", "id", "created_at", "status", "claim_key", "fence", "attempt", "lease_until", "claimed_at", "grant_kind"},
+	"FindLiveEpisode":    {"id"},
+	"StartEpisode":       {"id", "next_step_no"},
+	"AppendStep":         {"step_no"},
+	"FinishEpisode":      {"id"},
+	"RetryEpisode":       {"id", "attempts", "status", "request_id", "run_after"},
+	"CancelEpisode":      {"id", "status", "cancel_requested_at"},
+	"ListCancelRequests": {"id", "fence"},
+	"RequeueEpisode":     {"id", "attempts", "request_id", "run_after"},
 	"GetEpisode": {
 		"id", "actor_id", "expectation_id", "trigger_type", "trigger_ref", "dedupe_key",
 		"status", "phase", "attempts", "max_attempts", "budget", "source_stack", "source_env",
@@ -198,11 +203,6 @@ var resultColumns = map[string][]string{
 		"started_at", "finished_at", "last_step_at", "archived_at", "created_at",
 	},
 	"ListSteps": {"episode_id", "step_no", "fence", "data", "created_at"},
-	"ListEpisodes": {
-		"id", "actor_id", "expectation_id", "trigger_type", "dedupe_key", "status", "phase",
-		"attempts", "max_attempts", "source_stack", "source_env", "owner_node", "created_at",
-		"started_at", "finished_at", "last_step_at",
-	},
 
 	"ListOrphanedEpisodes": {
 		"id", "actor_id", "expectation_id", "status", "dedupe_key", "attempts",
@@ -214,10 +214,11 @@ var resultColumns = map[string][]string{
 		"max_attempts", "source_stack", "source_env", "payload", "created_at", "claim_key",
 		"fence", "claim_attempt", "lease_until", "claimed_at", "grant_kind",
 	},
+	"RequeueOrphan":          {"id", "status", "attempts", "max_attempts", "request_id"},
 	"GetAgentRecoveryPolicy": {"recovery_policy"},
 	"PutAgentDefinition":     nil,
 
-	"CreateDeferredEpisode": {"id", "created_at", "request_id"},
+	"CreateDeferredEpisode": {"created", "id", "created_at", "request_id"},
 	"ClaimTriggerRequests": {
 		"id", "episode_id", "actor_id", "expectation_id", "source_node", "fence", "opts",
 	},
@@ -266,6 +267,23 @@ var resultColumns = map[string][]string{
 	"ParkWorkflowInstance":       rowsAffected,
 	"ListWorkflowInstances":      instanceColumns,
 	"GetAgentMaxAttempts":        {"max_attempts"},
+
+	"InspectEpisodes": {
+		"id", "actor_id", "expectation_id", "trigger_type", "dedupe_key", "status", "phase",
+		"attempts", "max_attempts", "source_stack", "source_env", "owner_node", "error_class",
+		"created_at", "started_at", "finished_at", "last_step_at",
+	},
+	"InspectEpisode": {
+		"id", "actor_id", "expectation_id", "trigger_type", "trigger_ref",
+		"dedupe_key", "status", "phase", "attempts", "max_attempts",
+		"source_stack", "source_env", "owner_node", "payload", "result",
+		"error_class", "error_detail", "created_at", "started_at",
+		"finished_at", "last_step_at", "archived_at",
+		"claim_key", "claim_state", "claim_owner", "claim_fence", "claim_attempt", "claim_grant",
+		"claim_work_type", "claim_claimed_at", "claim_lease_until", "claim_heartbeat_at", "claim_live",
+		"request_status", "request_run_after", "journal_steps",
+	},
+	"InspectJournal": {"step_no", "fence", "owner_node", "data", "created_at"},
 }
 
 // rowsAffected is the result of an :execrows batch: one row, the number of
@@ -606,6 +624,15 @@ func assign(dest, v any) error {
 			return nil
 		case []byte:
 			*d = string(s)
+			return nil
+		}
+	case *bool: // bit
+		switch b := v.(type) {
+		case bool:
+			*d = b
+			return nil
+		case int64:
+			*d = b != 0
 			return nil
 		}
 	case *int64:

@@ -22,6 +22,7 @@ import (
 func (s *Store) CreateDeferredEpisode(ctx context.Context, d episodes.Deferred) (episodes.DeferredCreated, error) {
 	n := d.New
 	var (
+		created       bool
 		id, requestID int64
 		createdAt     time.Time
 	)
@@ -39,12 +40,17 @@ func (s *Store) CreateDeferredEpisode(ctx context.Context, d episodes.Deferred) 
 		sql.Named("source_node", d.SourceNode),
 		sql.Named("opts", jsonArg(d.Opts)),
 		sql.Named("delay_ms", d.Delay.Milliseconds()),
-	).Scan(&id, &createdAt, &requestID)
+	).Scan(&created, &id, &createdAt, &requestID)
 	if errors.Is(err, sql.ErrNoRows) || s.lostRace(err) {
-		return episodes.DeferredCreated{}, nil
+		id, err := s.liveEpisode(ctx, n.DedupeKey, 0)
+		return episodes.DeferredCreated{ExistingID: id}, err
 	}
 	if err != nil {
 		return episodes.DeferredCreated{}, err
+	}
+	if !created {
+		id, err := s.liveEpisode(ctx, n.DedupeKey, id)
+		return episodes.DeferredCreated{ExistingID: id}, err
 	}
 	return episodes.DeferredCreated{
 		Created:   true,

@@ -37,6 +37,7 @@ import (
 	"github.com/leasehold/leasehold/claims"
 	"github.com/leasehold/leasehold/episodes"
 	"github.com/leasehold/leasehold/findings"
+	"github.com/leasehold/leasehold/inspect"
 	"github.com/leasehold/leasehold/maintenance"
 	"github.com/leasehold/leasehold/membership"
 	"github.com/leasehold/leasehold/sql/queries"
@@ -210,7 +211,7 @@ func TestUnitOpenMarksConnectErrors(t *testing.T) {
 // TestUnitBounds: which batches travel behind which bound of bounds.sql,
 // with which @bound_ms, and how the real texts are put together.
 func TestUnitBounds(t *testing.T) {
-	require.Equal(t, map[string]bool{"AcquireClaim": true, "ClaimForRecovery": true, "DispatchTriggerRequest": true}, takeovers,
+	require.Equal(t, map[string]bool{"AcquireClaim": true, "ClaimForRecovery": true, "RequeueOrphan": true, "DispatchTriggerRequest": true}, takeovers,
 		"the takeover statements, as on Postgres")
 	require.Equal(t, int64(1), boundMillis(300*time.Microsecond), "SET LOCK_TIMEOUT 0 would mean: never wait")
 	require.Equal(t, int64(1500), boundMillis(1500*time.Millisecond))
@@ -260,7 +261,7 @@ func TestUnitGrantsStampLocalStart(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	rows := map[string][]driver.Value{
 		"AcquireClaim":           {"k", "claimed", "a", now.Add(time.Minute), now, int64(1), int64(1), "fresh", "w"},
-		"CreateEpisode":          {int64(7), now, "episode:7", int64(1), int64(1), now.Add(time.Minute), now, "fresh"},
+		"CreateEpisode":          {true, int64(7), now, "queued", "episode:7", int64(1), int64(1), now.Add(time.Minute), now, "fresh"},
 		"ClaimForRecovery":       {int64(7), "x", "e", "event", nil, nil, int64(2), int64(3), "", "", nil, now, "episode:7", int64(2), int64(2), now.Add(time.Minute), now, "steal"},
 		"DispatchTriggerRequest": {int64(7), "episode:7", int64(3), int64(1), now.Add(time.Minute), now, "reclaim"},
 	}
@@ -407,10 +408,14 @@ func TestUnitParamsMatchPostgres(t *testing.T) {
 	_, _ = s.ListSteps(ctx, 1)
 	_, _ = s.ListOrphans(ctx, episodes.OrphanQuery{Limit: 5})
 	_, _, _ = s.ClaimForRecovery(ctx, 1, "a", time.Second, time.Minute)
+	_, _ = s.RequeueOrphan(ctx, 1, 0, "a", time.Minute)
+	_, _ = s.CancelEpisode(ctx, 1, json.RawMessage(`{"reason":"x"}`))
+	_, _ = s.ListCancelRequests(ctx, "a")
+	_, _ = s.RequeueEpisode(ctx, 1, "a")
+	_, _ = s.liveEpisode(ctx, "k", 0)
 	_, _, _ = s.AgentRecoveryPolicy(ctx, "x", "y")
 	_ = s.PutAgentDefinition(ctx, episodes.Definition{ActorID: "x", ExpectationID: "y", RecoveryPolicy: "retry", MaxAttempts: 3})
 	_, _ = s.ListClaims(ctx, claims.ListQuery{Owner: "a", ExpiredOnly: true, Limit: 10})
-	_, _ = s.ListEpisodes(ctx, episodes.ListQuery{Status: episodes.StatusRunning, StaleOnly: true, StaleAfter: time.Minute, Limit: 10})
 	_, _ = s.CreateDeferredEpisode(ctx, episodes.Deferred{New: episodes.New{ActorID: "x", MaxAttempts: 3}, SourceNode: "t"})
 	_, _ = s.ClaimTriggerRequests(ctx, episodes.RequestQuery{Owner: "a", Lease: time.Second, ActorIDs: []string{"x", `y"z`}, Limit: 5})
 	_, _ = s.DispatchTriggerRequest(ctx, episodes.TriggerRequest{ID: 1, Owner: "a", Fence: 2}, time.Second)
@@ -440,6 +445,9 @@ func TestUnitParamsMatchPostgres(t *testing.T) {
 	_, _ = s.ParkWorkflowInstance(ctx, 1, "renamed")
 	_, _ = s.ListWorkflowInstances(ctx, workflows.ListQuery{WorkflowID: "w", Status: workflows.InstanceRunning, Limit: 10})
 	_, _, _ = s.GetAgentMaxAttempts(ctx, "x", "y")
+	_, _ = s.InspectEpisodes(ctx, inspect.EpisodeQuery{Status: episodes.StatusFailed, ErrorClass: "error", DedupeKey: "k", Limit: 10})
+	_, _ = s.InspectEpisode(ctx, 1)
+	_, _ = s.InspectJournal(ctx, 1, 10)
 	res, err := s.Maintain(ctx, maintenance.Plan{
 		Retention: 30 * 24 * time.Hour, ClaimHorizon: 90 * 24 * time.Hour, RequestTTL: time.Hour,
 		NodeStaleAfter: time.Minute, Batch: 500,
@@ -454,7 +462,7 @@ func TestUnitParamsMatchPostgres(t *testing.T) {
 		"expired_only": false, "stale_only": false, "all_envs": false, "draining": false, "parked_only": false,
 		"retention_ms": int64(0), "horizon_ms": int64(0),
 		"instance_id": int64(0), "new_episode_id": int64(0), "from_episode_id": int64(0),
-		"bound_ms": int64(0), "delay_ms": int64(0), "backoff_ms": int64(0),
+		"bound_ms": int64(0), "delay_ms": int64(0), "backoff_ms": int64(0), "start": false, "attempts": int32(0),
 	}
 	require.ElementsMatch(t, slices.Collect(maps.Keys(resultColumns)), slices.Collect(maps.Keys(f.params)), "every statement ran")
 	// The bounds travel in the batch they top, with the Postgres bound's
@@ -464,7 +472,7 @@ func TestUnitParamsMatchPostgres(t *testing.T) {
 	require.Equal(t, []string{"bound_ms"}, pg[boundTransaction], "Postgres bounds.sql declares BoundTransaction(bound_ms)")
 	wantBound := map[string]string{
 		"AcquireClaim": boundLockWait, "ClaimForRecovery": boundLockWait, "DispatchTriggerRequest": boundLockWait,
-		"TryMaintenanceLock": boundTransaction, "ArchiveEpisodes": boundTransaction,
+		"RequeueOrphan": boundLockWait, "TryMaintenanceLock": boundTransaction, "ArchiveEpisodes": boundTransaction,
 		"PurgeArchivedSteps": boundTransaction, "MarkJournalsPurged": boundTransaction,
 		"ExpireTriggerRequests": boundTransaction, "DeleteSpentClaims": boundTransaction,
 		"DeleteStaleNodes": boundTransaction,
@@ -775,7 +783,7 @@ func TestUnitTriggerRequests(t *testing.T) {
 	s := f.store
 
 	t.Run("create", func(t *testing.T) {
-		answer = map[string][][]driver.Value{"CreateDeferredEpisode": {{int64(9), now, int64(3)}}}
+		answer = map[string][][]driver.Value{"CreateDeferredEpisode": {{true, int64(9), now, int64(3)}}}
 		n := episodes.New{ActorID: "x", ExpectationID: "e", TriggerType: episodes.TriggerEvent, DedupeKey: "d", MaxAttempts: 2, SourceEnv: "rc"}
 		got, err := s.CreateDeferredEpisode(ctx, episodes.Deferred{New: n, SourceNode: "t"})
 		require.NoError(t, err)
@@ -1019,7 +1027,7 @@ func TestUnitInTx(t *testing.T) {
 	step := []driver.Value{int64(5), "a", "running", int64(9), int64(1), int64(1), now}
 	answers := map[string][][]driver.Value{
 		"FinishEpisode":              {{int64(9)}},
-		"CreateDeferredEpisode":      {{int64(10), now, int64(3)}},
+		"CreateDeferredEpisode":      {{true, int64(10), now, int64(3)}},
 		"CreateWorkflowInstance":     {{int64(5), now}},
 		"GetRunningWorkflowInstance": {instance},
 		"LockWorkflowInstance":       {instance},

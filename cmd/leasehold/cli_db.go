@@ -21,6 +21,7 @@ import (
 	"github.com/leasehold/leasehold/adapters/sqlserver"
 	"github.com/leasehold/leasehold/claims"
 	"github.com/leasehold/leasehold/episodes"
+	"github.com/leasehold/leasehold/inspect"
 	"github.com/leasehold/leasehold/membership"
 	"github.com/leasehold/leasehold/recovery"
 	"github.com/leasehold/leasehold/workflows"
@@ -34,7 +35,11 @@ const connectTimeout = 10 * time.Second
 type cliStore interface {
 	recovery.Store
 	ListClaims(ctx context.Context, q claims.ListQuery) ([]claims.Claim, error)
-	ListEpisodes(ctx context.Context, q episodes.ListQuery) ([]episodes.Episode, error)
+	InspectEpisodes(ctx context.Context, q inspect.EpisodeQuery) ([]episodes.Episode, error)
+	InspectEpisode(ctx context.Context, id int64) (inspect.Episode, error)
+	InspectJournal(ctx context.Context, episodeID int64, limit int) ([]inspect.Step, error)
+	CancelEpisode(ctx context.Context, id int64, detail json.RawMessage) (episodes.Canceled, error)
+	RequeueEpisode(ctx context.Context, id int64, by string) (episodes.Retried, error)
 	ListNodes(ctx context.Context) ([]membership.Row, error)
 	workflows.Store
 }
@@ -190,30 +195,6 @@ func mssqlWhere(raw string) string {
 		return "the login's default database and schema"
 	}
 	return fmt.Sprintf("database %q (the login's default schema)", cfg.Database)
-}
-
-// parseSub parses fs over args, accepting the subcommand before or after
-// the flags, and returns the subcommand ("" when none) and whether parsing
-// succeeded; code is the exit code when it did not.
-func parseSub(fs *flag.FlagSet, args []string) (sub string, code int, ok bool) {
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		sub, args = args[0], args[1:]
-	}
-	if err := fs.Parse(args); err != nil {
-		return "", parseExit(err), false
-	}
-	if sub == "" && fs.NArg() > 0 {
-		sub = fs.Arg(0)
-		if err := fs.Parse(fs.Args()[1:]); err != nil {
-			return "", parseExit(err), false
-		}
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(fs.Output(), "unexpected arguments: %s\n", strings.Join(fs.Args(), " "))
-		fs.Usage()
-		return "", 2, false
-	}
-	return sub, 0, true
 }
 
 // utc formats a database time for output.

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"path"
 	"text/tabwriter"
 	"time"
@@ -14,54 +13,49 @@ import (
 	"github.com/pressly/goose/v3"
 )
 
-// runMigrate is the migrate command.
-func runMigrate(ctx context.Context, args []string) int {
-	return migrateCmd(ctx, args, os.Stdout, os.Stderr)
-}
-
 func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	rawURL := urlFlag(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: leasehold migrate up|down|status [-url URL]")
-		fmt.Fprintln(stderr)
-		fmt.Fprintln(stderr, "  up      apply every pending leasehold migration")
-		fmt.Fprintln(stderr, "  down    roll back the most recent applied migration")
-		fmt.Fprintln(stderr, "  status  list each migration's version, file and whether it is applied")
-		fmt.Fprintln(stderr)
-		fmt.Fprintln(stderr, "The URL's scheme chooses the dialect: postgres:// or postgresql:// (Postgres),")
-		fmt.Fprintln(stderr, "sqlserver:// (SQL Server). Versions are tracked in leasehold_schema_version.")
-		fmt.Fprintln(stderr)
+		w := fs.Output()
+		fmt.Fprintln(w, "usage: leasehold migrate up|down|status [-url URL]")
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "  up      apply every pending leasehold migration")
+		fmt.Fprintln(w, "  down    roll back the most recent applied migration")
+		fmt.Fprintln(w, "  status  list each migration's version, file and whether it is applied")
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "The URL's scheme chooses the dialect: postgres:// or postgresql:// (Postgres),")
+		fmt.Fprintln(w, "sqlserver:// (SQL Server). Versions are tracked in leasehold_schema_version.")
+		fmt.Fprintln(w)
 		fs.PrintDefaults()
 	}
-	sub, code, ok := parseSub(fs, args)
+	pos, code, ok := parseArgs(fs, "migrate", args, stdout, stderr)
 	if !ok {
 		return code
 	}
-	switch sub {
-	case "up", "down", "status":
-	case "":
-		fs.Usage()
-		return 2
-	default:
-		return exitCode(stderr, "migrate", usagef("unknown subcommand %q: want up, down or status", sub))
+	sub, rest, code, ok := subcommand(fs, "migrate", pos, stderr, "up", "down", "status")
+	if !ok {
+		return code
+	}
+	cmd := "migrate " + sub
+	if err := noArgs(rest); err != nil {
+		return exitCode(stderr, cmd, err)
 	}
 	raw, err := resolveURL(*rawURL)
 	if err != nil {
-		return exitCode(stderr, "migrate", err)
+		return exitCode(stderr, cmd, err)
 	}
 	conn, err := openDB(ctx, raw)
 	if err != nil {
-		return exitCode(stderr, "migrate", err)
+		return exitCode(stderr, cmd, err)
 	}
 	defer conn.close()
 	p, err := conn.migrator()
 	if err != nil {
-		return exitCode(stderr, "migrate", err)
+		return exitCode(stderr, cmd, err)
 	}
 	if err := runMigration(ctx, p, sub, stdout); err != nil {
-		return exitCode(stderr, "migrate "+sub, err)
+		return exitCode(stderr, cmd, err)
 	}
 	return 0
 }

@@ -5,15 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"text/tabwriter"
 	"time"
 )
-
-// runNodes is the nodes command.
-func runNodes(ctx context.Context, args []string) int {
-	return nodesCmd(ctx, args, os.Stdout, os.Stderr)
-}
 
 // nodeJSON is one node in nodes ls -json; times are UTC RFC 3339.
 type nodeJSON struct {
@@ -30,25 +24,29 @@ type nodeJSON struct {
 
 func nodesCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("nodes", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	rawURL := urlFlag(fs)
 	asJSON := fs.Bool("json", false, "print a JSON array, one node per line")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: leasehold nodes ls [-json] [-url URL]")
-		fmt.Fprintln(stderr)
-		fmt.Fprintln(stderr, "Lists the nodes that registered with this database: stack, env, mode,")
-		fmt.Fprintln(stderr, "whether draining, and the age of the last heartbeat and the live leases")
-		fmt.Fprintln(stderr, "held, on the database clock. Membership is advisory: a crashed node's row")
-		fmt.Fprintln(stderr, "stays until maintenance removes it, and only leases grant work.")
-		fmt.Fprintln(stderr)
+		w := fs.Output()
+		fmt.Fprintln(w, "usage: leasehold nodes ls [-json] [-url URL]")
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "Lists the nodes that registered with this database: stack, env, mode,")
+		fmt.Fprintln(w, "whether draining, and the age of the last heartbeat and the live leases")
+		fmt.Fprintln(w, "held, on the database clock. Membership is advisory: a crashed node's row")
+		fmt.Fprintln(w, "stays until maintenance removes it, and only leases grant work.")
+		fmt.Fprintln(w)
 		fs.PrintDefaults()
 	}
-	sub, code, ok := parseSub(fs, args)
+	pos, code, ok := parseArgs(fs, "nodes", args, stdout, stderr)
 	if !ok {
 		return code
 	}
-	if code, ok := onlyLs(fs, stderr, "nodes", sub); !ok {
+	_, rest, code, ok := subcommand(fs, "nodes", pos, stderr, "ls")
+	if !ok {
 		return code
+	}
+	if err := noArgs(rest); err != nil {
+		return exitCode(stderr, "nodes ls", err)
 	}
 	raw, err := resolveURL(*rawURL)
 	if err != nil {

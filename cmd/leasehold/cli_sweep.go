@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -11,17 +10,12 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/leasehold/leasehold/claims"
-	"github.com/leasehold/leasehold/episodes"
 	"github.com/leasehold/leasehold/recovery"
 )
 
 // sweepLease is the lease the CLI takes on an orphan it claims; it fails
 // or releases it at once, so the lease only matters if the CLI dies midway.
 const sweepLease = 30 * time.Second
-
-// errNoActors is Resume's answer: the CLI hosts no actor code.
-var errNoActors = errors.New("the CLI runs no actors; a node will restart it")
 
 // cliNode is the recovery.Node of the sweep command, which only dry-runs: it
 // has no registry (so it reports policies from the agent-definitions table,
@@ -35,7 +29,6 @@ func (n cliNode) Lease() time.Duration                         { return sweepLea
 func (n cliNode) Stack() string                                { return n.stack }
 func (n cliNode) Env() string                                  { return n.env }
 func (n cliNode) RecoveryPolicy(string, string) (string, bool) { return "", false }
-func (n cliNode) Resume(episodes.Episode, claims.Claim) error  { return errNoActors }
 
 var _ recovery.Node = cliNode{}
 
@@ -46,11 +39,6 @@ func cliNodeID() string {
 		h = "unknown"
 	}
 	return "cli-" + h
-}
-
-// runSweep is the sweep command.
-func runSweep(ctx context.Context, args []string) int {
-	return sweepCmd(ctx, args, os.Stdout, os.Stderr)
 }
 
 // sweepJSON is the -json output of sweep.
@@ -77,7 +65,6 @@ type decisionJSON struct {
 
 func sweepCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("sweep", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	rawURL := urlFlag(fs)
 	dryRun := fs.Bool("dry-run", false, "only report what the sweep would do; claim and change nothing")
 	stack := fs.String("stack", "", "sweep this stack (and unstamped episodes); empty means every stack")
@@ -86,25 +73,28 @@ func sweepCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	limit := fs.Int("limit", recovery.DefaultLimit, "at most this many orphans")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: leasehold sweep -dry-run [-stack S] [-env E] [-stale-after D] [-limit N] [-json] [-url URL]")
-		fmt.Fprintln(stderr)
-		fmt.Fprintln(stderr, "Reports the orphaned episodes (running or queued with no live lease) and")
-		fmt.Fprintln(stderr, "what recovery would do with each one, and why. It claims and changes nothing.")
-		fmt.Fprintln(stderr)
-		fmt.Fprintln(stderr, "-dry-run is required: sweep without it is refused (exit code 2). Recovering")
-		fmt.Fprintln(stderr, "an orphan restarts or fails it by its actor's recovery policy, and those")
-		fmt.Fprintln(stderr, "policies are compiled into your nodes; this CLI runs no actors and knows only")
-		fmt.Fprintln(stderr, "the agent-definitions table, so acting here could fail episodes a node would")
-		fmt.Fprintln(stderr, "restart. Recovery runs inside your nodes: run a recovery.Sweeper in each one.")
-		fmt.Fprintln(stderr)
+		w := fs.Output()
+		fmt.Fprintln(w, "usage: leasehold sweep -dry-run [-stack S] [-env E] [-stale-after D] [-limit N] [-json] [-url URL]")
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "Reports the orphaned episodes (running or queued with no live lease) and")
+		fmt.Fprintln(w, "what recovery would do with each one, and why. It claims and changes nothing.")
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "-dry-run is required: sweep without it is refused (exit code 2). Recovering")
+		fmt.Fprintln(w, "an orphan restarts or fails it by its actor's recovery policy, and those")
+		fmt.Fprintln(w, "policies are compiled into your nodes; this CLI runs no actors and knows only")
+		fmt.Fprintln(w, "the agent-definitions table, so acting here could fail episodes a node would")
+		fmt.Fprintln(w, "restart. Recovery runs inside your nodes: run a recovery.Sweeper in each one.")
+		fmt.Fprintln(w)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return parseExit(err)
+	pos, code, ok := parseArgs(fs, "sweep", args, stdout, stderr)
+	if !ok {
+		return code
+	}
+	if err := noArgs(pos); err != nil {
+		return exitCode(stderr, "sweep", err)
 	}
 	switch {
-	case fs.NArg() > 0:
-		return exitCode(stderr, "sweep", usagef("unexpected arguments: %v", fs.Args()))
 	case *staleAfter <= 0:
 		return exitCode(stderr, "sweep", usagef("-stale-after must be positive, got %v", *staleAfter))
 	case *limit <= 0:

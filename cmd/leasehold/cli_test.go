@@ -329,9 +329,9 @@ func TestCLIEpisodesLs(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	require.Len(t, lines, 3, out)
-	require.Regexp(t, `^ID\s+STATUS\s+ACTOR`, lines[0])
-	require.Regexp(t, `^\d+\s+running\s+billing\s+charge\s+1/3\s+node-dead`, lines[1], "newest first")
-	require.Regexp(t, `^\d+\s+queued\s+mailer\s+send\s+1/3\s+-`, lines[2])
+	require.Regexp(t, `^ID\s+STATUS\s+ERROR CLASS\s+ACTOR`, lines[0])
+	require.Regexp(t, `^\d+\s+running\s+-\s+billing\s+charge\s+1/3\s+node-dead`, lines[1], "newest first")
+	require.Regexp(t, `^\d+\s+queued\s+-\s+mailer\s+send\s+1/3\s+-`, lines[2])
 
 	code, out, errOut = runCLI(t, episodesCmd, "ls", "-url", url, "-json", "-status", "running")
 	require.Equal(t, 0, code, errOut)
@@ -459,10 +459,10 @@ func TestCLIUsage(t *testing.T) {
 
 	code, out, errOut := runCLI(t, sweepCmd, "-h")
 	require.Equal(t, 0, code)
-	require.Empty(t, out)
-	require.Contains(t, errOut, "usage: leasehold sweep -dry-run ")
-	require.Contains(t, errOut, "-dry-run is required: sweep without it is refused (exit code 2).")
-	require.Contains(t, errOut, "run a recovery.Sweeper in each one")
+	require.Empty(t, errOut)
+	require.Contains(t, out, "usage: leasehold sweep -dry-run ")
+	require.Contains(t, out, "-dry-run is required: sweep without it is refused (exit code 2).")
+	require.Contains(t, out, "run a recovery.Sweeper in each one")
 }
 
 func TestCLINodesLs(t *testing.T) {

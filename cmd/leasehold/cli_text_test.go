@@ -71,7 +71,7 @@ func TestCLIListsEscapeControlCharacters(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	lines = strings.Split(strings.TrimSpace(out), "\n")
 	require.Len(t, lines, 2, out)
-	require.Regexp(t, `^\d+\s+queued\s+"mailer\\nfake"\s+"send\\r"\s+1/3\s+-\s+-\s+"rc\\x1b"\s`, lines[1])
+	require.Regexp(t, `^\d+\s+queued\s+-\s+"mailer\\nfake"\s+"send\\r"\s+1/3\s+-\s+-\s+"rc\\x1b"\s`, lines[1])
 
 	code, out, errOut = runCLI(t, episodesCmd, "ls", "-url", url, "-json")
 	require.Equal(t, 0, code, errOut)

@@ -7,16 +7,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"text/tabwriter"
 
 	"github.com/leasehold/leasehold/workflows"
 )
-
-// runWorkflows is the workflows command.
-func runWorkflows(ctx context.Context, args []string) int {
-	return workflowsCmd(ctx, args, os.Stdout, os.Stderr)
-}
 
 // instanceJSON is one instance in workflows ls -json; times are UTC RFC
 // 3339, "" when unset.
@@ -35,7 +29,6 @@ type instanceJSON struct {
 
 func workflowsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("workflows", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	rawURL := urlFlag(fs)
 	workflow := fs.String("workflow", "", "ls: only instances of this workflow")
 	subject := fs.String("subject", "", "ls: only instances for this subject")
@@ -47,42 +40,45 @@ func workflowsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	id := fs.Int64("id", 0, "cancel: the instance to cancel")
 	reason := fs.String("reason", "canceled by an operator", "cancel: stored in the instance's error detail")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: leasehold workflows ls [-workflow W] [-subject S] [-status S] [-env E] [-parked] [-json] [-limit N] [-url URL]")
-		fmt.Fprintln(stderr, "       leasehold workflows cancel -id N [-reason R] [-url URL]")
-		fmt.Fprintln(stderr)
-		fmt.Fprintln(stderr, "ls lists workflow instances, newest first, with the reason a parked one")
-		fmt.Fprintln(stderr, "waits (a rolling deploy changed its steps; a node with the instance's steps")
-		fmt.Fprintln(stderr, "advances it, or cancel ends it). A read-only snapshot: it locks nothing.")
-		fmt.Fprintln(stderr)
-		fmt.Fprintln(stderr, "cancel ends a running instance as canceled, under the instance lock: steps")
-		fmt.Fprintln(stderr, "not started are skipped; episodes already running finish and start nothing.")
-		fmt.Fprintln(stderr, "An instance that already ended is left as it is (exit code 0).")
-		fmt.Fprintln(stderr)
+		w := fs.Output()
+		fmt.Fprintln(w, "usage: leasehold workflows ls [-workflow W] [-subject S] [-status S] [-env E] [-parked] [-json] [-limit N] [-url URL]")
+		fmt.Fprintln(w, "       leasehold workflows cancel -id N [-reason R] [-url URL]")
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "ls lists workflow instances, newest first, with the reason a parked one")
+		fmt.Fprintln(w, "waits (a rolling deploy changed its steps; a node with the instance's steps")
+		fmt.Fprintln(w, "advances it, or cancel ends it). A read-only snapshot: it locks nothing.")
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "cancel ends a running instance as canceled, under the instance lock: steps")
+		fmt.Fprintln(w, "not started are skipped; episodes already running finish and start nothing.")
+		fmt.Fprintln(w, "An instance that already ended is left as it is (exit code 0).")
+		fmt.Fprintln(w)
 		fs.PrintDefaults()
 	}
-	sub, code, ok := parseSub(fs, args)
+	pos, code, ok := parseArgs(fs, "workflows", args, stdout, stderr)
+	if !ok {
+		return code
+	}
+	sub, rest, code, ok := subcommand(fs, "workflows", pos, stderr, "ls", "cancel")
 	if !ok {
 		return code
 	}
 	envSet := false
 	fs.Visit(func(f *flag.Flag) { envSet = envSet || f.Name == "env" })
-	var cmd string
-	switch sub {
-	case "ls":
-		cmd = "workflows ls"
-		if *limit <= 0 {
-			return exitCode(stderr, cmd, usagef("-limit must be positive, got %d", *limit))
+	cmd := "workflows " + sub
+	err := noArgs(rest)
+	switch {
+	case err != nil:
+	case sub == "ls":
+		if err = flagsFor(fs, sub, "workflow", "subject", "status", "env", "parked", "json", "limit"); err == nil && *limit <= 0 {
+			err = usagef("-limit must be positive, got %d", *limit)
 		}
-	case "cancel":
-		cmd = "workflows cancel"
-		if *id <= 0 {
-			return exitCode(stderr, cmd, usagef("-id must name an instance, got %d", *id))
+	default: // cancel
+		if err = flagsFor(fs, sub, "id", "reason"); err == nil && *id <= 0 {
+			err = usagef("-id must name an instance, got %d", *id)
 		}
-	case "":
-		fs.Usage()
-		return 2
-	default:
-		return exitCode(stderr, "workflows", usagef("unknown subcommand %q: want ls or cancel", sub))
+	}
+	if err != nil {
+		return exitCode(stderr, cmd, err)
 	}
 	raw, err := resolveURL(*rawURL)
 	if err != nil {

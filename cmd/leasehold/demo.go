@@ -64,27 +64,43 @@ func defaultURLFrom() (url, from string) {
 	return fallbackURL, "the default"
 }
 
-// runDemo is the demo command: see demo.
-func runDemo(ctx context.Context, args []string) int {
+// runDemo is the demo command: see demo, which prints its progress and
+// summary on the process's stdout.
+func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	def, from := defaultURLFrom()
 	url := fs.String("url", "", "Postgres URL; the default is TEST_DATABASE_URL, else DATABASE_URL, else "+fallbackURL)
-	if err := fs.Parse(args); err != nil {
-		return parseExit(err)
+	fs.Usage = func() {
+		w := fs.Output()
+		fmt.Fprintln(w, "usage: leasehold demo [-url URL]")
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "Runs three leasehold nodes as separate processes in a throwaway schema (created")
+		fmt.Fprintln(w, "and dropped on the Postgres server at URL), SIGKILLs one of them while it runs")
+		fmt.Fprintln(w, "an episode, and shows from the database that its work was recovered exactly")
+		fmt.Fprintln(w, "once: nothing lost, nothing duplicated (exit code 1 otherwise). Postgres only.")
+		fmt.Fprintln(w)
+		fs.PrintDefaults()
+	}
+	pos, code, ok := parseArgs(fs, "demo", args, stdout, stderr)
+	if !ok {
+		return code
+	}
+	if err := noArgs(pos); err != nil {
+		return exitCode(stderr, "demo", err)
 	}
 	if *url == "" {
 		*url = def
 	} else {
 		from = "-url"
 	}
-	fmt.Printf("database %s (from %s)\n", redact(*url), from)
+	fmt.Fprintf(stdout, "database %s (from %s)\n", redact(*url), from)
 	start := time.Now()
 	ok, err := demo(ctx, *url)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "\nleasehold demo: %v\n", err)
+		fmt.Fprintf(stderr, "\nleasehold demo: %v\n", err)
 		return 1
 	}
-	fmt.Printf("demo took %.1fs\n", time.Since(start).Seconds())
+	fmt.Fprintf(stdout, "demo took %.1fs\n", time.Since(start).Seconds())
 	if !ok {
 		return 1
 	}

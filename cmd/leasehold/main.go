@@ -4,18 +4,26 @@
 //
 // Commands:
 //
-//	demo    run three nodes as separate processes against a throwaway schema,
-//	        SIGKILL one of them mid-episode and show from the database that
-//	        its work was recovered exactly once.
+//	demo      run three nodes as separate processes against a throwaway schema,
+//	          SIGKILL one of them mid-episode and show from the database that
+//	          its work was recovered exactly once.
 //	migrate   up|down|status: leasehold's schema migrations (-url or DATABASE_URL;
 //	          postgres://, postgresql:// or sqlserver://).
 //	claims    ls: list work claims.
-//	episodes  ls: list episodes.
+//	episodes  ls: list episodes (filters: status, actor, error class, dedupe
+//	          key, stale); show ID: one episode in full, with its claim and
+//	          fence and its journal.
+//	nodes     ls: list registered nodes.
 //	workflows ls: list workflow instances, parked ones with the reason;
 //	          cancel -id N: cancel a running instance.
 //	sweep     -dry-run: what recovery would do with orphaned episodes, and
 //	          why. Without -dry-run it is refused: recovery runs in the nodes
 //	          (recovery.Sweeper), which know the compiled recovery policies.
+//	version   the leasehold version of this binary (also --version).
+//
+// 'leasehold <command> -h' (or 'leasehold help <command>') prints a
+// command's usage on stdout. A usage error is one line on stderr, prefixed
+// with the command ("leasehold episodes show: missing episode ID").
 //
 // Exit codes:
 //
@@ -28,12 +36,11 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -43,61 +50,69 @@ type command struct {
 	name    string
 	summary string
 	hidden  bool // internal, not listed in the usage
-	run     func(ctx context.Context, args []string) int
+	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) int
 }
 
-// commands lists every subcommand; add new ones here.
+// commands lists every subcommand; add new ones here. Each prints its own
+// usage on stdout for -h.
 var commands = []command{
 	{name: "demo", summary: "crash-recovery demo: 3 node processes, one SIGKILLed mid-episode", run: runDemo},
-	{name: "migrate", summary: "apply, roll back or show leasehold's schema migrations", run: runMigrate},
-	{name: "claims", summary: "claims ls: list work claims", run: runClaims},
-	{name: "episodes", summary: "episodes ls: list episodes", run: runEpisodes},
-	{name: "nodes", summary: "nodes ls: list registered nodes (advisory membership)", run: runNodes},
-	{name: "workflows", summary: "workflows ls|cancel: list workflow instances (parked ones with why), cancel one", run: runWorkflows},
-	{name: "sweep", summary: "sweep -dry-run: what recovery would do with orphaned episodes, and why", run: runSweep},
+	{name: "migrate", summary: "apply, roll back or show leasehold's schema migrations", run: migrateCmd},
+	{name: "claims", summary: "claims ls: list work claims", run: claimsCmd},
+	{name: "episodes", summary: "episodes ls|show|cancel|retry: list episodes, show one with its claim and journal, cancel or retry one", run: episodesCmd},
+	{name: "nodes", summary: "nodes ls: list registered nodes (advisory membership)", run: nodesCmd},
+	{name: "workflows", summary: "workflows ls|cancel: list workflow instances (parked ones with why), cancel one", run: workflowsCmd},
+	{name: "sweep", summary: "sweep -dry-run: what recovery would do with orphaned episodes, and why", run: sweepCmd},
+	{name: "version", summary: "print the leasehold version of this binary (also --version)", run: versionCmd},
 	{name: demoNodeCommand, summary: "one node of the demo (started by demo)", hidden: true, run: runDemoNode},
 }
 
 func main() {
-	os.Exit(run(os.Args[1:]))
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
 // run dispatches to the named command. SIGINT and SIGTERM cancel the
 // command's context; each command decides how to wind down.
-func run(args []string) int {
+func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		usage(os.Stderr)
+		usage(stderr)
 		return 2
 	}
-	switch args[0] {
-	case "help", "-h", "-help", "--help":
-		usage(os.Stdout)
+	name, rest := args[0], args[1:]
+	switch name {
+	case "-h", "-help", "--help":
+		usage(stdout)
 		return 0
+	case "help": // help <command> is <command> -h
+		if len(rest) == 0 {
+			usage(stdout)
+			return 0
+		}
+		name, rest = rest[0], []string{"-h"}
+	case "-version", "--version":
+		name = "version"
 	}
 	for _, c := range commands {
-		if c.name != args[0] {
+		if c.name != name {
 			continue
 		}
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
-		return c.run(ctx, args[1:])
+		return c.run(ctx, rest, stdout, stderr)
 	}
-	fmt.Fprintf(os.Stderr, "leasehold: unknown command %q\n\n", args[0])
-	usage(os.Stderr)
-	return 2
-}
-
-// parseExit is the exit code after a flag parse error: 0 for -h, else 2.
-func parseExit(err error) int {
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
+	if strings.HasPrefix(name, "-") {
+		fmt.Fprintf(stderr, "leasehold: unknown flag %s: flags follow the command\n\n", name)
+	} else {
+		fmt.Fprintf(stderr, "leasehold: unknown command %q\n\n", name)
 	}
+	usage(stderr)
 	return 2
 }
 
 // usage lists the public commands.
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: leasehold <command> [flags]")
+	fmt.Fprintln(w, "       leasehold --version")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "commands:")
 	for _, c := range commands {
@@ -106,7 +121,7 @@ func usage(w io.Writer) {
 		}
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Run 'leasehold <command> -h' for a command's flags.")
+	fmt.Fprintln(w, "Run 'leasehold <command> -h' (or 'leasehold help <command>') for a command's usage.")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "exit codes:")
 	fmt.Fprintln(w, "  0  success")

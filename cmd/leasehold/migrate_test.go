@@ -33,7 +33,7 @@ func TestCLIHelperProcess(t *testing.T) {
 	}
 	os.Stdout.WriteString("ready\n")
 	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
-	os.Exit(run(strings.Split(args, "\x1f")))
+	os.Exit(run(strings.Split(args, "\x1f"), os.Stdout, os.Stderr))
 }
 
 // `leasehold migrate up` run from several shells at once on a fresh schema

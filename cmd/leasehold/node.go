@@ -126,20 +126,32 @@ func demoActors() []runner.Actor {
 // runDemoNode is one node of the demo: it runs the demo actors and a
 // recovery sweeper, fires the demo events itself, and stops gracefully on
 // SIGTERM, SIGINT or when its stdin closes (the parent is gone).
-func runDemoNode(ctx context.Context, args []string) int {
+func runDemoNode(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet(demoNodeCommand, flag.ContinueOnError)
 	schema := fs.String("schema", "", "migrated schema to run in (required)")
 	id := fs.String("id", "", "node identity (required)")
 	url := fs.String("url", defaultURL(), "Postgres URL")
 	every := fs.Duration("every", 250*time.Millisecond, "interval between fired events")
-	if err := fs.Parse(args); err != nil {
-		return parseExit(err)
+	fs.Usage = func() {
+		w := fs.Output()
+		fmt.Fprintln(w, "usage: leasehold "+demoNodeCommand+" -schema S -id ID [-url URL] [-every D]")
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "One node of 'leasehold demo', which starts it; not for use on its own.")
+		fmt.Fprintln(w)
+		fs.PrintDefaults()
 	}
-	if *schema == "" || *id == "" {
-		fmt.Fprintln(os.Stderr, "demo-node: -schema and -id are required")
-		return 2
+	pos, code, ok := parseArgs(fs, demoNodeCommand, args, stdout, stderr)
+	if !ok {
+		return code
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With(slog.String("node", *id))
+	err := noArgs(pos)
+	if err == nil && (*schema == "" || *id == "") {
+		err = usagef("-schema and -id are required")
+	}
+	if err != nil {
+		return exitCode(stderr, demoNodeCommand, err)
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With(slog.String("node", *id))
 	if err := demoNode(ctx, *url, *schema, *id, *every, log); err != nil {
 		log.Error("demo node failed", slog.Any("error", err))
 		return 1

@@ -242,3 +242,10 @@ ORDER BY 1;
 SELECT count(*) AS attempts, count(DISTINCT episode_id) AS episodes
 FROM leasehold_episode_steps
 WHERE data ? 'error';
+
+-- name: ClaimKeys :many
+-- The claim key of every episode (its dedupe key, or episode:{id}), for the
+-- recorded claims operations that name an episode rather than a key (a
+-- recovery claim or a dispatch that failed before it returned its claim).
+SELECT id, coalesce(dedupe_key, 'episode:' || id)::text AS claim_key
+FROM leasehold_episodes;

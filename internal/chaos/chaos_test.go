@@ -8,6 +8,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -124,6 +125,8 @@ type chaosRun struct {
 	freezes   []*freeze
 	problems  []string // failures found off the test goroutine
 
+	histDir string // the workers' claims histories, one file each
+
 	report []string
 }
 
@@ -200,6 +203,7 @@ func (r *chaosRun) setup() {
 	t := r.t
 	r.srv = startServer(t)
 	r.pool = newDatabase(t, r.ctx, r.srv)
+	r.histDir = historyDir(t)
 
 	for range r.cfg.workers {
 		r.proxies = append(r.proxies, newProxy(t, r.srv.Addr()))
@@ -212,6 +216,7 @@ func (r *chaosRun) setup() {
 			envURL + "=" + r.srv.urlAt(r.proxies[slot].Addr(), schema),
 			envLease + "=" + strconv.FormatInt(r.cfg.lease.Milliseconds(), 10),
 			envSweep + "=" + strconv.FormatInt(r.cfg.sweep.Milliseconds(), 10),
+			envHistory + "=" + filepath.Join(r.histDir, id+".jsonl"),
 		}
 	})
 	// Runs first at the end: no worker, fault or watcher outlives the test.
@@ -1158,6 +1163,8 @@ func (r *chaosRun) check() {
 		}
 	}
 	add("no data race in any worker process", fmt.Sprintf("%d processes", len(procs)), bad)
+	counts, bad := r.checkHistory()
+	add("every claims operation of every worker, as recorded, is linearizable (porcupine, one lease per key on the database clock)", counts, bad)
 	add("no fault failed to apply", fmt.Sprintf("%d faults", len(faults)), problems)
 
 	r.say("invariants:")

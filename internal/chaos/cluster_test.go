@@ -116,6 +116,7 @@ type cluster struct {
 	readers sync.WaitGroup
 
 	leaseLost, handedOver, recovered atomic.Int64
+	historyFailed                    atomic.Int64 // workers whose claims history is incomplete
 
 	writesMu     sync.Mutex
 	writesFailed map[string]int // "<statement> <why>" -> count
@@ -189,6 +190,8 @@ func (c *cluster) read(p *proc, stdout io.Reader) {
 		case f[0] == "event" && len(f) >= 3 && f[1] == "recovered":
 			n, _ := strconv.Atoi(f[2])
 			c.recovered.Add(int64(n))
+		case f[0] == "event" && len(f) >= 2 && f[1] == "history_failed":
+			c.historyFailed.Add(1)
 		case f[0] == "event" && len(f) >= 4 && f[1] == "write_failed":
 			c.writesMu.Lock()
 			if c.writesFailed == nil {

@@ -103,7 +103,39 @@
 //     sweep + claims.TxBound + 2 s, finished (done) by a later grant, and
 //     the frozen grant's journal steps and ledger writes did not change
 //     after SIGCONT (its commit must fail);
-//   - no worker process reported a data race.
+//   - no worker process reported a data race;
+//   - the claims history is linearizable (next section).
+//
+// # The claims history, judged by porcupine
+//
+// The invariants above are the project's own. The claims are also judged
+// by a checker nobody here wrote: every worker records each claims
+// operation it issues (package internal/claimhistory) in its own file,
+// LEASEHOLD_CHAOS_HISTORY, one JSON line at the invocation (written before
+// the statement is sent, so a SIGKILL leaves it behind as an operation
+// with no answer) and one at the response. The node's and the sweeper's
+// store is wrapped by recordingStore, which embeds the stores' interface:
+// AcquireClaim, RenewClaim(s) (one operation per lease of the heartbeat's
+// batch), Complete/Fail/ReleaseClaim, ReleaseClaims (drain), and the
+// statements that grant or change a claim with their own work:
+// CreateEpisode, ClaimForRecovery and DispatchTriggerRequest (acquires,
+// with the fence and lease_until they returned), RequeueOrphan (a
+// fence-out), AppendStep (an extension), StartEpisode and WriteLedger
+// (checks of a live grant), FinishEpisode and RetryEpisode (complete or
+// fail, release); the transactional finisher is recorded from before BEGIN
+// to after COMMIT. An error that is not a definite refusal is recorded as
+// unknown: the operation may have taken effect, at any time after its call.
+//
+// After the invariants, the driver reads every worker's file (the dead
+// ones' too), fills in the claim key of operations that named only their
+// episode (ClaimKeys), and checks the whole with porcupine against a model
+// of one lease per key on the database clock (see internal/claimhistory
+// for how operations are placed in time). The report says
+// "linearizable: N operations across K keys", with the unknown ones and
+// the checker's time; a failure names the keys and writes porcupine's HTML
+// visualization to the temp dir, and a failed test keeps the workers'
+// history files there too (the log says where). TestFrozenInTransaction
+// checks its two workers' history the same way.
 //
 // The suite prints the faults injected, what they did to the runner's own
 // writes (a test-only Store wrapper in the workers reports each journal or

@@ -4,6 +4,7 @@ package chaos_test
 
 import (
 	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -35,12 +36,14 @@ func TestFrozenInTransaction(t *testing.T) {
 	exe, err := os.Executable()
 	require.NoError(t, err)
 	book := newTriggerBook()
+	histDir := historyDir(t)
 	cl := newCluster(exe, 2, book, func(slot int, id string) []string {
 		return []string{
 			envWorker + "=" + id,
 			envURL + "=" + srv.URL(schema),
 			envLease + "=" + strconv.FormatInt(cfg.lease.Milliseconds(), 10),
 			envSweep + "=" + strconv.FormatInt(cfg.sweep.Milliseconds(), 10),
+			envHistory + "=" + filepath.Join(histDir, id+".jsonl"),
 		}
 	})
 	t.Cleanup(cl.stopAll) // SIGKILL ends a stopped process too
@@ -178,4 +181,11 @@ func TestFrozenInTransaction(t *testing.T) {
 	ov := overlaps(grantEnds(t, ctx, pool), cl.procs(), nil)
 	t.Logf("overlap: %s", ov.worst())
 	require.Empty(t, ov.bad)
+
+	// And porcupine's verdict on both workers' claims history: A's frozen
+	// finish, B's takeover, A's failed commit.
+	rep, _, err := checkHistories(ctx, pool, histDir)
+	t.Logf("claims history: %v", rep)
+	require.NoError(t, err)
+	require.Zero(t, cl.historyFailed.Load())
 }

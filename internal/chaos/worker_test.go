@@ -25,6 +25,7 @@ import (
 	"github.com/leasehold/leasehold/adapters/postgres"
 	"github.com/leasehold/leasehold/claims"
 	"github.com/leasehold/leasehold/episodes"
+	"github.com/leasehold/leasehold/internal/claimhistory"
 	"github.com/leasehold/leasehold/recovery"
 	"github.com/leasehold/leasehold/runner"
 	"github.com/leasehold/leasehold/telemetry"
@@ -89,6 +90,7 @@ const (
 //	event lease_lost|handed_over       a run of this node stopped (telemetry)
 //	event recovered <n>                a sweep of this node restarted n orphans
 //	event write_failed <stmt> <why>    a runner write failed, not retried
+//	event history_failed <why>         writing the claims history failed
 //	drained <summary>                  SIGTERM: Drain returned
 //
 // stdin closing (the test went away) ends the worker at once.
@@ -126,8 +128,15 @@ func worker() int {
 	// Never closed: the process exits instead, and Close would wait for a
 	// connection frozen by a cut.
 	store := postgres.New(pool)
+	hist, err := openHistory(os.Getenv(envHistory), out)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chaos worker: history:", err)
+		return 1
+	}
+	rec := claimhistory.NewRecorder(id, hist)
+	recorded := newRecordingStore(store, rec)
 	node, err := runner.NewNode(runner.Config{
-		Store: spyStore{store, out}, Identity: id, Lease: time.Duration(leaseMS) * time.Millisecond,
+		Store: spyStore{recorded, out}, Identity: id, Lease: time.Duration(leaseMS) * time.Millisecond,
 		EventJitter: 20 * time.Millisecond, Logger: log, Observer: out, // spreads the wins
 		// Pollers on: work that finds no free slot (a trigger fired on one
 		// worker only) and retried attempts flow to any worker with a slot.
@@ -137,22 +146,22 @@ func worker() int {
 		Poll:         runner.PollConfig{Interval: 250 * time.Millisecond, ClaimLease: time.Duration(leaseMS) * time.Millisecond},
 		TriggerWaker: postgres.NewNotifier(pool),
 	})
-	fin := &txFinisher{store: store, spy: spyStore{store, out}, out: out}
+	fin := &txFinisher{store: store, spy: spyStore{recorded, out}, out: out, rec: rec}
 	if err == nil {
 		err = node.SetFinisher(fin)
 	}
 	if err == nil {
-		err = node.Register(chaosActor(pool, out, time.Duration(leaseMS)*time.Millisecond))
+		err = node.Register(chaosActor(pool, out, rec, time.Duration(leaseMS)*time.Millisecond))
 	}
 	if err == nil {
 		err = node.Start(ctx)
 	}
 	var sweeper *recovery.Sweeper
 	if err == nil {
-		var rec *recovery.Recoverer
-		if rec, err = recovery.New(store, node, log, out); err == nil {
+		var rcv *recovery.Recoverer
+		if rcv, err = recovery.New(recorded, node, log, out); err == nil {
 			sweep := time.Duration(sweepMS) * time.Millisecond
-			sweeper, err = recovery.NewSweeper(rec, recovery.SweeperConfig{InitialDelay: sweep, Interval: sweep})
+			sweeper, err = recovery.NewSweeper(rcv, recovery.SweeperConfig{InitialDelay: sweep, Interval: sweep})
 		}
 	}
 	if err != nil {
@@ -222,9 +231,9 @@ var errTransient = errors.New("chaos: transient failure, retried")
 
 // chaosActor is the actor every worker registers: restart recovery, so
 // every orphan is re-run, and attempts high enough never to run out.
-func chaosActor(pool *pgxpool.Pool, out *lines, lease time.Duration) runner.Actor {
+func chaosActor(pool *pgxpool.Pool, out *lines, rec *claimhistory.Recorder, lease time.Duration) runner.Actor {
 	return runner.Actor{ID: actorID, MaxConcurrent: maxConcurrent, Expectations: []runner.Expectation{{
-		ID: expectationID, Trigger: runner.Event{Name: eventName}, Strategy: apply{pool, out, lease + lease/4},
+		ID: expectationID, Trigger: runner.Event{Name: eventName}, Strategy: apply{pool, out, rec, lease + lease/4},
 		Recovery: runner.RecoveryRestart, MaxAttempts: 1000,
 		Retry: runner.RetryPolicy{Backoff: 50 * time.Millisecond, MaxBackoff: 400 * time.Millisecond},
 	}}}
@@ -237,7 +246,8 @@ func chaosActor(pool *pgxpool.Pool, out *lines, lease time.Duration) runner.Acto
 type apply struct {
 	pool *pgxpool.Pool
 	out  *lines
-	long time.Duration // a long step's length
+	rec  *claimhistory.Recorder // each WriteLedger, a check of the claim
+	long time.Duration          // a long step's length
 }
 
 func (a apply) Init(_ context.Context, r *runner.Run) error {
@@ -286,7 +296,15 @@ func (a apply) writeLedger(ctx context.Context, r *runner.Run) error {
 	t := r.Token()
 	backoff := 20 * time.Millisecond
 	for {
+		// A check of the claim: one row if the grant held a live lease, none
+		// if not (only the claim decides).
+		call := a.rec.Call(claimhistory.Op{Kind: claimhistory.KindCheck, Source: "WriteLedger", Key: t.Key, Episode: r.EpisodeID(), Owner: t.Owner, Fence: t.Fence})
 		tag, err := a.pool.Exec(ctx, query("WriteLedger"), r.EpisodeID(), t.Key, t.Owner, t.Fence, p.Trigger)
+		if err == nil && tag.RowsAffected() == 0 {
+			call.Return(claimhistory.Response{Outcome: claimhistory.NotOwner})
+		} else {
+			call.ReturnErr(err)
+		}
 		switch {
 		case err == nil && tag.RowsAffected() == 0:
 			return fmt.Errorf("ledger of episode %d: %w", r.EpisodeID(), claims.ErrLeaseLost)
@@ -339,11 +357,15 @@ type txFinisher struct {
 	store *postgres.Store
 	spy   spyStore // reports a failed finish like the default finisher's
 	out   *lines
+	rec   *claimhistory.Recorder
 	armed atomic.Bool
 }
 
+// FinishEpisode is recorded from before BEGIN to after COMMIT: now() in
+// FinishEpisode is the transaction's start, and its effect lands at COMMIT.
 func (f *txFinisher) FinishEpisode(ctx context.Context, ep episodes.Episode, t claims.Token, fin episodes.Finish) error {
 	frozen := false
+	call := f.rec.Call(finishOp("FinishEpisode in InTx", ep.ID, t, fin))
 	err := f.store.InTx(ctx, func(tx workflows.Tx) error {
 		if err := tx.FinishEpisode(ctx, ep.ID, t, fin); err != nil {
 			return err
@@ -358,6 +380,7 @@ func (f *txFinisher) FinishEpisode(ctx context.Context, ep episodes.Episode, t c
 		}
 		return nil
 	})
+	call.ReturnErr(err)
 	if frozen {
 		result := "ok"
 		if err != nil {
@@ -369,23 +392,23 @@ func (f *txFinisher) FinishEpisode(ctx context.Context, ep episodes.Episode, t c
 	return err
 }
 
-// spyStore is the node's Store: the adapter, reporting on stdout each
-// journal or terminal write that failed with a database error the runner
-// does not retry (a lost lease is not one), so that the report can say what
-// the faults did to the runner's own writes.
+// spyStore is the node's Store: the adapter (through recordingStore),
+// reporting on stdout each journal or terminal write that failed with a
+// database error the runner does not retry (a lost lease is not one), so
+// that the report can say what the faults did to the runner's own writes.
 type spyStore struct {
-	*postgres.Store
+	recordingStore
 	out *lines
 }
 
 func (s spyStore) AppendStep(ctx context.Context, id int64, t claims.Token, stepNo int32, data json.RawMessage, lease time.Duration) error {
-	err := s.Store.AppendStep(ctx, id, t, stepNo, data, lease)
+	err := s.recordingStore.AppendStep(ctx, id, t, stepNo, data, lease)
 	s.failed("AppendStep", err)
 	return err
 }
 
 func (s spyStore) FinishEpisode(ctx context.Context, id int64, t claims.Token, f episodes.Finish) error {
-	err := s.Store.FinishEpisode(ctx, id, t, f)
+	err := s.recordingStore.FinishEpisode(ctx, id, t, f)
 	s.failed("FinishEpisode("+string(f.Status)+")", err)
 	return err
 }

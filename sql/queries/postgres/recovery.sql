@@ -168,6 +168,108 @@ RETURNING e.id, e.actor_id, e.expectation_id, e.trigger_type, e.trigger_ref, e.d
     grant_row.attempt AS claim_attempt, grant_row.lease_until, grant_row.claimed_at,
     grant_row.grant_kind;
 
+-- name: RequeueOrphan :one
+-- Recovery's restart: makes one orphan available work again instead of
+-- running it on the sweeping node, so recovered episodes flow to whichever
+-- full nodes have free slots for their actor (ClaimTriggerRequests,
+-- DispatchTriggerRequest), never past an actor's MaxConcurrent. The
+-- orphan's grant is fenced out (released, fence + 1: a zombie still
+-- running it writes nothing more), the episode is queued as its next
+-- attempt (attempts + 1, phase recovering, no owner) and its trigger
+-- request is made pending, due at once. An orphan with a cancel request
+-- ends canceled instead (class canceled) and gets no request.
+--
+-- Guarantee: exactly one caller requeues each orphan, and work that
+-- finished during the sweep is never reopened: the rows are locked and
+-- re-checked as in ClaimForRecovery (claim row, then episode row; the grant
+-- taken over must be one nobody can still use; a claim-less episode must
+-- still be stale; an episode with an open request is the pollers'
+-- already). Unlike ClaimForRecovery's, this takeover leaves no live grant
+-- behind, and the request it opens may be newer than the statement's
+-- snapshot, so a second sweeper that waited for the first on the claim
+-- row would find a released claim and no open request: attempts, the
+-- count the sweeper listed, is compared on the locked episode row, whose
+-- latest version the first requeue changed, and the second matches
+-- nothing. The attempt it would start must be within
+-- max_attempts (attempts + 2 <= max_attempts, the attempt after
+-- Attempt()): an exhausted orphan is not requeued but failed, through
+-- ClaimForRecovery and FinishEpisode. No row back: not an orphan (any
+-- more), taken by another sweeper, or exhausted meanwhile.
+WITH claim_row AS (
+    SELECT x.dedupe_key
+    FROM leasehold_work_claims AS x
+    WHERE x.dedupe_key = (SELECT coalesce(e0.dedupe_key, 'episode:' || e0.id)
+                          FROM leasehold_episodes AS e0 WHERE e0.id = sqlc.arg(id))
+    FOR UPDATE
+), orphan AS (
+    SELECT e.id, coalesce(e.dedupe_key, 'episode:' || e.id) AS claim_key
+    FROM leasehold_episodes AS e
+    WHERE e.id = sqlc.arg(id)
+      AND e.archived_at IS NULL
+      AND e.status IN ('running', 'queued')
+      AND e.attempts = sqlc.arg(attempts)::integer
+      AND e.attempts + 2 <= e.max_attempts
+      AND (
+        EXISTS (SELECT 1 FROM claim_row)
+        OR (e.status = 'running'
+            AND coalesce(e.last_step_at, e.started_at, e.created_at)
+                < now() - (sqlc.arg(stale_after_ms)::bigint * interval '1 millisecond'))
+      )
+      AND NOT EXISTS (SELECT 1 FROM leasehold_trigger_requests AS r
+                      WHERE r.episode_id = e.id AND r.status IN ('pending', 'claimed'))
+    FOR UPDATE
+), fenced AS (
+    UPDATE leasehold_work_claims AS c
+    SET state       = 'released',
+        owner_node  = sqlc.arg(owner_node)::text,
+        lease_until = now(),
+        finished_at = now(),
+        fence       = c.fence + 1,
+        grant_kind  = CASE WHEN c.state = 'claimed' THEN 'steal' ELSE 'reclaim' END
+    FROM orphan
+    WHERE c.dedupe_key = orphan.claim_key
+      AND ((c.state = 'claimed' AND c.lease_until <= now()) OR c.state IN ('released', 'done', 'failed'))
+    RETURNING c.dedupe_key
+), taken AS (
+    SELECT orphan.id
+    FROM orphan
+    WHERE EXISTS (SELECT 1 FROM fenced) OR NOT EXISTS (SELECT 1 FROM claim_row)
+), episode AS (
+    UPDATE leasehold_episodes AS e
+    SET status      = CASE WHEN e.cancel_requested_at IS NOT NULL THEN 'canceled' ELSE 'queued' END,
+        phase       = CASE WHEN e.cancel_requested_at IS NOT NULL THEN NULL ELSE 'recovering' END,
+        attempts    = CASE WHEN e.cancel_requested_at IS NOT NULL THEN e.attempts ELSE e.attempts + 1 END,
+        owner_node  = NULL,
+        error_class = CASE WHEN e.cancel_requested_at IS NOT NULL THEN 'canceled' ELSE e.error_class END,
+        finished_at = CASE WHEN e.cancel_requested_at IS NOT NULL THEN now() END
+    FROM taken
+    WHERE e.id = taken.id
+    RETURNING e.id, e.actor_id, e.expectation_id, e.source_stack, e.source_env,
+        e.attempts, e.max_attempts, e.status
+), request AS (
+    INSERT INTO leasehold_trigger_requests AS t (
+        episode_id, actor_id, expectation_id, source_node, source_stack,
+        source_env, status, created_at, run_after
+    )
+    SELECT episode.id, episode.actor_id, episode.expectation_id, sqlc.arg(owner_node)::text,
+        episode.source_stack, episode.source_env, 'pending', now(), now()
+    FROM episode
+    WHERE episode.status = 'queued'
+    ON CONFLICT (episode_id) DO UPDATE SET
+        status      = 'pending',
+        source_node = excluded.source_node,
+        claimed_by  = NULL,
+        claimed_at  = NULL,
+        claim_until = NULL,
+        finished_at = NULL,
+        run_after   = excluded.run_after
+    RETURNING t.id
+)
+SELECT episode.id, episode.status::text AS status, episode.attempts, episode.max_attempts,
+    coalesce(request.id, 0)::bigint AS request_id
+FROM episode
+LEFT JOIN request ON true;
+
 -- name: GetAgentRecoveryPolicy :one
 -- The recovery policy of an expectation, as the nodes that run it recorded
 -- it when they started (or as set for a dynamic actor), if any. A sweeper

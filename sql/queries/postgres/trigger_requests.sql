@@ -11,7 +11,10 @@
 -- one statement: neither row can exist without the other, so no crash
 -- leaves a deferred episode that no poller will ever see. Deduplicated on
 -- dedupe_key exactly like CreateEpisode (the same index and predicate); a
--- duplicate writes nothing and returns no row. The request is due at
+-- duplicate writes nothing and returns created = false with the live
+-- episode's id as CreateEpisode reads it (0 when its snapshot began before
+-- that episode committed; the adapter then reads FindLiveEpisode). The
+-- request is due at
 -- now() + delay_ms on the database clock (0: at once): no poller claims it
 -- earlier, whatever the nodes' clocks say.
 WITH created AS (
@@ -38,10 +41,20 @@ WITH created AS (
         created.created_at + (sqlc.arg(delay_ms)::bigint * interval '1 millisecond')
     FROM created
     RETURNING id, episode_id
+), existing AS (
+    SELECT e.id
+    FROM leasehold_episodes AS e
+    WHERE e.dedupe_key = sqlc.narg(dedupe_key)::text
+      AND e.archived_at IS NULL
+      AND NOT EXISTS (SELECT 1 FROM created)
+    LIMIT 1
 )
-SELECT created.id, created.created_at, request.id AS request_id
+SELECT true AS created, created.id, created.created_at, request.id AS request_id
 FROM created
-JOIN request ON request.episode_id = created.id;
+JOIN request ON request.episode_id = created.id
+UNION ALL
+SELECT false, coalesce((SELECT id FROM existing), 0)::bigint, now(), 0::bigint
+WHERE NOT EXISTS (SELECT 1 FROM created);
 
 -- name: ClaimTriggerRequests :many
 -- Claims up to max_rows open requests for owner_node, due first: pending

@@ -44,14 +44,26 @@
 -- owner. fence 0 in the result means the key's claim is held live elsewhere
 -- (busy). An empty @owner_node creates the episode unclaimed.
 --
+-- @start = 1 (the caller holds a free slot for it) starts the episode in
+-- the same transaction when the grant was made: status running, owner_node
+-- and started_at set, so a run that starts at once costs this commit and its
+-- finish, not a StartEpisode in between. The grant is live at that instant
+-- on the database clock; the caller's local deadline covers a late answer.
+-- Unlike Postgres (which picks the status from its snapshot before the
+-- grant), the status here always matches the grant: running only with one.
+--
 -- Duplicates: the losing episode insert raises 2601 (unique index); it is
--- CAUGHT here (after rolling back) and returned as the empty result, like ON
--- CONFLICT DO NOTHING.
+-- CAUGHT here (after rolling back) and answered with created = 0, like
+-- Postgres's ON CONFLICT DO NOTHING. The id of the live episode that holds
+-- the key is not read here (a read of the episodes table in a batch that
+-- inserts into it must be an update-locked guard): the adapter reads it
+-- with FindLiveEpisode, once the winner has committed.
 SET NOCOUNT ON;
 SET XACT_ABORT ON;
 DECLARE @created TABLE (id bigint NOT NULL, created_at datetime2(6) NOT NULL);
 DECLARE @claim_key nvarchar(512);
 DECLARE @duplicate bit = 0;
+DECLARE @status nvarchar(16) = N'queued';
 DECLARE @granted TABLE (
     fence       bigint       NOT NULL,
     attempt     int          NOT NULL,
@@ -108,6 +120,18 @@ BEGIN TRY
                 SYSUTCDATETIME(), SYSUTCDATETIME(), 1, 1, N'fresh', N'episode'
             WHERE NOT EXISTS (SELECT 1 FROM leasehold_work_claims WITH (UPDLOCK, HOLDLOCK)
                               WHERE dedupe_key = @claim_key);
+
+        -- Started under the grant just made, in the same transaction.
+        IF @start = 1 AND EXISTS (SELECT 1 FROM @granted)
+        BEGIN
+            UPDATE leasehold_episodes
+            SET status       = N'running',
+                owner_node   = @owner_node,
+                started_at   = SYSUTCDATETIME(),
+                last_step_at = SYSUTCDATETIME()
+            WHERE id = (SELECT id FROM @created);
+            SET @status = N'running';
+        END;
     END;
 
     COMMIT TRANSACTION;
@@ -116,11 +140,11 @@ BEGIN CATCH
     IF XACT_STATE() <> 0 ROLLBACK TRANSACTION;
     -- Another node created the live episode for this trigger: a duplicate.
     IF ERROR_NUMBER() NOT IN (2601, 2627) THROW;
-    -- Table variables outlive a rollback: answer with the empty result.
+    -- Table variables outlive a rollback: answer with the existing episode.
     SET @duplicate = 1;
 END CATCH;
 
-SELECT c.id, c.created_at, @claim_key AS claim_key,
+SELECT CAST(1 AS bit) AS created, c.id, c.created_at, @status AS status, @claim_key AS claim_key,
     COALESCE(g.fence, 0) AS fence,
     COALESCE(g.attempt, 0) AS attempt,
     COALESCE(g.lease_until, c.created_at) AS lease_until,
@@ -128,7 +152,17 @@ SELECT c.id, c.created_at, @claim_key AS claim_key,
     COALESCE(g.grant_kind, N'') AS grant_kind
 FROM @created AS c
 LEFT JOIN @granted AS g ON 1 = 1
-WHERE @duplicate = 0;
+WHERE @duplicate = 0
+UNION ALL
+SELECT CAST(0 AS bit), CAST(0 AS bigint), SYSUTCDATETIME(), N'', N'', 0, 0,
+    SYSUTCDATETIME(), SYSUTCDATETIME(), N''
+WHERE @duplicate = 1;
+
+-- name: FindLiveEpisode :one
+-- The live (not archived) episode that holds a dedupe key, if any: what a
+-- duplicate trigger reports. Read-only; it decides nothing.
+SELECT id FROM leasehold_episodes
+WHERE dedupe_key = @dedupe_key AND archived_at IS NULL;
 
 -- name: StartEpisode :one
 -- Moves a queued episode to running under the caller's grant, or re-starts a
@@ -354,7 +388,8 @@ DECLARE @episode TABLE (
     expectation_id nvarchar(255) NOT NULL,
     source_stack   nvarchar(255) NOT NULL,
     source_env     nvarchar(255) NOT NULL,
-    attempts       int           NOT NULL
+    attempts       int           NOT NULL,
+    status         nvarchar(32)  NOT NULL
 );
 DECLARE @request TABLE (id bigint NOT NULL, run_after datetime2(6) NOT NULL);
 
@@ -378,16 +413,19 @@ SELECT @id, @step_no, @fence, @step_data
 FROM @claim
 WHERE @step_no > 0;
 
+-- A cancel requested meanwhile (CancelEpisode) ends the episode canceled
+-- instead, with no request: SET reads the pre-update row.
 UPDATE leasehold_episodes
-SET status       = N'queued',
-    phase        = N'retrying',
-    attempts     = attempts + 1,
+SET status       = CASE WHEN cancel_requested_at IS NULL THEN N'queued' ELSE N'canceled' END,
+    phase        = CASE WHEN cancel_requested_at IS NULL THEN N'retrying' END,
+    attempts     = CASE WHEN cancel_requested_at IS NULL THEN attempts + 1 ELSE attempts END,
     owner_node   = NULL,
-    error_class  = @error_class,
+    error_class  = CASE WHEN cancel_requested_at IS NULL THEN @error_class ELSE N'canceled' END,
     error_detail = @error_detail,
+    finished_at  = CASE WHEN cancel_requested_at IS NULL THEN NULL ELSE SYSUTCDATETIME() END,
     last_step_at = SYSUTCDATETIME()
 OUTPUT inserted.id, inserted.actor_id, inserted.expectation_id, inserted.source_stack,
-    inserted.source_env, inserted.attempts INTO @episode
+    inserted.source_env, inserted.attempts, inserted.status INTO @episode
 WHERE id = @id
   AND status IN (N'queued', N'running')
   AND EXISTS (SELECT 1 FROM @claim);
@@ -403,7 +441,8 @@ SET status      = N'pending',
                       DATEADD(millisecond, CAST(@backoff_ms % 1000 AS int), SYSUTCDATETIME()))
 OUTPUT inserted.id, inserted.run_after INTO @request
 FROM leasehold_trigger_requests AS t WITH (UPDLOCK, HOLDLOCK)
-JOIN @episode AS e ON t.episode_id = e.id;
+JOIN @episode AS e ON t.episode_id = e.id
+WHERE e.status = N'queued';
 
 IF @@ROWCOUNT = 0
     INSERT INTO leasehold_trigger_requests (
@@ -415,6 +454,166 @@ IF @@ROWCOUNT = 0
         e.source_env, N'pending', SYSUTCDATETIME(),
         DATEADD(second, CAST(@backoff_ms / 1000 AS int),
             DATEADD(millisecond, CAST(@backoff_ms % 1000 AS int), SYSUTCDATETIME()))
+    FROM @episode AS e
+    WHERE e.status = N'queued';
+
+-- Requeued with its request, or ended canceled (no request): either way
+-- every write matched.
+IF EXISTS (SELECT 1 FROM @request) OR EXISTS (SELECT 1 FROM @episode WHERE status = N'canceled')
+    COMMIT TRANSACTION;
+ELSE
+    ROLLBACK TRANSACTION;
+
+SELECT e.id, e.attempts, e.status, COALESCE(r.id, 0) AS request_id,
+    COALESCE(r.run_after, SYSUTCDATETIME()) AS run_after
+FROM @episode AS e
+LEFT JOIN @request AS r ON 1 = 1
+WHERE EXISTS (SELECT 1 FROM @request) OR e.status = N'canceled';
+
+-- name: CancelEpisode :one
+-- Cancels an episode from anywhere in the cluster, as
+-- sql/queries/postgres/episodes.sql's CancelEpisode: one nobody holds a
+-- live lease on ends canceled at once (its open request closed, an expired
+-- grant fenced out: failed, fence + 1); one held live gets
+-- cancel_requested_at, and its holder (ListCancelRequests, once per
+-- heartbeat interval) ends the run canceled by its own fenced finish.
+-- Status canceled in the result: ended here; queued or running: requested.
+-- Empty: unknown, archived or already terminal.
+--
+-- Guarantee: one transaction, in the writers' lock order (claim row,
+-- episode row, request row), every decision on locked rows: the claim row
+-- is read WITH (UPDLOCK, HOLDLOCK) (its latest committed version, whatever
+-- READ_COMMITTED_SNAPSHOT says, and held to COMMIT: no grant lands between
+-- the read and the writes), the episode row is updated, so locked, under
+-- the status re-check. "Held live" is state claimed and lease_until >
+-- SYSUTCDATETIME().
+SET NOCOUNT ON;
+SET XACT_ABORT ON;
+DECLARE @claim_key nvarchar(512);
+DECLARE @held bit = 0;
+DECLARE @episode TABLE (
+    id                  bigint       NOT NULL,
+    status              nvarchar(32) NOT NULL,
+    cancel_requested_at datetime2(6) NULL
+);
+
+BEGIN TRANSACTION;
+
+SELECT @claim_key = COALESCE(e.dedupe_key, CONCAT(N'episode:', e.id))
+FROM leasehold_episodes AS e
+WHERE e.id = @id;
+
+SELECT @held = CASE WHEN x.state = N'claimed' AND x.lease_until > SYSUTCDATETIME() THEN 1 ELSE 0 END
+FROM leasehold_work_claims AS x WITH (UPDLOCK, HOLDLOCK)
+WHERE x.dedupe_key = @claim_key;
+
+-- SET reads the pre-update row.
+UPDATE leasehold_episodes
+SET status              = CASE WHEN @held = 1 THEN status ELSE N'canceled' END,
+    phase               = CASE WHEN @held = 1 THEN phase END,
+    error_class         = CASE WHEN @held = 1 THEN error_class ELSE N'canceled' END,
+    error_detail        = CASE WHEN @held = 1 THEN error_detail ELSE @error_detail END,
+    finished_at         = CASE WHEN @held = 1 THEN finished_at ELSE SYSUTCDATETIME() END,
+    cancel_requested_at = COALESCE(cancel_requested_at, SYSUTCDATETIME())
+OUTPUT inserted.id, inserted.status, inserted.cancel_requested_at INTO @episode
+WHERE id = @id
+  AND status IN (N'queued', N'running')
+  AND archived_at IS NULL;
+
+IF EXISTS (SELECT 1 FROM @episode WHERE status = N'canceled')
+BEGIN
+    -- An expired grant is fenced out: its zombie writes nothing after this.
+    UPDATE leasehold_work_claims WITH (UPDLOCK, ROWLOCK)
+    SET state = N'failed', fence = fence + 1, lease_until = SYSUTCDATETIME(), finished_at = SYSUTCDATETIME()
+    WHERE dedupe_key = @claim_key
+      AND state = N'claimed'
+      AND lease_until <= SYSUTCDATETIME();
+
+    UPDATE leasehold_trigger_requests WITH (UPDLOCK, ROWLOCK)
+    SET status = N'completed', finished_at = SYSUTCDATETIME()
+    WHERE episode_id = @id
+      AND status IN (N'pending', N'claimed');
+END;
+
+COMMIT TRANSACTION;
+
+SELECT id, status, cancel_requested_at FROM @episode;
+
+-- name: ListCancelRequests :many
+-- The episodes @owner_node holds live (claim in state claimed under its
+-- name) that have a pending cancel request, as on Postgres. Read-only,
+-- served by the filtered index on cancel_requested_at.
+SELECT e.id, c.fence
+FROM leasehold_episodes AS e
+JOIN leasehold_work_claims AS c
+  ON c.dedupe_key = COALESCE(e.dedupe_key, CONCAT(N'episode:', e.id))
+WHERE e.cancel_requested_at IS NOT NULL
+  AND e.status IN (N'queued', N'running')
+  AND c.owner_node = @owner_node
+  AND c.state = N'claimed';
+
+-- name: RequeueEpisode :one
+-- Runs a failed or canceled episode again, for an operator, as on Postgres:
+-- available as its next attempt (attempts + 1, phase retrying, no owner,
+-- cancel request cleared, max_attempts grown to admit it) with its trigger
+-- request pending and due at once, in one transaction.
+--
+-- Guarantee: only a terminal failed or canceled, unarchived episode is
+-- requeued; the episode UPDATE locks the row and re-checks the status on
+-- its latest committed version, so of two operators the second matches
+-- nothing (empty result) and nothing else is written. Hints on the request
+-- row as in RetryEpisode (UPDLOCK, HOLDLOCK: present or absent, the key
+-- stays locked, so the INSERT runs only when there is no row).
+SET NOCOUNT ON;
+SET XACT_ABORT ON;
+DECLARE @episode TABLE (
+    id             bigint        NOT NULL,
+    actor_id       nvarchar(255) NOT NULL,
+    expectation_id nvarchar(255) NOT NULL,
+    source_stack   nvarchar(255) NOT NULL,
+    source_env     nvarchar(255) NOT NULL,
+    attempts       int           NOT NULL
+);
+DECLARE @request TABLE (id bigint NOT NULL, run_after datetime2(6) NOT NULL);
+
+BEGIN TRANSACTION;
+
+-- SET reads the pre-update row.
+UPDATE leasehold_episodes
+SET status              = N'queued',
+    phase               = N'retrying',
+    attempts            = attempts + 1,
+    max_attempts        = CASE WHEN max_attempts > attempts + 2 THEN max_attempts ELSE attempts + 2 END,
+    owner_node          = NULL,
+    finished_at         = NULL,
+    cancel_requested_at = NULL,
+    last_step_at        = SYSUTCDATETIME()
+OUTPUT inserted.id, inserted.actor_id, inserted.expectation_id, inserted.source_stack,
+    inserted.source_env, inserted.attempts INTO @episode
+WHERE id = @id
+  AND status IN (N'failed', N'canceled')
+  AND archived_at IS NULL;
+
+UPDATE t
+SET status      = N'pending',
+    source_node = @source_node,
+    claimed_by  = NULL,
+    claimed_at  = NULL,
+    claim_until = NULL,
+    finished_at = NULL,
+    run_after   = SYSUTCDATETIME()
+OUTPUT inserted.id, inserted.run_after INTO @request
+FROM leasehold_trigger_requests AS t WITH (UPDLOCK, HOLDLOCK)
+JOIN @episode AS e ON t.episode_id = e.id;
+
+IF @@ROWCOUNT = 0
+    INSERT INTO leasehold_trigger_requests (
+        episode_id, actor_id, expectation_id, source_node, source_stack,
+        source_env, status, created_at, run_after
+    )
+    OUTPUT inserted.id, inserted.run_after INTO @request
+    SELECT e.id, e.actor_id, e.expectation_id, @source_node, e.source_stack,
+        e.source_env, N'pending', SYSUTCDATETIME(), SYSUTCDATETIME()
     FROM @episode AS e;
 
 IF EXISTS (SELECT 1 FROM @request)
@@ -439,23 +638,3 @@ SELECT episode_id, step_no, fence, data, created_at
 FROM leasehold_episode_steps
 WHERE episode_id = @episode_id
 ORDER BY step_no;
-
--- name: ListEpisodes :many
--- Operator read (leasehold episodes ls): episodes, newest first. @status
--- N'' and @actor_id N'' mean any; @stale_only keeps the running episodes
--- whose last sign of life (last_step_at, else started_at) is older than
--- @stale_after_ms on the database clock. It has no coordination role:
--- recovery decides with ListOrphanedEpisodes and ClaimForRecovery, never
--- with this, so it needs no lock hint (and must not use NOLOCK), and a row
--- it shows may be stale by the time it is printed.
-SELECT TOP (@max_rows) id, actor_id, expectation_id, trigger_type, dedupe_key,
-    status, phase, attempts, max_attempts, source_stack, source_env,
-    owner_node, created_at, started_at, finished_at, last_step_at
-FROM leasehold_episodes
-WHERE (@status = N'' OR status = @status)
-  AND (@actor_id = N'' OR actor_id = @actor_id)
-  AND (@stale_only = 0
-       OR (status = N'running'
-           AND COALESCE(last_step_at, started_at, created_at)
-               < DATEADD(millisecond, -CAST(@stale_after_ms AS int), SYSUTCDATETIME())))
-ORDER BY id DESC;

@@ -307,6 +307,144 @@ SELECT r.id, r.actor_id, r.expectation_id, r.trigger_type, r.trigger_ref, r.dedu
 FROM @recovered AS r
 CROSS JOIN @grant AS g;
 
+-- name: RequeueOrphan :one
+-- Recovery's restart, as sql/queries/postgres/recovery.sql's RequeueOrphan:
+-- the orphan becomes available work again (its grant fenced out: released,
+-- fence + 1; the episode queued as its next attempt, phase recovering, no
+-- owner; its trigger request pending and due at once), so any full node
+-- with a free slot for its actor takes it. An orphan with a cancel request
+-- ends canceled instead, with no request. No row: not an orphan (any more),
+-- taken by another sweeper, or exhausted (attempts + 2 > max_attempts:
+-- recovery fails those through ClaimForRecovery).
+--
+-- Guarantee: exactly ClaimForRecovery's (see there for the reasoning, the
+-- hints and the lock order, claim row then episode row): the first,
+-- lock-free read finds the orphan and its open-request exclusion; the claim
+-- UPDATE WITH (UPDLOCK, HOLDLOCK) re-checks on the locked row that nobody
+-- can still use the grant; a claim-less episode (no claim row at all,
+-- re-read under the same key-range lock) needs no fencing; the episode
+-- UPDATE re-checks status, archive and attempts on its latest committed
+-- version; anything that matches nothing rolls the whole transaction back.
+-- attempts must still be the count the sweeper listed (@attempts): a
+-- second sweeper that waited for the first on the claim row finds a
+-- released claim, takeable, and only the first's attempts + 1 on the
+-- episode row tells it the orphan was requeued already.
+--
+-- Bound: sent behind BoundLockWait (bounds.sql) in the same call, like
+-- ClaimForRecovery.
+SET NOCOUNT ON;
+SET XACT_ABORT ON;
+DECLARE @orphan_key nvarchar(512);
+DECLARE @open_request bit = 1;
+DECLARE @fenced TABLE (dedupe_key nvarchar(512) NOT NULL);
+DECLARE @episode TABLE (
+    id             bigint        NOT NULL,
+    actor_id       nvarchar(255) NOT NULL,
+    expectation_id nvarchar(255) NOT NULL,
+    source_stack   nvarchar(255) NOT NULL,
+    source_env     nvarchar(255) NOT NULL,
+    attempts       int           NOT NULL,
+    max_attempts   int           NOT NULL,
+    status         nvarchar(32)  NOT NULL
+);
+DECLARE @request TABLE (id bigint NOT NULL);
+
+SELECT @orphan_key = COALESCE(e.dedupe_key, CONCAT(N'episode:', e.id)),
+    @open_request = CASE WHEN EXISTS (
+            SELECT 1 FROM leasehold_trigger_requests AS r
+            WHERE r.episode_id = e.id AND r.status IN (N'pending', N'claimed'))
+        THEN 1 ELSE 0 END
+FROM leasehold_episodes AS e
+WHERE e.id = @id
+  AND e.archived_at IS NULL
+  AND e.status IN (N'running', N'queued')
+  AND e.attempts = @attempts
+  AND e.attempts + 2 <= e.max_attempts
+  AND (
+        EXISTS (SELECT 1 FROM leasehold_work_claims AS x
+                WHERE x.dedupe_key = COALESCE(e.dedupe_key, CONCAT(N'episode:', e.id)))
+     OR (e.status = N'running'
+         AND COALESCE(e.last_step_at, e.started_at, e.created_at)
+             < DATEADD(millisecond, -CAST(@stale_after_ms AS int), SYSUTCDATETIME()))
+  );
+
+IF @orphan_key IS NOT NULL AND @open_request = 0
+BEGIN
+    BEGIN TRANSACTION;
+
+    -- SET reads the pre-update row.
+    UPDATE leasehold_work_claims WITH (UPDLOCK, HOLDLOCK)
+    SET state       = N'released',
+        owner_node  = @owner_node,
+        lease_until = SYSUTCDATETIME(),
+        finished_at = SYSUTCDATETIME(),
+        fence       = fence + 1,
+        grant_kind  = CASE WHEN state = N'claimed' THEN N'steal' ELSE N'reclaim' END
+    OUTPUT inserted.dedupe_key INTO @fenced
+    WHERE dedupe_key = @orphan_key
+      AND ((state = N'claimed' AND lease_until <= SYSUTCDATETIME())
+           OR state IN (N'released', N'done', N'failed'));
+
+    -- A claim row that was not fenced is a grant somebody can still use:
+    -- nothing is taken over.
+    IF EXISTS (SELECT 1 FROM @fenced)
+       OR NOT EXISTS (SELECT 1 FROM leasehold_work_claims WITH (UPDLOCK, HOLDLOCK)
+                      WHERE dedupe_key = @orphan_key)
+        UPDATE leasehold_episodes
+        SET status      = CASE WHEN cancel_requested_at IS NOT NULL THEN N'canceled' ELSE N'queued' END,
+            phase       = CASE WHEN cancel_requested_at IS NOT NULL THEN NULL ELSE N'recovering' END,
+            attempts    = CASE WHEN cancel_requested_at IS NOT NULL THEN attempts ELSE attempts + 1 END,
+            owner_node  = NULL,
+            error_class = CASE WHEN cancel_requested_at IS NOT NULL THEN N'canceled' ELSE error_class END,
+            finished_at = CASE WHEN cancel_requested_at IS NOT NULL THEN SYSUTCDATETIME() END
+        OUTPUT inserted.id, inserted.actor_id, inserted.expectation_id, inserted.source_stack,
+            inserted.source_env, inserted.attempts, inserted.max_attempts, inserted.status
+        INTO @episode
+        WHERE id = @id
+          AND status IN (N'running', N'queued')
+          AND archived_at IS NULL
+          AND attempts = @attempts
+          AND attempts + 2 <= max_attempts;
+
+    -- No open request was seen; a closed one (completed, expired) is reused,
+    -- as in RetryEpisode.
+    UPDATE t
+    SET status      = N'pending',
+        source_node = @owner_node,
+        claimed_by  = NULL,
+        claimed_at  = NULL,
+        claim_until = NULL,
+        finished_at = NULL,
+        run_after   = SYSUTCDATETIME()
+    OUTPUT inserted.id INTO @request
+    FROM leasehold_trigger_requests AS t WITH (UPDLOCK, HOLDLOCK)
+    JOIN @episode AS e ON t.episode_id = e.id
+    WHERE e.status = N'queued';
+
+    IF @@ROWCOUNT = 0
+        INSERT INTO leasehold_trigger_requests (
+            episode_id, actor_id, expectation_id, source_node, source_stack,
+            source_env, status, created_at, run_after
+        )
+        OUTPUT inserted.id INTO @request
+        SELECT e.id, e.actor_id, e.expectation_id, @owner_node, e.source_stack,
+            e.source_env, N'pending', SYSUTCDATETIME(), SYSUTCDATETIME()
+        FROM @episode AS e
+        WHERE e.status = N'queued';
+
+    IF EXISTS (SELECT 1 FROM @request) OR EXISTS (SELECT 1 FROM @episode WHERE status = N'canceled')
+        COMMIT TRANSACTION;
+    ELSE
+        ROLLBACK TRANSACTION;
+END;
+
+-- Table variables keep their rows across ROLLBACK: answer only for a
+-- committed requeue or cancel.
+SELECT e.id, e.status, e.attempts, e.max_attempts, COALESCE(r.id, 0) AS request_id
+FROM @episode AS e
+LEFT JOIN @request AS r ON 1 = 1
+WHERE EXISTS (SELECT 1 FROM @request) OR e.status = N'canceled';
+
 -- name: GetAgentRecoveryPolicy :one
 -- The recovery policy of an expectation, as the nodes that run it recorded
 -- it when they started (or as set for a dynamic actor), if any. A sweeper

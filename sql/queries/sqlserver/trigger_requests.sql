@@ -20,7 +20,9 @@
 -- one transaction: neither row can exist without the other, so no crash
 -- leaves a deferred episode that no poller will ever see. Deduplicated on
 -- dedupe_key like CreateEpisode, by the filtered unique index
--- leasehold_episodes_dedupe_key_idx. The request is due at created_at +
+-- leasehold_episodes_dedupe_key_idx; a duplicate answers created = 0 (the
+-- adapter reads the live episode's id with FindLiveEpisode, as after
+-- CreateEpisode). The request is due at created_at +
 -- @delay_ms on the database clock (0: at once), split into seconds and
 -- milliseconds so a delay of more than 24.8 days does not overflow
 -- DATEADD's int.
@@ -101,10 +103,13 @@ BEGIN CATCH
     SET @duplicate = 1;
 END CATCH;
 
-SELECT c.id, c.created_at, r.id AS request_id
+SELECT CAST(1 AS bit) AS created, c.id, c.created_at, r.id AS request_id
 FROM @created AS c
 CROSS JOIN @request AS r
-WHERE @duplicate = 0;
+WHERE @duplicate = 0
+UNION ALL
+SELECT CAST(0 AS bit), CAST(0 AS bigint), SYSUTCDATETIME(), CAST(0 AS bigint)
+WHERE @duplicate = 1 OR NOT EXISTS (SELECT 1 FROM @created);
 
 -- name: ClaimTriggerRequests :many
 -- Claims up to @max_rows open requests for @owner_node, oldest first:

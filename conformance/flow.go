@@ -1,0 +1,273 @@
+package conformance
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasehold/leasehold/claims"
+	"github.com/leasehold/leasehold/episodes"
+)
+
+// runFlow runs the scenarios of work that flows to free capacity: an
+// episode started by its creating statement, duplicates that name their
+// episode, cluster-wide cancel and retry, and recovery's requeue.
+func runFlow(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
+	t.Run("CreateStartsOnlyWithItsGrant", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		n := flowEpisode("event:a:e:start")
+		n.Owner, n.Lease, n.Start = "node-a", time.Minute, true
+		res, err := b.Store.CreateEpisode(ctx(t), n)
+		require.NoError(t, err)
+		require.True(t, res.Started)
+		require.Positive(t, res.Claim.Fence)
+		got := get(t, EpisodesBackend{Store: b.Store}, res.Episode.ID)
+		require.Equal(t, episodes.StatusRunning, got.Status)
+		require.Equal(t, "node-a", got.OwnerNode)
+		require.NotNil(t, got.StartedAt)
+		// The run writes under its grant as after StartEpisode.
+		require.NoError(t, b.Store.AppendStep(ctx(t), res.Episode.ID, res.Claim.Token, 1, nil, time.Minute))
+		require.NoError(t, b.Store.FinishEpisode(ctx(t), res.Episode.ID, res.Claim.Token, episodes.Finish{Status: episodes.StatusDone}))
+
+		// The key's claim held live elsewhere (a direct claims user): the
+		// episode is created, but neither granted nor started.
+		held := acquire(t, EpisodesBackend{Store: b.Store}, "event:a:e:held", "someone")
+		n = flowEpisode("event:a:e:held")
+		n.Owner, n.Lease, n.Start = "node-a", time.Minute, true
+		busy, err := b.Store.CreateEpisode(ctx(t), n)
+		require.NoError(t, err)
+		require.True(t, busy.Created)
+		require.Zero(t, busy.Claim.Fence)
+		require.False(t, busy.Started, "no grant, no start")
+		require.Equal(t, episodes.StatusQueued, get(t, EpisodesBackend{Store: b.Store}, busy.Episode.ID).Status)
+		require.NoError(t, b.Store.Release(ctx(t), held.Token))
+
+		// Without start, created queued as before.
+		n = flowEpisode("event:a:e:queued")
+		n.Owner, n.Lease = "node-a", time.Minute
+		q, err := b.Store.CreateEpisode(ctx(t), n)
+		require.NoError(t, err)
+		require.False(t, q.Started)
+		require.Equal(t, episodes.StatusQueued, get(t, EpisodesBackend{Store: b.Store}, q.Episode.ID).Status)
+	})
+
+	t.Run("DuplicatesNameTheLiveEpisode", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		first := deferEpisode(t, b, "event:a:e:dup", "", "")
+		again := deferEpisode(t, b, "event:a:e:dup", "", "")
+		require.False(t, again.Created)
+		require.Equal(t, first.Episode.ID, again.ExistingID)
+		n := flowEpisode("event:a:e:dup")
+		n.Owner, n.Lease, n.Start = "node-a", time.Minute, true
+		direct, err := b.Store.CreateEpisode(ctx(t), n)
+		require.NoError(t, err)
+		require.False(t, direct.Created)
+		require.Equal(t, first.Episode.ID, direct.ExistingID)
+
+		// Many creators at once: one wins, every other names the winner.
+		const creators = 8
+		ids := make([]int64, creators)
+		var wg sync.WaitGroup
+		for i := range creators {
+			wg.Go(func() {
+				n := flowEpisode("event:a:e:race")
+				n.Owner, n.Lease, n.Start = "node-a", time.Minute, true
+				res, err := b.Store.CreateEpisode(ctx(t), n)
+				require.NoError(t, err)
+				ids[i] = res.Episode.ID
+				if !res.Created {
+					ids[i] = res.ExistingID
+				}
+			})
+		}
+		wg.Wait()
+		for _, id := range ids {
+			require.Equal(t, ids[0], id, "every duplicate names the one live episode: %v", ids)
+		}
+		require.Positive(t, ids[0])
+	})
+
+	t.Run("CancelEndsAvailableWorkAndAsksTheHolder", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		// Available: ended at once, its request closed, nothing to dispatch.
+		d := deferEpisode(t, b, "event:a:e:avail", "", "")
+		c, err := b.Store.CancelEpisode(ctx(t), d.Episode.ID, []byte(`{"reason":"ops"}`))
+		require.NoError(t, err)
+		require.True(t, c.Ended)
+		require.Equal(t, episodes.StatusCanceled, c.Status)
+		got := get(t, EpisodesBackend{Store: b.Store}, d.Episode.ID)
+		require.Equal(t, episodes.StatusCanceled, got.Status)
+		require.Equal(t, episodes.ClassCanceled, got.ErrorClass)
+		require.NotNil(t, got.FinishedAt)
+		require.Empty(t, claimRequests(t, b, "poller", "", "", 10))
+		_, err = b.Store.CancelEpisode(ctx(t), d.Episode.ID, nil)
+		require.ErrorIs(t, err, episodes.ErrNotLive)
+		_, err = b.Store.CancelEpisode(ctx(t), 987654321, nil)
+		require.ErrorIs(t, err, episodes.ErrNotFound)
+
+		// Held live: asked, not ended; the holder, and only it, lists it.
+		n := flowEpisode("event:a:e:live")
+		n.Owner, n.Lease, n.Start = "node-a", time.Minute, true
+		live, err := b.Store.CreateEpisode(ctx(t), n)
+		require.NoError(t, err)
+		c, err = b.Store.CancelEpisode(ctx(t), live.Episode.ID, nil)
+		require.NoError(t, err)
+		require.False(t, c.Ended)
+		require.Equal(t, episodes.StatusRunning, c.Status)
+		reqs, err := b.Store.ListCancelRequests(ctx(t), "node-a")
+		require.NoError(t, err)
+		require.Equal(t, []episodes.CancelRequest{{EpisodeID: live.Episode.ID, Fence: live.Claim.Fence}}, reqs)
+		others, err := b.Store.ListCancelRequests(ctx(t), "node-b")
+		require.NoError(t, err)
+		require.Empty(t, others)
+		require.NoError(t, b.Store.FinishEpisode(ctx(t), live.Episode.ID, live.Claim.Token,
+			episodes.Finish{Status: episodes.StatusCanceled, ErrorClass: episodes.ClassCanceled}), "the holder ends it with its fenced finish")
+		reqs, err = b.Store.ListCancelRequests(ctx(t), "node-a")
+		require.NoError(t, err)
+		require.Empty(t, reqs, "terminal: no longer listed")
+
+		// Expired: nobody holds it live, so ended at once and its grant
+		// fenced out: the zombie's writes match nothing.
+		n = flowEpisode("event:a:e:zombie")
+		n.Owner, n.Lease, n.Start = "zombie", time.Minute, true
+		z, err := b.Store.CreateEpisode(ctx(t), n)
+		require.NoError(t, err)
+		b.ExpireClaim(t, "event:a:e:zombie")
+		c, err = b.Store.CancelEpisode(ctx(t), z.Episode.ID, nil)
+		require.NoError(t, err)
+		require.True(t, c.Ended)
+		require.ErrorIs(t, b.Store.AppendStep(ctx(t), z.Episode.ID, z.Claim.Token, 1, nil, time.Minute), claims.ErrLeaseLost)
+		require.ErrorIs(t, b.Store.FinishEpisode(ctx(t), z.Episode.ID, z.Claim.Token, episodes.Finish{Status: episodes.StatusDone}), claims.ErrLeaseLost)
+
+		// A cancel asked while an attempt runs wins over its retry.
+		n = flowEpisode("event:a:e:retry")
+		n.Owner, n.Lease, n.Start = "node-a", time.Minute, true
+		r, err := b.Store.CreateEpisode(ctx(t), n)
+		require.NoError(t, err)
+		_, err = b.Store.CancelEpisode(ctx(t), r.Episode.ID, nil)
+		require.NoError(t, err)
+		retried, err := b.Store.RetryEpisode(ctx(t), r.Episode.ID, r.Claim.Token, episodes.Retry{ErrorClass: "error", Backoff: time.Second})
+		require.NoError(t, err)
+		require.True(t, retried.Canceled)
+		require.Equal(t, episodes.StatusCanceled, get(t, EpisodesBackend{Store: b.Store}, r.Episode.ID).Status)
+		require.Empty(t, claimRequests(t, b, "poller", "", "", 10))
+	})
+
+	t.Run("RequeueRunsFailedOrCanceledAgain", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		n := flowEpisode("event:a:e:failed")
+		n.Owner, n.Lease, n.Start, n.MaxAttempts = "node-a", time.Minute, true, 1
+		f, err := b.Store.CreateEpisode(ctx(t), n)
+		require.NoError(t, err)
+		require.NoError(t, b.Store.FinishEpisode(ctx(t), f.Episode.ID, f.Claim.Token, episodes.Finish{Status: episodes.StatusFailed, ErrorClass: "error"}))
+
+		r, err := b.Store.RequeueEpisode(ctx(t), f.Episode.ID, "ops")
+		require.NoError(t, err)
+		require.EqualValues(t, 1, r.Attempts)
+		got := get(t, EpisodesBackend{Store: b.Store}, f.Episode.ID)
+		require.Equal(t, episodes.StatusQueued, got.Status)
+		require.EqualValues(t, 2, got.Attempt())
+		require.EqualValues(t, 2, got.MaxAttempts, "one more attempt granted to an exhausted episode")
+		_, err = b.Store.RequeueEpisode(ctx(t), f.Episode.ID, "ops")
+		require.ErrorIs(t, err, episodes.ErrNotRetryable, "two operators: the second changes nothing")
+
+		reqs := claimRequests(t, b, "poller", "", "", 10)
+		require.Len(t, reqs, 1, "available at once")
+		d, err := b.Store.DispatchTriggerRequest(ctx(t), reqs[0], time.Minute)
+		require.NoError(t, err)
+		require.Equal(t, f.Claim.Fence+1, d.Claim.Fence, "a new grant")
+		_, err = b.Store.StartEpisode(ctx(t), f.Episode.ID, d.Claim.Token)
+		require.NoError(t, err)
+		require.NoError(t, b.Store.FinishEpisode(ctx(t), f.Episode.ID, d.Claim.Token, episodes.Finish{Status: episodes.StatusDone}))
+		_, err = b.Store.RequeueEpisode(ctx(t), f.Episode.ID, "ops")
+		require.ErrorIs(t, err, episodes.ErrNotRetryable, "done work is never reopened")
+		_, err = b.Store.RequeueEpisode(ctx(t), 987654321, "ops")
+		require.ErrorIs(t, err, episodes.ErrNotFound)
+	})
+
+	t.Run("RequeueOrphanOnceAcrossSweepers", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		n := flowEpisode("event:a:e:orphan")
+		n.Owner, n.Lease, n.Start = "dead", time.Minute, true
+		o, err := b.Store.CreateEpisode(ctx(t), n)
+		require.NoError(t, err)
+		// Live: not an orphan.
+		_, err = b.Store.RequeueOrphan(ctx(t), o.Episode.ID, 0, "sweeper", time.Minute)
+		require.ErrorIs(t, err, claims.ErrBusy)
+		b.ExpireClaim(t, "event:a:e:orphan")
+
+		const sweepers = 4
+		won := make([]bool, sweepers)
+		var wg sync.WaitGroup
+		for i := range sweepers {
+			wg.Go(func() {
+				_, err := b.Store.RequeueOrphan(ctx(t), o.Episode.ID, 0, "sweeper", time.Minute)
+				if err == nil {
+					won[i] = true
+					return
+				}
+				require.ErrorIs(t, err, claims.ErrBusy)
+			})
+		}
+		wg.Wait()
+		wins := 0
+		for _, w := range won {
+			if w {
+				wins++
+			}
+		}
+		require.Equal(t, 1, wins, "exactly one sweeper requeues the orphan")
+		got := get(t, EpisodesBackend{Store: b.Store}, o.Episode.ID)
+		require.Equal(t, episodes.StatusQueued, got.Status)
+		require.Equal(t, "recovering", got.Phase)
+		require.EqualValues(t, 2, got.Attempt())
+		require.ErrorIs(t, b.Store.AppendStep(ctx(t), o.Episode.ID, o.Claim.Token, 1, nil, time.Minute), claims.ErrLeaseLost, "the dead grant is fenced out")
+		_, err = b.Store.RequeueOrphan(ctx(t), o.Episode.ID, 1, "sweeper", time.Minute)
+		require.ErrorIs(t, err, claims.ErrBusy, "available work is the pollers'")
+
+		reqs := claimRequests(t, b, "poller", "", "", 10)
+		require.Len(t, reqs, 1)
+		d, err := b.Store.DispatchTriggerRequest(ctx(t), reqs[0], time.Minute)
+		require.NoError(t, err)
+		require.Positive(t, d.Claim.Fence)
+		_, err = b.Store.StartEpisode(ctx(t), o.Episode.ID, d.Claim.Token)
+		require.NoError(t, err)
+
+		// Out of attempts: never requeued (recovery fails it instead).
+		n = flowEpisode("event:a:e:last")
+		n.Owner, n.Lease, n.Start, n.MaxAttempts = "dead", time.Minute, true, 1
+		last, err := b.Store.CreateEpisode(ctx(t), n)
+		require.NoError(t, err)
+		b.ExpireClaim(t, "event:a:e:last")
+		_, err = b.Store.RequeueOrphan(ctx(t), last.Episode.ID, 0, "sweeper", time.Minute)
+		require.ErrorIs(t, err, claims.ErrBusy)
+
+		// A cancel requested while its holder lived: recovery ends it canceled.
+		n = flowEpisode("event:a:e:cancel")
+		n.Owner, n.Lease, n.Start = "dead", time.Minute, true
+		cn, err := b.Store.CreateEpisode(ctx(t), n)
+		require.NoError(t, err)
+		_, err = b.Store.CancelEpisode(ctx(t), cn.Episode.ID, nil)
+		require.NoError(t, err)
+		b.ExpireClaim(t, "event:a:e:cancel")
+		rq, err := b.Store.RequeueOrphan(ctx(t), cn.Episode.ID, 0, "sweeper", time.Minute)
+		require.NoError(t, err)
+		require.Equal(t, episodes.StatusCanceled, rq.Status)
+		require.Zero(t, rq.RequestID)
+		require.Equal(t, episodes.StatusCanceled, get(t, EpisodesBackend{Store: b.Store}, cn.Episode.ID).Status)
+	})
+}
+
+// flowEpisode is newEpisode of the actor the pollers of claimRequests run.
+func flowEpisode(key string) episodes.New {
+	n := newEpisode(key)
+	n.ActorID, n.ExpectationID = "a", "e"
+	return n
+}
