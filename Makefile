@@ -33,7 +33,7 @@ test:
 bench:
 	scripts/with-postgres.sh $(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count 1 ./adapters/postgres/
 	scripts/with-postgres.sh $(GO) test -run '^$$' -bench Handover -benchtime 3x -count 1 ./internal/handover/
-	scripts/with-postgres.sh $(GO) test -run '^$$' -bench Overflow -benchtime 2000x -count 1 ./runner/
+	scripts/with-postgres.sh $(GO) test -run '^$$' -bench 'Overflow|StatementsPerEpisode' -benchtime 2000x -count 1 ./runner/
 
 ## bench-compare: leasehold against River (from the Go module proxy) on the
 ## same Postgres, alternating rounds, plus claim acquire against pgbench; in

@@ -138,9 +138,11 @@ func (d doneObserver) Observe(_ context.Context, e telemetry.Event) {
 // workers=3 the episodes that find no free slot on the submitter are
 // created available and flow to the other nodes. Reports episodes/s, each
 // node's share of the runs, and the statements the cluster sent per
-// episode (the local-first path costs CreateEpisode, StartEpisode and
-// FinishEpisode; the overflow path adds the request's claim, its hand-over
-// and the episode's read). Compare workers=1 and workers=3 from one run.
+// episode (the local-first path costs CreateEpisode and FinishEpisode; the
+// overflow path CreateDeferredEpisode, a share of ClaimTriggerRequests,
+// DispatchTriggerRequest, StartEpisode and FinishEpisode; see
+// BenchmarkStatementsPerEpisode). Compare workers=1 and workers=3 from one
+// run.
 func BenchmarkOverflow(b *testing.B) {
 	for _, workers := range []int{1, 3} {
 		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
@@ -199,5 +201,65 @@ func (s startCounter) Observe(ctx context.Context, e telemetry.Event) {
 	s.doneObserver.Observe(ctx, e)
 	if e.Name == runner.EventStarted {
 		s.n.Add(1)
+	}
+}
+
+// BenchmarkStatementsPerEpisode: what one episode costs in statements sent,
+// cluster-wide, on each path (b.N distinct events, 8 producers, a strategy
+// that is done at its first step, so no AppendStep):
+//
+//   - path=local: the triggering node has a free slot (32): CreateEpisode
+//     creates the episode running under its grant, FinishEpisode ends it:
+//     the goal is 2 statements, both commits;
+//   - path=available: a trigger_only node creates the episode available
+//     (CreateDeferredEpisode) and a full node takes it: its share of a
+//     batched ClaimTriggerRequests, DispatchTriggerRequest, StartEpisode,
+//     FinishEpisode; the overflow and retry paths cost the same.
+//
+// Background statements (lease renewals, membership, cancel requests) are
+// counted too; with these short runs they add well under 0.1 a episode.
+func BenchmarkStatementsPerEpisode(b *testing.B) {
+	for _, path := range []string{"local", "available"} {
+		b.Run("path="+path, func(b *testing.B) {
+			pool := pgtest.Schema(b)
+			var statements atomic.Int64
+			done := make(chan struct{}, 1<<16)
+			noop := funcStrategy{StepFunc: func(context.Context, *runner.Run) (runner.StepResult, error) {
+				return runner.StepResult{Done: true}, nil
+			}}
+			nodes := 1
+			if path == "available" {
+				nodes = 2
+			}
+			cluster := benchCluster(b, pool, nodes, eventActor(noop, 32), &statements, true,
+				func(_ int, o doneObserver) telemetry.Observer { return o }, done)
+			if path == "available" {
+				if err := cluster[0].SetMode(runner.ModeTriggerOnly); err != nil {
+					b.Fatal(err)
+				}
+			}
+			ctx := context.Background()
+			statements.Store(0)
+			b.ResetTimer()
+			const producers = 8
+			var wg sync.WaitGroup
+			for p := range producers {
+				wg.Go(func() {
+					for i := p; i < b.N; i += producers {
+						if _, err := cluster[0].Fire(ctx, "monitor", "resource.updated", i, runner.FireOptions{}); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			for range b.N {
+				<-done
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "episodes/s")
+			b.ReportMetric(float64(statements.Load())/float64(b.N), "stmts/episode")
+		})
 	}
 }

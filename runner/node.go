@@ -221,6 +221,8 @@ type Node struct {
 
 	modes  atomic.Pointer[modes]
 	pollCh chan struct{} // buffered 1: a pending wake-up for the poller
+	// backlog: the last poll may have left due work behind (see slotFreed).
+	backlog atomic.Bool
 }
 
 type actorState struct {

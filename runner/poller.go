@@ -86,6 +86,18 @@ func (n *Node) deferTrigger(ctx context.Context, ne episodes.New, delay time.Dur
 	return Outcome{ExpectationID: ne.ExpectationID, EpisodeID: res.Episode.ID, Deferred: true}, nil
 }
 
+// slotFreed wakes the poller for a slot that freed here, when that can
+// find work: always without a TriggerWaker (the poll is then how new
+// requests are seen between intervals), else only while the last poll may
+// have left due work behind for lack of slots. An idle cluster's busy node
+// thus sends no empty claim per finished run; new requests wake it through
+// NOTIFY, and the interval catches delayed work falling due.
+func (n *Node) slotFreed() {
+	if n.cfg.TriggerWaker == nil || n.backlog.Load() {
+		n.pollWake()
+	}
+}
+
 // pollWake asks the poller to poll now; it never blocks.
 func (n *Node) pollWake() {
 	select {
@@ -149,11 +161,17 @@ func (n *Node) PollOnce(ctx context.Context) (int, error) {
 	slices.Sort(actorIDs)
 	stack, env := n.pollScope()
 	dispatched := 0
+	// backlog: some actor's due work may not all have been taken (its slots
+	// ran out first, or the poll failed), so a slot freeing here is worth a
+	// poll even when no request was written since.
+	backlog := false
+	defer func() { n.backlog.Store(backlog) }()
 	for _, id := range actorIDs {
 		as := n.actors[id]
 		for ctx.Err() == nil && !n.stopping() {
 			limit := min(as.exec.free(), n.cfg.Poll.Batch)
 			if limit == 0 {
+				backlog = true
 				break
 			}
 			var reqs []episodes.TriggerRequest
@@ -165,6 +183,7 @@ func (n *Node) PollOnce(ctx context.Context) (int, error) {
 				return err
 			})
 			if err != nil {
+				backlog = true
 				return dispatched, fmt.Errorf("claim trigger requests: %w", err)
 			}
 			for _, r := range reqs {

@@ -90,7 +90,7 @@ func (x *executor) unreserve() {
 	}
 	x.active--
 	x.mu.Unlock()
-	x.node.pollWake() // the slot is free for the cluster's available work
+	x.node.slotFreed() // the slot is free for the cluster's available work
 }
 
 // free returns how many more episodes could start here now.
@@ -115,7 +115,7 @@ func (x *executor) work(j *job) {
 		}
 		x.mu.Unlock()
 	}
-	x.node.pollWake()
+	x.node.slotFreed()
 }
 
 // remove takes the job of episodeID (under fence, any when 0) out of the
