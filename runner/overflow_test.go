@@ -108,3 +108,45 @@ func pgExec(t *testing.T, c nodetest.Cluster, sql string, args ...any) {
 	t.Helper()
 	pgtest.Exec(t, c.Pool, sql, args...)
 }
+
+// SKIP LOCKED pickers: 1,000 available episodes (written by a trigger_only
+// node) and three full nodes polling at once: each episode runs exactly
+// once, and the work is shared.
+func TestThreeNodesTakeAvailableWorkOnce(t *testing.T) {
+	t.Parallel()
+	const available = 1000
+	var (
+		mu   sync.Mutex
+		runs = map[int64][]string{}
+	)
+	record := nodetest.Strategy{StepFunc: func(_ context.Context, r *runner.Run) (runner.StepResult, error) {
+		mu.Lock()
+		runs[r.EpisodeID()] = append(runs[r.EpisodeID()], r.Episode.OwnerNode)
+		mu.Unlock()
+		return runner.StepResult{Done: true}, nil
+	}}
+	c := nodetest.Start(t, 4, func(i int, cfg *runner.Config) {
+		if i == 3 {
+			cfg.Mode = runner.ModeTriggerOnly
+		}
+		cfg.Poll.Interval = 200 * time.Millisecond
+	}, eventActor(record, 8))
+	ctx := context.Background()
+	for i := range available {
+		out, err := c.Nodes[3].Fire(ctx, "monitor", "resource.updated", map[string]int{"i": i}, runner.FireOptions{})
+		require.NoError(t, err)
+		require.True(t, out[0].Deferred)
+	}
+	nodetest.WaitEnded(t, available, c.Sigs[:3]...)
+	require.Equal(t, available, c.Count(t, "status = 'done'"))
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, runs, available)
+	share := map[string]int{}
+	for id, nodes := range runs {
+		require.Len(t, nodes, 1, "episode %d ran more than once: %v", id, nodes)
+		share[nodes[0]]++
+	}
+	t.Logf("shares of %d available episodes: %v", available, share)
+	require.Len(t, share, 3, "every full node took some: %v", share)
+}
