@@ -143,6 +143,20 @@
 //
 // # Modes and deferred execution
 //
+// Trigger requests are kept as their own rows, not folded into the
+// episode row (a decision): they carry the statuses the seed specifies
+// (pending, claimed, completed, expired), the poller's claim on the
+// request (claimed_by, fence, claim_until), separate from the work claim
+// it hands over to, the opts a trigger_only node passes on, and run_after.
+// Every kind of available work has one: a trigger_only node's, an
+// overflow, a delayed run, a retry in its backoff, a recovered orphan, an
+// operator's retry; one path (ClaimTriggerRequests, DispatchTriggerRequest)
+// takes them all, and recovery leaves any episode with an open one alone.
+//
+// A node with Poll.Disabled takes no available work: deferred, overflowing,
+// delayed, retried and recovered episodes run on the nodes that poll, so
+// every scope needs at least one polling full node.
+//
 // Each node has a mode, full (the default), trigger_only or disabled, and
 // each actor may override it; both switch at runtime (SetMode,
 // SetActorMode, ClearActorMode, ClearActorModes) and are read without a
