@@ -37,7 +37,9 @@ SELECT set_config('lock_timeout', ($1::bigint)::text || 'ms', true),
 // holds waits for ever. bound_ms is claims.TxBound(lease) = max(lease/10,
 // 1 s) of the lease on whose behalf the work runs. Both settings are LOCAL:
 // they end with the transaction and never leak into a pooled session.
-// First statement of every transaction leasehold opens (InTx, Maintain):
+// First statement of every transaction leasehold opens (InTx, Maintain),
+// and sent by Run.Hold in the caller's own transaction before it locks the
+// claim row (HoldClaim), so that transaction is bounded from then on:
 // the server ends the session, rolling the transaction back and releasing
 // its locks, once it has sat idle for bound_ms
 // (idle_in_transaction_session_timeout), and any statement in it waiting

@@ -161,6 +161,29 @@ func (q *Queries) FailClaim(ctx context.Context, db DBTX, arg FailClaimParams) (
 	return fence, err
 }
 
+const holdClaim = `-- name: HoldClaim :one
+SELECT leasehold_hold($1::text, $2::text, $3::bigint)::timestamptz AS lease_until
+`
+
+type HoldClaimParams struct {
+	ClaimKey  string
+	OwnerNode string
+	Fence     int64
+}
+
+// The fence, in the caller's transaction (Run.Hold): leasehold_hold
+// (migration 00009) locks the claim row FOR SHARE until the transaction
+// ends and raises SQLSTATE LH001 unless (key, owner, fence) is the current
+// grant, so the caller's own writes after it commit only under that grant:
+// a takeover waits for the transaction, and a stale grant's transaction is
+// aborted. Returns the grant's lease_until.
+func (q *Queries) HoldClaim(ctx context.Context, db DBTX, arg HoldClaimParams) (time.Time, error) {
+	row := db.QueryRow(ctx, holdClaim, arg.ClaimKey, arg.OwnerNode, arg.Fence)
+	var lease_until time.Time
+	err := row.Scan(&lease_until)
+	return lease_until, err
+}
+
 const listClaims = `-- name: ListClaims :many
 SELECT dedupe_key, state, owner_node, lease_until, claimed_at, attempt, fence,
     grant_kind, work_type

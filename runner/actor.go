@@ -181,6 +181,10 @@ type Run struct {
 	State any
 
 	token claims.Token
+	node  *Node
+	// finishedInTx: CompleteTx or FailTx wrote this finish in the caller's
+	// transaction; the runner reads whether it committed.
+	finishedInTx *episodes.Finish
 }
 
 // EpisodeID is the id of the episode this run executes.

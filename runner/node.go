@@ -309,22 +309,30 @@ func NewNode(cfg Config) (*Node, error) {
 }
 
 // Finisher writes an episode's terminal status (and its claim's final
-// state) with a fenced statement; it returns claims.ErrLeaseLost when the
-// run's claim is gone. The default runs the store's FinishEpisode; the
-// workflow engine (package workflows) wraps it to advance the episode's
-// workflow in the same transaction.
+// state) with a fenced statement, and whatever must commit with it; it
+// returns claims.ErrLeaseLost when the run's claim is gone. tx is the
+// caller's transaction when the run finishes itself in one (Run.CompleteTx,
+// Run.FailTx), else nil: the finisher runs its own statement or
+// transaction. The default runs FinishEpisode; the workflow engine
+// (package workflows) advances a step's workflow in the same transaction.
 type Finisher interface {
-	FinishEpisode(ctx context.Context, ep episodes.Episode, t claims.Token, f episodes.Finish) error
+	FinishEpisode(ctx context.Context, tx TxStore, ep episodes.Episode, t claims.Token, f episodes.Finish) error
 }
 
 type storeFinisher struct{ store Store }
 
-func (s storeFinisher) FinishEpisode(ctx context.Context, ep episodes.Episode, t claims.Token, f episodes.Finish) error {
+func (s storeFinisher) FinishEpisode(ctx context.Context, tx TxStore, ep episodes.Episode, t claims.Token, f episodes.Finish) error {
+	if tx != nil {
+		return tx.FinishEpisode(ctx, ep.ID, t, f)
+	}
 	return s.store.FinishEpisode(ctx, ep.ID, t, f)
 }
 
-// SetFinisher replaces the terminal write of every episode this node runs
-// (package workflows uses it). Call it before Start.
+// SetFinisher sets the terminal write of every episode this node runs, for
+// package workflows (workflows.New calls it); once. Call it before Start.
+// A second finisher is refused: two engines on one node would each miss
+// the other's workflows. Side effects that must commit with a run's finish
+// need no finisher: finish the run in your transaction (Run.CompleteTx).
 func (n *Node) SetFinisher(f Finisher) error {
 	n.intake.Lock()
 	defer n.intake.Unlock()
@@ -333,6 +341,9 @@ func (n *Node) SetFinisher(f Finisher) error {
 	}
 	if lifecycle(n.state.Load()) != stateNew {
 		return fmt.Errorf("%w: set the finisher before Start", ErrInvalid)
+	}
+	if _, def := n.finisher.(storeFinisher); !def {
+		return fmt.Errorf("%w: node %s has a finisher already (one workflow engine per node)", ErrInvalid, n.id)
 	}
 	n.finisher = f
 	return nil
@@ -507,28 +518,48 @@ type FireOptions struct {
 func (n *Node) Fire(ctx context.Context, actorID, event string, payload any, opts FireOptions) ([]Outcome, error) {
 	n.intake.RLock()
 	defer n.intake.RUnlock()
-	as, err := n.lookupActor(actorID)
+	as, fired, err := n.eventEpisodes(actorID, event, payload, opts)
 	if err != nil {
 		return nil, err
 	}
+	var out []Outcome
+	for _, ne := range fired {
+		o, err := n.trigger(ctx, as, as.exps[ne.ExpectationID], ne, n.cfg.EventJitter, opts.Delay)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, o)
+	}
+	return out, nil
+}
+
+// eventEpisodes validates an event for actorID and returns the episode each
+// of its expectations triggered by event gets: the dedupe key (folded into
+// the env), trigger ref and payload Fire and FireTx create. Callers hold
+// intake.
+func (n *Node) eventEpisodes(actorID, event string, payload any, opts FireOptions) (*actorState, []episodes.New, error) {
+	as, err := n.lookupActor(actorID)
+	if err != nil {
+		return nil, nil, err
+	}
 	if err := checkEventName(event); err != nil {
-		return nil, invalid("fire "+actorID, err)
+		return nil, nil, invalid("fire "+actorID, err)
 	}
 	raw, err := canonicalPayload(fmt.Sprintf("fire %s/%s", actorID, event), payload)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	env := n.cfg.Env
 	if opts.Env != nil {
 		if err := validScope("", *opts.Env); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		env = *opts.Env
 	}
 	if opts.Delay < 0 {
-		return nil, fmt.Errorf("%w: fire %s/%s: delay %v is negative", ErrInvalid, actorID, event, opts.Delay)
+		return nil, nil, fmt.Errorf("%w: fire %s/%s: delay %v is negative", ErrInvalid, actorID, event, opts.Delay)
 	}
-	var out []Outcome
+	var out []episodes.New
 	for _, e := range as.actor.Expectations {
 		if t, ok := e.Trigger.(Event); !ok || t.Name != event {
 			continue
@@ -538,19 +569,25 @@ func (n *Node) Fire(ctx context.Context, actorID, event string, payload any, opt
 			key, err = dedupe.InEnv(env, key)
 		}
 		if err != nil {
-			return out, invalid(fmt.Sprintf("fire %s/%s", actorID, e.ID), err)
+			return nil, nil, invalid(fmt.Sprintf("fire %s/%s", actorID, e.ID), err)
 		}
 		ref, _ := json.Marshal(map[string]string{"event": event, "event_id": opts.EventID})
-		o, err := n.trigger(ctx, as, as.exps[e.ID], env, key, ref, raw, n.cfg.EventJitter, opts.Delay)
-		if err != nil {
-			return out, err
-		}
-		out = append(out, o)
+		out = append(out, n.newEpisode(as, as.exps[e.ID], env, key, ref, raw))
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("%w: actor %q has no expectation for event %q", ErrUnknown, actorID, event)
+		return nil, nil, fmt.Errorf("%w: actor %q has no expectation for event %q", ErrUnknown, actorID, event)
 	}
-	return out, nil
+	return as, out, nil
+}
+
+// newEpisode is the episode one trigger of e creates in env.
+func (n *Node) newEpisode(as *actorState, e *Expectation, env, key string, ref, payload json.RawMessage) episodes.New {
+	budget, _ := json.Marshal(map[string]any{"max_wall_ms": e.Budget.MaxWall.Milliseconds(), "max_steps": e.Budget.MaxSteps})
+	return episodes.New{
+		ActorID: as.actor.ID, ExpectationID: e.ID, TriggerType: e.Trigger.triggerType(), TriggerRef: ref,
+		DedupeKey: key, MaxAttempts: e.MaxAttempts, Budget: budget,
+		SourceStack: n.cfg.StackSlug, SourceEnv: env, Payload: payload,
+	}
 }
 
 // Tick fires the schedule of actorID's expectation for the tick planned at
@@ -579,7 +616,7 @@ func (n *Node) Tick(ctx context.Context, actorID, expectationID string, at time.
 		return Outcome{}, invalid(fmt.Sprintf("tick %s/%s", actorID, expectationID), err)
 	}
 	ref, _ := json.Marshal(map[string]time.Time{"window": window})
-	return n.trigger(ctx, as, e, n.cfg.Env, key, ref, nil, n.cfg.Jitter, 0)
+	return n.trigger(ctx, as, e, n.newEpisode(as, e, n.cfg.Env, key, ref, nil), n.cfg.Jitter, 0)
 }
 
 // RunManual creates and runs a new episode of actorID's expectation, whatever
@@ -596,7 +633,7 @@ func (n *Node) RunManual(ctx context.Context, actorID, expectationID string, pay
 		return Outcome{}, err
 	}
 	ref, _ := json.Marshal(map[string]string{"manual": n.id})
-	return n.trigger(ctx, as, e, n.cfg.Env, "", ref, raw, 0, 0)
+	return n.trigger(ctx, as, e, n.newEpisode(as, e, n.cfg.Env, "", ref, raw), 0, 0)
 }
 
 // Stop drains the node (see Drain) and returns ctx's error if running steps
@@ -634,11 +671,13 @@ func (n *Node) lookup(actorID, expectationID string) (*actorState, *Expectation,
 	return as, e, nil
 }
 
-// trigger creates the episode for one trigger in env and, if this node's
-// insert won, claims it and queues it on the actor's executor; in
-// trigger_only it writes the episode with its trigger request instead.
+// trigger creates ne, the episode of one trigger of e, and, if this
+// node's insert won, claims it and runs it in a slot it reserved (or
+// queues it on the actor's executor); with no free slot here, in
+// trigger_only, or delayed, it writes the episode available instead.
 // Callers hold intake.
-func (n *Node) trigger(ctx context.Context, as *actorState, e *Expectation, env, key string, ref, payload json.RawMessage, jitter, delay time.Duration) (Outcome, error) {
+func (n *Node) trigger(ctx context.Context, as *actorState, e *Expectation, ne episodes.New, jitter, delay time.Duration) (Outcome, error) {
+	key := ne.DedupeKey
 	reserved := false
 	mode := n.ActorMode(as.actor.ID)
 	if mode == ModeDisabled {
@@ -646,12 +685,6 @@ func (n *Node) trigger(ctx context.Context, as *actorState, e *Expectation, env,
 	}
 	if err := wait(ctx, jitter); err != nil {
 		return Outcome{}, err
-	}
-	budget, _ := json.Marshal(map[string]any{"max_wall_ms": e.Budget.MaxWall.Milliseconds(), "max_steps": e.Budget.MaxSteps})
-	ne := episodes.New{
-		ActorID: as.actor.ID, ExpectationID: e.ID, TriggerType: e.Trigger.triggerType(), TriggerRef: ref,
-		DedupeKey: key, MaxAttempts: e.MaxAttempts, Budget: budget,
-		SourceStack: n.cfg.StackSlug, SourceEnv: env, Payload: payload,
 	}
 	switch {
 	case mode == ModeTriggerOnly:

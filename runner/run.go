@@ -194,7 +194,7 @@ func (n *Node) execute(j *job) {
 	}
 	n.emit(ctx, telemetry.Event{Name: EventStarted, Key: j.claim.Key, Owner: n.id, Fence: j.claim.Fence, Attempt: j.ep.Attempt()})
 
-	run := &Run{Episode: j.ep, Attempt: j.ep.Attempt(), StepNo: next, token: j.claim.Token}
+	run := &Run{Episode: j.ep, Attempt: j.ep.Attempt(), StepNo: next, token: j.claim.Token, node: n}
 	j.run = run
 	run.Episode.Status, run.Episode.OwnerNode = episodes.StatusRunning, n.id
 	if w := j.exp.Budget.MaxWall; w > 0 {
@@ -206,7 +206,12 @@ func (n *Node) execute(j *job) {
 		n.end(ctx, j, err)
 		return
 	}
-	if err := safely(func() error { return j.exp.Strategy.Init(ctx, run) }); err != nil {
+	err = safely(func() error { return j.exp.Strategy.Init(ctx, run) })
+	if f, ok := n.finishedInTx(j); ok {
+		n.emitFinished(ctx, j, f)
+		return
+	}
+	if err != nil {
 		n.end(ctx, j, err)
 		return
 	}
@@ -221,6 +226,10 @@ func (n *Node) execute(j *job) {
 		}
 		var res StepResult
 		err := safely(func() (err error) { res, err = j.exp.Strategy.Step(ctx, run); return err })
+		if f, ok := n.finishedInTx(j); ok {
+			n.emitFinished(ctx, j, f)
+			return
+		}
 		if err != nil {
 			n.end(ctx, j, err)
 			return
@@ -365,7 +374,7 @@ func (n *Node) retryAttempt(ctx context.Context, j *job, cause error) {
 // finish writes the episode's terminal status and the claim's final state
 // in one fenced statement.
 func (n *Node) finish(ctx context.Context, j *job, f episodes.Finish) {
-	err := n.retrying(j, func(ctx context.Context) error { return n.finisher.FinishEpisode(ctx, j.ep, j.claim.Token, f) })
+	err := n.retrying(j, func(ctx context.Context) error { return n.finisher.FinishEpisode(ctx, nil, j.ep, j.claim.Token, f) })
 	switch {
 	case errors.Is(err, claims.ErrLeaseLost):
 		n.emit(ctx, telemetry.Event{Name: EventLeaseLost, Key: j.claim.Key, Owner: n.id, Fence: j.claim.Fence, Err: err})
@@ -375,6 +384,11 @@ func (n *Node) finish(ctx context.Context, j *job, f episodes.Finish) {
 		n.log.ErrorContext(ctx, "leasehold: terminal write failed", slog.Int64("episode", j.ep.ID), slog.Any("error", err))
 		return
 	}
+	n.emitFinished(ctx, j, f)
+}
+
+// emitFinished emits the event of j's terminal write f, once it landed.
+func (n *Node) emitFinished(ctx context.Context, j *job, f episodes.Finish) {
 	name := EventFailed
 	switch f.Status {
 	case episodes.StatusDone:

@@ -80,6 +80,11 @@ type Engine struct {
 
 	failAfterFinish   func() error // tests: fail the advancing transaction
 	beforeReadRunning func()       // tests: between a start that lost to a running instance and its read
+
+	// afterCallerTx: the events of finishes made in a caller's transaction
+	// (Run.CompleteTx), published once the runner read that it committed.
+	afterMu       sync.Mutex
+	afterCallerTx map[int64][]Event
 }
 
 // New returns an Engine for node over store and makes it node's Finisher;
@@ -285,8 +290,12 @@ func checkStart(workflowID, subject, env string, payload any) (json.RawMessage, 
 
 // FinishEpisode implements runner.Finisher: the fenced terminal write of
 // ep and, when ep is a step's episode, the step's end and the next steps'
-// episodes, in one transaction.
-func (e *Engine) FinishEpisode(ctx context.Context, ep episodes.Episode, t claims.Token, f episodes.Finish) error {
+// episodes, in one transaction: the caller's tx when the run finishes
+// itself in one (Run.CompleteTx), else one of the engine's own.
+func (e *Engine) FinishEpisode(ctx context.Context, tx runner.TxStore, ep episodes.Episode, t claims.Token, f episodes.Finish) error {
+	if tx != nil {
+		return e.finishInCallerTx(ctx, tx, ep, t, f)
+	}
 	if ep.TriggerType != episodes.TriggerWorkflow {
 		if err := e.store.FinishEpisode(ctx, ep.ID, t, f); err != nil {
 			return err
@@ -338,6 +347,95 @@ func (e *Engine) FinishEpisode(ctx context.Context, ep episodes.Episode, t claim
 	e.publish(append([]Event{episodeEvent(ep.ID, f.Status, &step)}, evs...)...)
 	e.node.PollNow()
 	return nil
+}
+
+// finishInCallerTx is FinishEpisode inside the caller's transaction tx,
+// which must be a store bound to it that runs the workflow statements too
+// (postgres.New(tx), sqlserver's Store.WithTx(tx)). The step's end and the
+// workflow's advance are written in tx with the episode's finish. A
+// definition change found while advancing parks the instance instead, in
+// tx, when the store can roll the advance back to a savepoint (Postgres);
+// on SQL Server, which has none for a caller's transaction, the finish
+// fails with the conflict, tx must be rolled back, and the run's own
+// finish (return Done from the strategy) parks it as usual.
+func (e *Engine) finishInCallerTx(ctx context.Context, tx runner.TxStore, ep episodes.Episode, t claims.Token, f episodes.Finish) error {
+	if ep.TriggerType != episodes.TriggerWorkflow {
+		if err := tx.FinishEpisode(ctx, ep.ID, t, f); err != nil {
+			return err
+		}
+		e.holdEvents(ep.ID, []Event{episodeEvent(ep.ID, f.Status, nil)})
+		return nil
+	}
+	wtx, ok := tx.(Tx)
+	if !ok {
+		return fmt.Errorf("%w: a workflow step's episode finished in the caller's transaction needs a store that runs the workflow statements in it, not %T", ErrInvalid, tx)
+	}
+	if err := wtx.FinishEpisode(ctx, ep.ID, t, f); err != nil {
+		return err
+	}
+	step, found, err := wtx.GetWorkflowStepByEpisode(ctx, ep.ID)
+	if err != nil {
+		return err
+	}
+	if !found {
+		e.holdEvents(ep.ID, []Event{episodeEvent(ep.ID, f.Status, nil)})
+		return nil
+	}
+	var evs []Event
+	advance := func(tx Tx) (err error) {
+		evs, _, err = e.advance(ctx, tx, step.InstanceID, ep.ID, f.Status)
+		return err
+	}
+	savepoint, ok := tx.(interface {
+		InTx(ctx context.Context, fn func(Tx) error) error
+	})
+	if ok && supportsSavepoint(tx) {
+		err = savepoint.InTx(ctx, advance)
+		if errors.Is(err, errConflict) {
+			reason := err.Error()
+			evs = nil
+			if err = park(ctx, wtx, step.InstanceID, reason); err == nil {
+				e.log.WarnContext(ctx, "leasehold: workflow instance parked", slog.Int64("instance", step.InstanceID),
+					slog.String("step", step.StepID), slog.Int64("episode", ep.ID), slog.String("reason", reason))
+			}
+		}
+	} else {
+		err = advance(wtx)
+	}
+	if err != nil {
+		return err
+	}
+	e.holdEvents(ep.ID, append([]Event{episodeEvent(ep.ID, f.Status, &step)}, evs...))
+	return nil
+}
+
+// supportsSavepoint: the store begins a nested transaction inside the
+// caller's (a pgx.Tx gives a savepoint), rather than refusing.
+func supportsSavepoint(tx runner.TxStore) bool {
+	s, ok := tx.(interface{ Savepoints() bool })
+	return ok && s.Savepoints()
+}
+
+func (e *Engine) holdEvents(episodeID int64, evs []Event) {
+	e.afterMu.Lock()
+	defer e.afterMu.Unlock()
+	if e.afterCallerTx == nil {
+		e.afterCallerTx = map[int64][]Event{}
+	}
+	e.afterCallerTx[episodeID] = evs
+}
+
+// AfterTx implements runner.TxFinisher: the events of a finish made in the
+// caller's transaction are published once it committed, dropped otherwise.
+func (e *Engine) AfterTx(episodeID int64, committed bool) {
+	e.afterMu.Lock()
+	evs := e.afterCallerTx[episodeID]
+	delete(e.afterCallerTx, episodeID)
+	e.afterMu.Unlock()
+	if committed && len(evs) > 0 {
+		e.publish(evs...)
+		e.node.PollNow()
+	}
 }
 
 func episodeEvent(id int64, status episodes.Status, step *StepState) Event {

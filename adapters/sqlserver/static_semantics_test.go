@@ -1140,3 +1140,24 @@ func TestStaticStartsUnderAGrant(t *testing.T) {
 		})
 	}
 }
+
+// TestStaticHoldMatchesItsProcedure: the HoldClaim batch Run.Hold sends and
+// the procedure leasehold_hold that users EXEC from their own T-SQL
+// (migration 00009) hold the same body, from its table variable to its
+// answer, apart from the parameter names (@claim_key, @owner_node there;
+// @key, @owner here): the fence a user calls is the one the static checks
+// verify on the batch.
+func TestStaticHoldMatchesItsProcedure(t *testing.T) {
+	t.Parallel()
+	body := func(sql string) string {
+		start := strings.Index(sql, "DECLARE @held")
+		end := strings.Index(sql, "SELECT lease_until FROM @held;")
+		require.True(t, start >= 0 && end > start, "no leasehold_hold body in:\n%s", sql)
+		return strings.Join(strings.Fields(sql[start:end]), " ")
+	}
+	batch := body(sqlServerQueries(t)["HoldClaim"].SQL)
+	batch = strings.NewReplacer("@claim_key", "@key", "@owner_node", "@owner").Replace(batch)
+	raw, err := fs.ReadFile(schema.SQLServer(), "00009_leasehold_hold.sql")
+	require.NoError(t, err)
+	require.Equal(t, batch, body(string(raw)))
+}

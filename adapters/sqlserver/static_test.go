@@ -103,6 +103,9 @@ var (
 		"CreateTableStatement": true, "CreateIndexStatement": true, "DropTableStatement": true,
 		"AlterTableAddTableElementStatement": true, "AlterTableDropTableElementStatement": true,
 		"DropIndexStatement": true,
+		// Migration 00009's leasehold_hold, whose body is held to the batch
+		// statement types (procedureBody).
+		"CreateProcedureStatement": true, "DropProcedureStatement": true,
 	}
 	// executedProcedures: TryMaintenanceLock's sp_getapplock.
 	executedProcedures = map[string]bool{"sp_getapplock": true}
@@ -118,6 +121,13 @@ func requireStatementTypes(t *testing.T, tree node, allowed map[string]bool) {
 	check = func(stmt any) {
 		typ := getString(stmt, "$type")
 		require.True(t, allowed[typ], "parsed as %s, a statement type these files do not use: a typo the parser guessed around?", typ)
+		if typ == "CreateProcedureStatement" {
+			// A procedure's body is a batch: held to the batch types.
+			for _, child := range childStatements(stmt) {
+				requireStatementTypes(t, node{"$type": "TSqlScript", "Batches": []any{node{"Statements": []any{child}}}}, batchStatements)
+			}
+			return
+		}
 		if typ == "ExecuteStatement" {
 			proc := getString(stmt, "ExecuteSpecification", "ExecutableEntity", "ProcedureReference",
 				"ProcedureReference", "Name", "BaseIdentifier", "Value")

@@ -183,6 +183,7 @@ var resultColumns = map[string][]string{
 	"CompleteClaim":     {"fence"},
 	"FailClaim":         {"fence"},
 	"ReleaseClaim":      {"fence"},
+	"HoldClaim":         {"lease_until"},
 	"ReleaseClaims":     {"dedupe_key", "fence"},
 	"ListExpiredClaims": claimColumns,
 	"ListClaims":        claimColumns,

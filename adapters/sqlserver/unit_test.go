@@ -413,6 +413,7 @@ func TestUnitParamsMatchPostgres(t *testing.T) {
 	_, _ = s.ListCancelRequests(ctx, "a")
 	_, _ = s.RequeueEpisode(ctx, 1, "a")
 	_, _ = s.liveEpisode(ctx, "k", 0)
+	_ = s.InTx(ctx, func(tx workflows.Tx) error { _, err := tx.(*Store).HoldClaim(ctx, tk); return err })
 	_, _, _ = s.AgentRecoveryPolicy(ctx, "x", "y")
 	_ = s.PutAgentDefinition(ctx, episodes.Definition{ActorID: "x", ExpectationID: "y", RecoveryPolicy: "retry", MaxAttempts: 3})
 	_, _ = s.ListClaims(ctx, claims.ListQuery{Owner: "a", ExpiredOnly: true, Limit: 10})
@@ -448,6 +449,19 @@ func TestUnitParamsMatchPostgres(t *testing.T) {
 	_, _ = s.InspectEpisodes(ctx, inspect.EpisodeQuery{Status: episodes.StatusFailed, ErrorClass: "error", DedupeKey: "k", Limit: 10})
 	_, _ = s.InspectEpisode(ctx, 1)
 	_, _ = s.InspectJournal(ctx, 1, 10)
+	_, _ = s.DashboardClock(ctx)
+	_, _ = s.DashboardNodes(ctx)
+	_, _ = s.DashboardDefinitions(ctx)
+	_, _ = s.DashboardStatusCounts(ctx)
+	_, _ = s.DashboardOutcomes(ctx, inspect.SeriesQuery{Window: time.Hour, Bucket: time.Minute})
+	_, _ = s.DashboardHandovers(ctx, inspect.SeriesQuery{Window: time.Hour, Bucket: time.Minute})
+	_, _ = s.DashboardEpisodes(ctx, inspect.EpisodeFilter{Status: episodes.StatusFailed, Env: new(string), DedupeKeyContains: "a%_[b", BeforeID: 9, Limit: 10})
+	_, _ = s.DashboardEpisode(ctx, 1)
+	_, _ = s.DashboardGrants(ctx, 1)
+	_, _ = s.DashboardJournal(ctx, 1, 10)
+	_, _ = s.DashboardWorkflows(ctx, inspect.WorkflowQuery{InstanceID: 1, Limit: 10})
+	_, _ = s.DashboardFindings(ctx, inspect.FindingQuery{Status: "active", KeyContains: "k", Limit: 10})
+	_, _ = s.DashboardFindingHistory(ctx, "rc", "k", 10)
 	res, err := s.Maintain(ctx, maintenance.Plan{
 		Retention: 30 * 24 * time.Hour, ClaimHorizon: 90 * 24 * time.Hour, RequestTTL: time.Hour,
 		NodeStaleAfter: time.Minute, Batch: 500,
@@ -463,6 +477,7 @@ func TestUnitParamsMatchPostgres(t *testing.T) {
 		"retention_ms": int64(0), "horizon_ms": int64(0),
 		"instance_id": int64(0), "new_episode_id": int64(0), "from_episode_id": int64(0),
 		"bound_ms": int64(0), "delay_ms": int64(0), "backoff_ms": int64(0), "start": false, "attempts": int32(0),
+		"before_id": int64(0), "window_ms": int64(0), "bucket_ms": int64(0),
 	}
 	require.ElementsMatch(t, slices.Collect(maps.Keys(resultColumns)), slices.Collect(maps.Keys(f.params)), "every statement ran")
 	// The bounds travel in the batch they top, with the Postgres bound's
@@ -472,7 +487,7 @@ func TestUnitParamsMatchPostgres(t *testing.T) {
 	require.Equal(t, []string{"bound_ms"}, pg[boundTransaction], "Postgres bounds.sql declares BoundTransaction(bound_ms)")
 	wantBound := map[string]string{
 		"AcquireClaim": boundLockWait, "ClaimForRecovery": boundLockWait, "DispatchTriggerRequest": boundLockWait,
-		"RequeueOrphan": boundLockWait, "TryMaintenanceLock": boundTransaction, "ArchiveEpisodes": boundTransaction,
+		"RequeueOrphan": boundLockWait, "HoldClaim": boundTransaction, "TryMaintenanceLock": boundTransaction, "ArchiveEpisodes": boundTransaction,
 		"PurgeArchivedSteps": boundTransaction, "MarkJournalsPurged": boundTransaction,
 		"ExpireTriggerRequests": boundTransaction, "DeleteSpentClaims": boundTransaction,
 		"DeleteStaleNodes": boundTransaction,

@@ -67,43 +67,23 @@ CREATE TRIGGER chaos_grant_end
     WHEN (OLD.fence IS DISTINCT FROM NEW.fence)
     EXECUTE FUNCTION chaos_grant_end();
 
--- name: WriteLedger :execrows
--- The last step of the chaos strategy: records the episode's effect for the
--- run's grant ($2 key, $3 owner, $4 fence), or does nothing (0 rows: the
--- strategy returns claims.ErrLeaseLost) when that grant no longer holds a
--- live lease on the database clock.
---
--- Fenced like the runner's own writes: the claim row is checked and locked
--- FOR SHARE in the same statement, so a steal or a recovery grant (an UPDATE
--- of that row) is ordered entirely before or after this write, never around
--- it. Idempotent, because restart recovery re-runs the strategy: if a grant
--- wrote the row and died before FinishEpisode, the next grant re-stamps that
--- row with its own (owner, fence) rather than adding a second one. A retry
--- of an ambiguous write (connection lost after sending) re-stamps it too.
-WITH lease AS (
-    SELECT 1 FROM leasehold_work_claims AS c
-    WHERE c.dedupe_key = $2
-      AND c.owner_node = $3
-      AND c.fence = $4
-      AND c.state = 'claimed'
-      AND c.lease_until > now()
-    FOR SHARE
-), restamped AS (
-    UPDATE ledger
-    SET owner = $3, fence = $4, written_at = now()
-    WHERE episode_id = $1
-      AND EXISTS (SELECT 1 FROM lease)
-    RETURNING episode_id
-), inserted AS (
+-- name: InsertLedger :exec
+-- The strategy's side effect: a plain insert, the application's own write,
+-- made in the run's transaction after Run.Hold (leasehold_hold locks the
+-- claim row FOR SHARE and refuses a grant that is not the current one) and
+-- committed with Run.CompleteTx's fenced finish. A stolen grant's
+-- transaction commits neither, so there is exactly one ledger row per
+-- episode by construction, not by an idempotent upsert. Every insert that
+-- lands is also appended to ledger_writes, its seq drawn under the claim
+-- row's lock. $1 episode, $2 owner, $3 fence, $4 trigger.
+WITH inserted AS (
     INSERT INTO ledger (episode_id, owner, fence, trigger)
-    SELECT $1, $3, $4, $5::text
-    WHERE EXISTS (SELECT 1 FROM lease)
-      AND NOT EXISTS (SELECT 1 FROM restamped)
+    VALUES ($1, $2, $3, $4::text)
     RETURNING episode_id
 )
 INSERT INTO ledger_writes (episode_id, owner, fence)
-SELECT w.episode_id, $3, $4
-FROM (SELECT episode_id FROM restamped UNION ALL SELECT episode_id FROM inserted) AS w;
+SELECT episode_id, $2, $3
+FROM inserted;
 
 -- name: DatabaseNow :one
 -- The moment a fault was applied, on the clock claimed_at uses.

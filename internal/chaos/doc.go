@@ -17,18 +17,19 @@
 //	 recovery.Sweeper (every 500 ms), and its pool pointed at its own proxy
 //
 // The worker's actor is an event-triggered expectation with recovery policy
-// restart, and its node finishes episodes with a transactional finisher
-// (FinishEpisode inside store.InTx, as a user's finisher that writes its own
-// rows would). Its strategy sleeps 20–60 ms in each of three steps (so a
+// restart. Its strategy sleeps 20–60 ms in each of three steps (so a
 // fault finds a few episodes in flight on every worker; one run in 20 sleeps
 // 1.25 leases in its second step instead, as a call outside the database
 // would, which only the run's local deadline can stop during a fault) and
-// writes its side effect in a fourth: one row in the test-only ledger table,
-// by a statement conditioned on the run's claim (chaos.sql, WriteLedger). A
-// later grant of the same episode re-stamps the row with its own (owner,
-// fence) instead of adding one, so the effect is idempotent, as restart
-// recovery requires; every write that lands is also appended to
-// ledger_writes, the audit of who wrote when. Every return of Init or Step
+// in a fourth writes its side effect and ends the run through the public
+// API alone, in one transaction of its own: Run.Hold (leasehold_hold,
+// migration 00009, locks the claim row and refuses a grant that is not the
+// current one), a plain insert of one row into the test-only ledger table
+// (chaos.sql, InsertLedger), Run.CompleteTx (the fenced FinishEpisode), and
+// COMMIT. A stolen grant's transaction commits neither, so the ledger
+// holds exactly one row per episode by construction (it has no unique
+// constraint, so a second row would show); every insert that lands is also
+// appended to ledger_writes, the audit of who wrote when. Every return of Init or Step
 // is printed with its wall-clock instant and its grant (claim key, fence),
 // and a test-only trigger on leasehold_work_claims records in grant_ends the
 // database's end (lease_until) of every grant that a later grant superseded;
@@ -120,10 +121,10 @@
 // statements that grant or change a claim with their own work:
 // CreateEpisode, ClaimForRecovery and DispatchTriggerRequest (acquires,
 // with the fence and lease_until they returned), RequeueOrphan (a
-// fence-out), AppendStep (an extension), StartEpisode and WriteLedger
-// (checks of a live grant), FinishEpisode and RetryEpisode (complete or
-// fail, release); the transactional finisher is recorded from before BEGIN
-// to after COMMIT. An error that is not a definite refusal is recorded as
+// fence-out), AppendStep (an extension), StartEpisode (a check of a live
+// grant), Run.Hold (a fence check that reads no clock), FinishEpisode and
+// RetryEpisode (complete or fail, release); Run.CompleteTx is recorded from
+// before its FinishEpisode to after COMMIT. An error that is not a definite refusal is recorded as
 // unknown: the operation may have taken effect, at any time after its call.
 //
 // After the invariants, the driver reads every worker's file (the dead

@@ -17,7 +17,7 @@ import (
 // TestFrozenInTransaction makes deterministic what the chaos run's freezes
 // do by chance (issue 14, item 6): a holder stopped inside one of
 // leasehold's multi-statement transactions. Worker A runs the only episode;
-// its finish (the workers' transactional finisher) runs FinishEpisode and
+// its finish (the worker's own transaction: Run.Hold, the ledger insert, Run.CompleteTx) runs FinishEpisode and
 // then sits in the open transaction, holding the claim row's lock, and the
 // test SIGSTOPs A there: its connection stays open and healthy to the
 // server. Only a server-side bound on the transaction (claims.TxBound) can

@@ -118,7 +118,7 @@ func (s recordingStore) AppendStep(ctx context.Context, id int64, t claims.Token
 }
 
 // FinishEpisode ends the claim done or failed with the episode (the
-// sweeper's fail policy; the node finishes through txFinisher).
+// sweeper's fail policy; runs finish in their own transaction, Run.CompleteTx).
 func (s recordingStore) FinishEpisode(ctx context.Context, id int64, t claims.Token, f episodes.Finish) error {
 	call := s.rec.Call(finishOp("FinishEpisode", id, t, f))
 	err := s.nodeStore.FinishEpisode(ctx, id, t, f)

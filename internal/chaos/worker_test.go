@@ -29,7 +29,6 @@ import (
 	"github.com/leasehold/leasehold/recovery"
 	"github.com/leasehold/leasehold/runner"
 	"github.com/leasehold/leasehold/telemetry"
-	"github.com/leasehold/leasehold/workflows"
 )
 
 // Worker-process settings, passed through the environment.
@@ -69,7 +68,7 @@ const (
 //
 //	fire <trigger>   Fire the trigger (the answer: fired or fireerr)
 //	freeze           the next finish on this node stops inside its
-//	                 transaction (see txFinisher): intx, then freezeHold
+//	                 transaction (see freezer): intx, then freezeHold
 //	unfreeze         disarm freeze if no finish used it
 //
 // The worker writes on stdout, one line each:
@@ -146,12 +145,9 @@ func worker() int {
 		Poll:         runner.PollConfig{Interval: 250 * time.Millisecond, ClaimLease: time.Duration(leaseMS) * time.Millisecond},
 		TriggerWaker: postgres.NewNotifier(pool),
 	})
-	fin := &txFinisher{store: store, spy: spyStore{recorded, out}, out: out, rec: rec}
+	fin := &freezer{}
 	if err == nil {
-		err = node.SetFinisher(fin)
-	}
-	if err == nil {
-		err = node.Register(chaosActor(pool, out, rec, time.Duration(leaseMS)*time.Millisecond))
+		err = node.Register(chaosActor(pool, out, rec, fin, time.Duration(leaseMS)*time.Millisecond))
 	}
 	if err == nil {
 		err = node.Start(ctx)
@@ -195,7 +191,7 @@ func worker() int {
 }
 
 // commands runs the commands read from stdin until it closes.
-func commands(node *runner.Node, fin *txFinisher, out *lines) {
+func commands(node *runner.Node, fin *freezer, out *lines) {
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {
 		switch f := strings.Fields(sc.Text()); {
@@ -231,23 +227,26 @@ var errTransient = errors.New("chaos: transient failure, retried")
 
 // chaosActor is the actor every worker registers: restart recovery, so
 // every orphan is re-run, and attempts high enough never to run out.
-func chaosActor(pool *pgxpool.Pool, out *lines, rec *claimhistory.Recorder, lease time.Duration) runner.Actor {
+func chaosActor(pool *pgxpool.Pool, out *lines, rec *claimhistory.Recorder, fin *freezer, lease time.Duration) runner.Actor {
 	return runner.Actor{ID: actorID, MaxConcurrent: maxConcurrent, Expectations: []runner.Expectation{{
-		ID: expectationID, Trigger: runner.Event{Name: eventName}, Strategy: apply{pool, out, rec, lease + lease/4},
+		ID: expectationID, Trigger: runner.Event{Name: eventName}, Strategy: apply{pool, out, rec, fin, lease + lease/4},
 		Recovery: runner.RecoveryRestart, MaxAttempts: 1000,
 		Retry: runner.RetryPolicy{Backoff: 50 * time.Millisecond, MaxBackoff: 400 * time.Millisecond},
 	}}}
 }
 
-// apply works for a few steps, then writes its effect to the ledger under
-// its claim (WriteLedger) and reports done. Each return of Init and Step is
-// reported (active): the last one is where the run's activity ended, which
-// the driver compares with its lease's end on the database.
+// apply works for a few steps, then, through the public API only, writes
+// its effect to the ledger and ends the run in one transaction of its own:
+// Run.Hold (leasehold_hold), the ledger insert, Run.CompleteTx, COMMIT. Each
+// return of Init and Step is reported (active): the last one is where the
+// run's activity ended, which the driver compares with its lease's end on
+// the database.
 type apply struct {
 	pool *pgxpool.Pool
 	out  *lines
-	rec  *claimhistory.Recorder // each WriteLedger, a check of the claim
-	long time.Duration          // a long step's length
+	rec  *claimhistory.Recorder // each Hold and finish in the transaction
+	fin  *freezer
+	long time.Duration // a long step's length
 }
 
 func (a apply) Init(_ context.Context, r *runner.Run) error {
@@ -276,19 +275,20 @@ func (a apply) Step(ctx context.Context, r *runner.Run) (runner.StepResult, erro
 		}
 		return runner.StepResult{Data: map[string]int{"work": *done}}, nil
 	}
-	if err := a.writeLedger(ctx, r); err != nil {
-		return runner.StepResult{}, err
-	}
-	t := r.Token()
-	return runner.StepResult{Done: true, Data: map[string]string{"ledger": "written"},
-		Result: map[string]any{"owner": t.Owner, "fence": t.Fence}}, nil
+	return runner.StepResult{}, a.finish(ctx, r)
 }
 
-// writeLedger runs WriteLedger for this run's grant. Zero rows: the grant no
-// longer holds a live lease, claims.ErrLeaseLost. The statement is
-// idempotent, so a connection error (a server restart, a cut) is retried
-// until it lands, the lease is found gone, or the run is stopped.
-func (a apply) writeLedger(ctx context.Context, r *runner.Run) error {
+// finish writes the ledger row and ends the run done in one transaction:
+// Hold, then the insert, then CompleteTx (fenced on the grant), then
+// COMMIT. A stolen grant's Hold or finish fails with claims.ErrLeaseLost
+// and its transaction commits nothing, so the ledger holds exactly one row
+// per episode by construction (no unique constraint: a second row would be
+// visible). A connection error (a server restart, a cut) rolls the
+// transaction back and it is tried again, until it commits, the grant is
+// found gone, or the run is stopped; a COMMIT whose answer was lost is
+// settled by the retry's Hold (the claim is done) and the runner's read of
+// the episode.
+func (a apply) finish(ctx context.Context, r *runner.Run) error {
 	var p payload
 	if err := r.Payload(&p); err != nil {
 		return err
@@ -296,20 +296,12 @@ func (a apply) writeLedger(ctx context.Context, r *runner.Run) error {
 	t := r.Token()
 	backoff := 20 * time.Millisecond
 	for {
-		// A check of the claim: one row if the grant held a live lease, none
-		// if not (only the claim decides).
-		call := a.rec.Call(claimhistory.Op{Kind: claimhistory.KindCheck, Source: "WriteLedger", Key: t.Key, Episode: r.EpisodeID(), Owner: t.Owner, Fence: t.Fence})
-		tag, err := a.pool.Exec(ctx, query("WriteLedger"), r.EpisodeID(), t.Key, t.Owner, t.Fence, p.Trigger)
-		if err == nil && tag.RowsAffected() == 0 {
-			call.Return(claimhistory.Response{Outcome: claimhistory.NotOwner})
-		} else {
-			call.ReturnErr(err)
-		}
+		err := a.finishOnce(ctx, r, t, p.Trigger)
 		switch {
-		case err == nil && tag.RowsAffected() == 0:
-			return fmt.Errorf("ledger of episode %d: %w", r.EpisodeID(), claims.ErrLeaseLost)
 		case err == nil:
 			return nil
+		case errors.Is(err, claims.ErrLeaseLost):
+			return fmt.Errorf("ledger of episode %d: %w", r.EpisodeID(), err)
 		case ctx.Err() != nil || !transient(err):
 			return fmt.Errorf("ledger of episode %d: %w", r.EpisodeID(), err)
 		}
@@ -318,6 +310,55 @@ func (a apply) writeLedger(ctx context.Context, r *runner.Run) error {
 		}
 		backoff = min(2*backoff, 500*time.Millisecond)
 	}
+}
+
+func (a apply) finishOnce(ctx context.Context, r *runner.Run, t claims.Token, trigger string) error {
+	tx, err := a.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	store := postgres.New(tx)
+	hold := a.rec.Call(claimhistory.Op{Kind: claimhistory.KindHold, Source: "Run.Hold", Key: t.Key, Episode: r.EpisodeID(), Owner: t.Owner, Fence: t.Fence})
+	err = r.Hold(ctx, store)
+	if errors.Is(err, claims.ErrLeaseLost) {
+		hold.Return(claimhistory.Response{Outcome: claimhistory.NotOwner})
+		return err
+	}
+	hold.ReturnErr(err)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, query("InsertLedger"), r.EpisodeID(), t.Owner, t.Fence, trigger); err != nil {
+		return err
+	}
+	done := episodes.Finish{Status: episodes.StatusDone}
+	// Recorded from before FinishEpisode to after COMMIT: now() in the
+	// finish is the transaction's start, and its effect lands at COMMIT.
+	call := a.rec.Call(finishOp("Run.CompleteTx", r.EpisodeID(), t, done))
+	if err := r.CompleteTx(ctx, store, map[string]any{"owner": t.Owner, "fence": t.Fence}); err != nil {
+		call.ReturnErr(err)
+		return err
+	}
+	frozen := false
+	if a.fin.armed.CompareAndSwap(true, false) {
+		frozen = true
+		// The hold is counted from before the line: the SIGSTOP that
+		// follows it may land before Sleep is called.
+		until := time.Now().Add(freezeHold)
+		a.out.printf("intx %s %d %d", t.Key, t.Fence, r.EpisodeID())
+		time.Sleep(time.Until(until)) // not ctx: a frozen holder notices nothing
+	}
+	err = tx.Commit(ctx)
+	call.ReturnErr(err)
+	if frozen {
+		result := "ok"
+		if err != nil {
+			result = strings.Join(strings.Fields(err.Error()), " ")
+		}
+		a.out.printf("intxdone %s %d %s", t.Key, t.Fence, result)
+	}
+	return err
 }
 
 // transient: the connection failed or the server is shutting down or
@@ -346,51 +387,11 @@ func pause(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// txFinisher is the node's Finisher: the fenced finish inside a
-// multi-statement transaction, as a user's finisher that writes its own rows
-// with the episode's end would run it (and as package workflows does). When
-// armed (the driver's freeze), the next finish says intx after
-// FinishEpisode and waits freezeHold before committing: the claim row stays
-// locked by an open transaction, and the driver SIGSTOPs the process
-// meanwhile. Only the server can then end that transaction.
-type txFinisher struct {
-	store *postgres.Store
-	spy   spyStore // reports a failed finish like the default finisher's
-	out   *lines
-	rec   *claimhistory.Recorder
-	armed atomic.Bool
-}
-
-// FinishEpisode is recorded from before BEGIN to after COMMIT: now() in
-// FinishEpisode is the transaction's start, and its effect lands at COMMIT.
-func (f *txFinisher) FinishEpisode(ctx context.Context, ep episodes.Episode, t claims.Token, fin episodes.Finish) error {
-	frozen := false
-	call := f.rec.Call(finishOp("FinishEpisode in InTx", ep.ID, t, fin))
-	err := f.store.InTx(ctx, func(tx workflows.Tx) error {
-		if err := tx.FinishEpisode(ctx, ep.ID, t, fin); err != nil {
-			return err
-		}
-		if f.armed.CompareAndSwap(true, false) {
-			frozen = true
-			// The hold is counted from before the line: the SIGSTOP that
-			// follows it may land before Sleep is called.
-			until := time.Now().Add(freezeHold)
-			f.out.printf("intx %s %d %d", t.Key, t.Fence, ep.ID)
-			time.Sleep(time.Until(until)) // not ctx: a frozen holder notices nothing
-		}
-		return nil
-	})
-	call.ReturnErr(err)
-	if frozen {
-		result := "ok"
-		if err != nil {
-			result = strings.Join(strings.Fields(err.Error()), " ")
-		}
-		f.out.printf("intxdone %s %d %s", t.Key, t.Fence, result)
-	}
-	f.spy.failed("FinishEpisode("+string(fin.Status)+")", err)
-	return err
-}
+// freezer arms the driver's freeze: the next finish says intx after its
+// CompleteTx and waits freezeHold before committing, so the claim row stays
+// locked by an open transaction while the driver SIGSTOPs the process. Only
+// the server can then end that transaction.
+type freezer struct{ armed atomic.Bool }
 
 // spyStore is the node's Store: the adapter (through recordingStore),
 // reporting on stdout each journal or terminal write that failed with a

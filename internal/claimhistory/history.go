@@ -34,6 +34,10 @@ const (
 	// requires a live lease: StartEpisode, a test's own write conditioned on
 	// the claim.
 	KindCheck Kind = "check"
+	// KindHold is a fence check that changes nothing and reads no clock:
+	// HoldClaim (leasehold_hold, Run.Hold), legal while the grant holds the
+	// claim (owner, fence, claimed), whatever its lease_until.
+	KindHold Kind = "hold"
 	// KindComplete ends the lease as done: CompleteClaim, FinishEpisode of a
 	// done episode.
 	KindComplete Kind = "complete"

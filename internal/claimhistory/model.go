@@ -151,6 +151,20 @@ func step(st lease, in *input, out output) []lease {
 			return same
 		}
 		return same // a check changes nothing, whatever it answered
+	case KindHold:
+		switch out.outcome {
+		case OK:
+			if holds {
+				return same
+			}
+			return nil
+		case NotOwner, LeaseLost:
+			if holds && out.outcome == NotOwner {
+				return nil
+			}
+			return same
+		}
+		return same
 	case KindComplete, KindFail, KindRelease:
 		end := lease{fence: st.fence, state: endState(op.Kind), owner: st.owner}
 		switch out.outcome {

@@ -7,6 +7,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -44,48 +46,70 @@ type Options struct {
 // relied on "public" would fail. The schema is dropped when t ends.
 func Schema(t testing.TB, opts ...Options) *pgxpool.Pool {
 	t.Helper()
+	pool, drop, err := NewSchema(context.Background(), opts...)
+	require.NoErrorf(t, err, "pgtest: cannot reach Postgres at %s or migrate a schema there; start one or set TEST_DATABASE_URL (make test starts a throwaway server)", URL())
+	t.Cleanup(func() {
+		if err := drop(); err != nil {
+			t.Logf("pgtest: %v", err)
+		}
+	})
+	return pool
+}
+
+// NewSchema is Schema for code without a testing.TB (runnable examples):
+// a fresh, migrated schema and a pool on it, and drop, which closes the
+// pool and drops the schema.
+func NewSchema(ctx context.Context, opts ...Options) (pool *pgxpool.Pool, drop func() error, err error) {
 	o := Options{MaxConns: 40}
 	if len(opts) > 0 && opts[0].MaxConns > 0 {
 		o.MaxConns = opts[0].MaxConns
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 
 	admin, err := pgx.Connect(ctx, URL())
-	require.NoErrorf(t, err, "pgtest: cannot reach Postgres at %s; start one or set TEST_DATABASE_URL (make test starts a throwaway server)", URL())
+	if err != nil {
+		return nil, nil, err
+	}
 	defer admin.Close(context.Background())
 
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	name := "lh_test_" + hex.EncodeToString(b)
-	_, err = admin.Exec(ctx, "CREATE SCHEMA "+name)
-	require.NoError(t, err)
-	t.Cleanup(func() {
+	if _, err = admin.Exec(ctx, "CREATE SCHEMA "+name); err != nil {
+		return nil, nil, err
+	}
+	dropSchema := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		conn, err := pgx.Connect(ctx, URL())
 		if err != nil {
-			t.Logf("pgtest: drop schema %s: %v", name, err)
-			return
+			return fmt.Errorf("drop schema %s: %w", name, err)
 		}
 		defer conn.Close(ctx)
 		if _, err := conn.Exec(ctx, "DROP SCHEMA "+name+" CASCADE"); err != nil {
-			t.Logf("pgtest: drop schema %s: %v", name, err)
+			return fmt.Errorf("drop schema %s: %w", name, err)
 		}
-	})
+		return nil
+	}
 
 	cfg, err := pgxpool.ParseConfig(URL())
-	require.NoError(t, err)
+	if err != nil {
+		return nil, nil, errors.Join(err, dropSchema())
+	}
 	cfg.ConnConfig.RuntimeParams["search_path"] = name
 	cfg.MaxConns = o.MaxConns
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-
+	pool, err = pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, nil, errors.Join(err, dropSchema())
+	}
 	sqlDB := stdlib.OpenDBFromPool(pool)
 	defer sqlDB.Close()
-	require.NoError(t, postgres.Migrate(ctx, sqlDB), "pgtest: migrate schema %s", name)
-	return pool
+	if err := postgres.Migrate(ctx, sqlDB); err != nil {
+		pool.Close()
+		return nil, nil, errors.Join(fmt.Errorf("migrate schema %s: %w", name, err), dropSchema())
+	}
+	return pool, func() error { pool.Close(); return dropSchema() }, nil
 }
 
 // Exec runs a test-only statement (backdating rows, inspecting state) and

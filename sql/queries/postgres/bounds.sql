@@ -8,7 +8,9 @@
 -- they end with the transaction and never leak into a pooled session.
 
 -- name: BoundTransaction :exec
--- First statement of every transaction leasehold opens (InTx, Maintain):
+-- First statement of every transaction leasehold opens (InTx, Maintain),
+-- and sent by Run.Hold in the caller's own transaction before it locks the
+-- claim row (HoldClaim), so that transaction is bounded from then on:
 -- the server ends the session, rolling the transaction back and releasing
 -- its locks, once it has sat idle for bound_ms
 -- (idle_in_transaction_session_timeout), and any statement in it waiting

@@ -180,3 +180,12 @@ WHERE (sqlc.arg(owner_node)::text = '' OR owner_node = sqlc.arg(owner_node)::tex
        OR (state = 'claimed' AND lease_until <= now()))
 ORDER BY lease_until
 LIMIT sqlc.arg(max_rows)::integer;
+
+-- name: HoldClaim :one
+-- The fence, in the caller's transaction (Run.Hold): leasehold_hold
+-- (migration 00009) locks the claim row FOR SHARE until the transaction
+-- ends and raises SQLSTATE LH001 unless (key, owner, fence) is the current
+-- grant, so the caller's own writes after it commit only under that grant:
+-- a takeover waits for the transaction, and a stale grant's transaction is
+-- aborted. Returns the grant's lease_until.
+SELECT leasehold_hold(sqlc.arg(claim_key)::text, sqlc.arg(owner_node)::text, sqlc.arg(fence)::bigint)::timestamptz AS lease_until;

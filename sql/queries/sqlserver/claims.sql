@@ -277,3 +277,29 @@ WHERE (@owner_node = N'' OR owner_node = @owner_node)
   AND (@expired_only = 0
        OR (state = N'claimed' AND lease_until <= SYSUTCDATETIME()))
 ORDER BY lease_until;
+
+-- name: HoldClaim :one
+-- The fence, in the caller's transaction (Run.Hold), as the procedure
+-- leasehold_hold of migration 00009 (the same body, checked by
+-- TestStaticHoldMatchesItsProcedure): the claim row is read WITH (UPDLOCK,
+-- HOLDLOCK, ROWLOCK), so its update lock is held until the caller's
+-- transaction ends and a takeover waits for it; unless (key, owner, fence)
+-- is the current grant it THROWs 51001 (XACT_ABORT: the caller's
+-- transaction is rolled back, nothing it wrote commits). Outside a
+-- transaction it THROWs 51002: the lock would guard nothing. Returns the
+-- grant's lease_until.
+SET NOCOUNT ON;
+SET XACT_ABORT ON;
+DECLARE @held TABLE (lease_until datetime2(6) NOT NULL);
+IF @@TRANCOUNT = 0
+    THROW 51002, N'leasehold_hold must be called inside a transaction', 1;
+INSERT INTO @held (lease_until)
+SELECT c.lease_until
+FROM leasehold_work_claims AS c WITH (UPDLOCK, HOLDLOCK, ROWLOCK)
+WHERE c.dedupe_key = @claim_key
+  AND c.owner_node = @owner_node
+  AND c.fence = @fence
+  AND c.state = N'claimed';
+IF NOT EXISTS (SELECT 1 FROM @held)
+    THROW 51001, N'leasehold: lease lost: the grant is not the current one', 1;
+SELECT lease_until FROM @held;

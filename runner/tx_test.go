@@ -1,0 +1,215 @@
+package runner_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasehold/leasehold/adapters/postgres"
+	"github.com/leasehold/leasehold/claims"
+	"github.com/leasehold/leasehold/episodes"
+	"github.com/leasehold/leasehold/internal/nodetest"
+	"github.com/leasehold/leasehold/internal/pgtest"
+	"github.com/leasehold/leasehold/runner"
+)
+
+// inTx runs fn in a transaction of pool and commits it, or rolls it back
+// when fn (or commit is false) says so.
+func inTx(t *testing.T, pool *pgxpool.Pool, commit bool, fn func(tx pgx.Tx)) {
+	t.Helper()
+	tx, err := pool.Begin(context.Background())
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	fn(tx)
+	if commit {
+		require.NoError(t, tx.Commit(context.Background()))
+	}
+}
+
+// FireTx creates the episode in the caller's transaction: rolled back,
+// nothing exists; committed, one node runs it once; a duplicate inside the
+// transaction (or after it) names the episode.
+func TestFireTxExistsExactlyWhenTheCallerCommits(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int32
+	count := nodetest.Strategy{StepFunc: func(context.Context, *runner.Run) (runner.StepResult, error) {
+		runs.Add(1)
+		return runner.StepResult{Done: true}, nil
+	}}
+	c := nodetest.Start(t, 2, nil, eventActor(count, 4))
+	pgExec(t, c, `CREATE TABLE orders (id bigint PRIMARY KEY)`)
+	node, ctx := c.Nodes[0], context.Background()
+	order := map[string]int{"order": 7}
+
+	inTx(t, c.Pool, false, func(tx pgx.Tx) {
+		_, err := tx.Exec(ctx, `INSERT INTO orders VALUES (7)`)
+		require.NoError(t, err)
+		out, err := node.FireTx(ctx, postgres.New(tx), "monitor", "resource.updated", order, runner.FireOptions{})
+		require.NoError(t, err)
+		require.True(t, out[0].Deferred)
+		require.Positive(t, out[0].EpisodeID)
+	}) // rolled back
+	require.Zero(t, c.Count(t, "true"), "rolled back: no episode")
+	var requests int
+	require.NoError(t, c.Pool.QueryRow(ctx, `SELECT count(*) FROM leasehold_trigger_requests`).Scan(&requests))
+	require.Zero(t, requests, "and no request for any node to find")
+
+	var id int64
+	inTx(t, c.Pool, true, func(tx pgx.Tx) {
+		_, err := tx.Exec(ctx, `INSERT INTO orders VALUES (7)`)
+		require.NoError(t, err)
+		out, err := node.FireTx(ctx, postgres.New(tx), "monitor", "resource.updated", order, runner.FireOptions{})
+		require.NoError(t, err)
+		id = out[0].EpisodeID
+		again, err := node.FireTx(ctx, postgres.New(tx), "monitor", "resource.updated", order, runner.FireOptions{})
+		require.NoError(t, err)
+		require.True(t, again[0].Duplicate)
+		require.Equal(t, id, again[0].EpisodeID, "a duplicate inside the transaction names its episode")
+	})
+	nodetest.WaitEnded(t, 1, c.Sigs...)
+	require.Equal(t, 1, c.Count(t, "id = $1 AND status = 'done'", id))
+	require.EqualValues(t, 1, runs.Load(), "committed: run once, on one node")
+	after, err := c.Nodes[1].Fire(ctx, "monitor", "resource.updated", order, runner.FireOptions{})
+	require.NoError(t, err)
+	require.True(t, after[0].Duplicate)
+	require.Equal(t, id, after[0].EpisodeID)
+
+	_, err = node.FireTx(ctx, nil, "monitor", "resource.updated", order, runner.FireOptions{})
+	require.ErrorIs(t, err, runner.ErrInvalid)
+}
+
+// A run that ends itself in its own transaction: the fence check, its
+// side effect and the fenced finish commit together; the runner writes no
+// second terminal status and reports episode.completed, not lease_lost.
+func TestCompleteTxCommitsTheEffectWithTheFinish(t *testing.T) {
+	t.Parallel()
+	var pool *pgxpool.Pool
+	charge := nodetest.Strategy{StepFunc: func(ctx context.Context, r *runner.Run) (runner.StepResult, error) {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			return runner.StepResult{}, err
+		}
+		defer func() { _ = tx.Rollback(context.Background()) }()
+		store := postgres.New(tx)
+		if err := r.Hold(ctx, store); err != nil {
+			return runner.StepResult{}, err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO charges (episode_id, fence) VALUES ($1, $2)`, r.EpisodeID(), r.Token().Fence); err != nil {
+			return runner.StepResult{}, err
+		}
+		if err := r.CompleteTx(ctx, store, map[string]string{"charged": "yes"}); err != nil {
+			return runner.StepResult{}, err
+		}
+		return runner.StepResult{}, tx.Commit(ctx) // any result: the run ended in tx
+	}}
+	c := nodetest.Start(t, 1, nil, runner.Actor{ID: "pay", Expectations: []runner.Expectation{{ID: "charge", Trigger: runner.Manual{}, Strategy: charge}}})
+	pool = c.Pool
+	pgExec(t, c, `CREATE TABLE charges (episode_id bigint PRIMARY KEY, fence bigint NOT NULL)`)
+	out, err := c.Nodes[0].RunManual(context.Background(), "pay", "charge", nil)
+	require.NoError(t, err)
+	nodetest.WaitEnded(t, 1, c.Sigs...)
+	ep, err := postgres.New(c.Pool).GetEpisode(context.Background(), out.EpisodeID)
+	require.NoError(t, err)
+	require.Equal(t, episodes.StatusDone, ep.Status)
+	require.JSONEq(t, `{"charged":"yes"}`, string(ep.Result))
+	require.Equal(t, 1, c.Count(t, "id = $1 AND EXISTS (SELECT 1 FROM charges WHERE episode_id = leasehold_episodes.id)", out.EpisodeID))
+	require.Equal(t, 1, c.Sigs[0].Count(runner.EventCompleted))
+	require.Zero(t, c.Sigs[0].Count(runner.EventLeaseLost), "no false lease_lost")
+	require.Zero(t, c.Sigs[0].Count(runner.EventFailed))
+}
+
+// A finish in a transaction that is rolled back leaves the run as it was:
+// the runner finishes it by what the strategy returns (here, done), and the
+// rolled-back effect is gone.
+func TestRolledBackCompleteTxLeavesTheRunToTheRunner(t *testing.T) {
+	t.Parallel()
+	var pool *pgxpool.Pool
+	undecided := nodetest.Strategy{StepFunc: func(ctx context.Context, r *runner.Run) (runner.StepResult, error) {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			return runner.StepResult{}, err
+		}
+		if err := r.CompleteTx(ctx, postgres.New(tx), "in tx"); err != nil {
+			return runner.StepResult{}, err
+		}
+		if err := tx.Rollback(ctx); err != nil {
+			return runner.StepResult{}, err
+		}
+		return runner.StepResult{Done: true, Result: "by the runner"}, nil
+	}}
+	c := nodetest.Start(t, 1, nil, runner.Actor{ID: "pay", Expectations: []runner.Expectation{{ID: "charge", Trigger: runner.Manual{}, Strategy: undecided}}})
+	pool = c.Pool
+	out, err := c.Nodes[0].RunManual(context.Background(), "pay", "charge", nil)
+	require.NoError(t, err)
+	nodetest.WaitEnded(t, 1, c.Sigs...)
+	ep, err := postgres.New(c.Pool).GetEpisode(context.Background(), out.EpisodeID)
+	require.NoError(t, err)
+	require.Equal(t, episodes.StatusDone, ep.Status)
+	require.JSONEq(t, `"by the runner"`, string(ep.Result))
+	require.Equal(t, 1, c.Sigs[0].Count(runner.EventCompleted))
+}
+
+// A zombie (its lease taken over, A -> B -> A included) cannot commit an
+// effect: Hold fails with ErrLeaseLost and aborts its transaction, and the
+// SQL function refuses a stale fence with SQLSTATE LH001.
+func TestHoldRefusesAStaleGrant(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Schema(t)
+	store := postgres.New(pool)
+	ctx := context.Background()
+	pgtest.Exec(t, pool, `CREATE TABLE charges (episode_id bigint PRIMARY KEY, fence bigint NOT NULL)`)
+	a, err := store.Acquire(ctx, claims.AcquireParams{Key: "pay:1", Owner: "node-a", Lease: time.Minute, WorkType: "episode"})
+	require.NoError(t, err)
+
+	hold := func(tok claims.Token, commit bool) error {
+		tx, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		if _, err := postgres.New(tx).HoldClaim(ctx, tok); err != nil {
+			_, insertErr := tx.Exec(ctx, `INSERT INTO charges VALUES (1, $1)`, tok.Fence)
+			require.Error(t, insertErr, "the transaction is aborted: nothing more lands")
+			return err
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO charges VALUES (1, $1)`, tok.Fence)
+		require.NoError(t, err)
+		if commit {
+			require.NoError(t, tx.Commit(ctx))
+		}
+		return nil
+	}
+	require.NoError(t, hold(a.Token, false), "the current grant holds")
+
+	pgtest.ExpireClaim(t, pool, "pay:1")
+	b, err := store.Acquire(ctx, claims.AcquireParams{Key: "pay:1", Owner: "node-b", Lease: time.Minute, WorkType: "episode"})
+	require.NoError(t, err)
+	require.NoError(t, store.Release(ctx, b.Token))
+	again, err := store.Acquire(ctx, claims.AcquireParams{Key: "pay:1", Owner: "node-a", Lease: time.Minute, WorkType: "episode"})
+	require.NoError(t, err)
+	require.Equal(t, a.Owner, again.Owner, "A -> B -> A")
+	require.ErrorIs(t, hold(a.Token, true), claims.ErrLeaseLost, "the first grant of A is fenced out")
+	require.ErrorIs(t, hold(b.Token, true), claims.ErrLeaseLost)
+	var charges int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM charges`).Scan(&charges))
+	require.Zero(t, charges)
+	require.NoError(t, hold(again.Token, true))
+
+	// From the user's own SQL.
+	_, err = pool.Exec(ctx, `SELECT leasehold_hold('pay:1', 'node-a', $1)`, a.Fence)
+	var pgErr *pgconn.PgError
+	require.True(t, errors.As(err, &pgErr), "%v", err)
+	require.Equal(t, postgres.HoldLostCode, pgErr.Code)
+	var until time.Time
+	require.NoError(t, pool.QueryRow(ctx, `SELECT leasehold_hold('pay:1', 'node-a', $1)`, again.Fence).Scan(&until))
+	require.True(t, until.After(time.Now().Add(-time.Minute)))
+
+	// Outside a transaction the lock would guard nothing: refused unsent.
+	_, err = store.HoldClaim(ctx, again.Token)
+	require.ErrorIs(t, err, claims.ErrInvalid)
+}
