@@ -232,3 +232,34 @@ func (s *startCalls) StartEpisode(ctx context.Context, id int64, t claims.Token)
 	s.starts.Add(1)
 	return s.Store.StartEpisode(ctx, id, t)
 }
+
+// Episode events say which episode they concern: actor, expectation,
+// episode, env, stack and attempt; a failure its error class.
+func TestEpisodeEventsCarryTheEpisode(t *testing.T) {
+	t.Parallel()
+	fails := nodetest.Strategy{StepFunc: func(context.Context, *runner.Run) (runner.StepResult, error) {
+		return runner.StepResult{}, errors.New("declined")
+	}}
+	c := nodetest.Start(t, 1, func(_ int, cfg *runner.Config) { cfg.Env, cfg.StackSlug = "rc", "eu" },
+		runner.Actor{ID: "pay", Expectations: []runner.Expectation{{ID: "charge", Trigger: runner.Manual{}, Strategy: fails}}})
+	out, err := c.Nodes[0].RunManual(context.Background(), "pay", "charge", nil)
+	require.NoError(t, err)
+	nodetest.WaitEnded(t, 1, c.Sigs...)
+	seen := map[string]bool{}
+	for _, e := range c.Sigs[0].Events() {
+		switch e.Name {
+		case runner.EventCreated, runner.EventFailed:
+			seen[e.Name] = true
+			require.Equal(t, "pay", e.Actor, e.Name)
+			require.Equal(t, "charge", e.Expectation, e.Name)
+			require.Equal(t, out.EpisodeID, e.EpisodeID, e.Name)
+			require.Equal(t, "rc", e.Env, e.Name)
+			require.Equal(t, "eu", e.Stack, e.Name)
+			require.Equal(t, int32(1), e.Attempt, e.Name)
+		}
+		if e.Name == runner.EventFailed {
+			require.Equal(t, episodes.ClassError, e.ErrorClass)
+		}
+	}
+	require.Len(t, seen, 2)
+}

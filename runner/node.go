@@ -698,7 +698,7 @@ func (n *Node) trigger(ctx context.Context, as *actorState, e *Expectation, ne e
 		// No free slot here: the episode is created available, and the
 		// nodes that have a slot take it (woken by NOTIFY; their poll
 		// interval is the fallback), this one included once a slot frees.
-		n.emit(ctx, telemetry.Event{Name: EventOverflow, Key: key, Owner: n.id})
+		n.emit(ctx, n.aboutNew(ne, 0, telemetry.Event{Name: EventOverflow}))
 		return n.deferTrigger(ctx, ne, 0)
 	default:
 		reserved = true
@@ -716,17 +716,17 @@ func (n *Node) trigger(ctx context.Context, as *actorState, e *Expectation, ne e
 		return Outcome{}, fmt.Errorf("create episode %s/%s: %w", as.actor.ID, e.ID, err)
 	}
 	if !res.Created {
-		n.emit(ctx, telemetry.Event{Name: EventDuplicate, Key: key, Owner: n.id})
+		n.emit(ctx, n.aboutNew(ne, res.ExistingID, telemetry.Event{Name: EventDuplicate}))
 		n.log.DebugContext(ctx, "leasehold: dedupe skip", slog.String("key", key), slog.Int64("episode", res.ExistingID))
 		return Outcome{ExpectationID: e.ID, EpisodeID: res.ExistingID, Duplicate: true}, nil
 	}
 	ep, claim := res.Episode, res.Claim
-	n.emit(ctx, telemetry.Event{Name: EventCreated, Key: ep.ClaimKey(), Owner: n.id})
+	n.emit(ctx, n.aboutNew(ne, ep.ID, telemetry.Event{Name: EventCreated, Key: ep.ClaimKey(), Attempt: 1}))
 	if claim.Fence == 0 {
 		// The key's claim is held live elsewhere (a run of an archived
 		// episode with the same key): that holder decides; recovery takes
 		// this episode once the claim expires or is released.
-		n.emit(ctx, telemetry.Event{Name: EventBusy, Key: ep.ClaimKey(), Owner: n.id})
+		n.emit(ctx, n.aboutNew(ne, ep.ID, telemetry.Event{Name: EventBusy, Key: ep.ClaimKey()}))
 		return Outcome{ExpectationID: e.ID, EpisodeID: ep.ID}, nil
 	}
 	runCtx, unhold := n.hb.Hold(n.base, claim)

@@ -79,10 +79,10 @@ func (n *Node) deferTrigger(ctx context.Context, ne episodes.New, delay time.Dur
 		return Outcome{}, fmt.Errorf("create deferred episode %s/%s: %w", ne.ActorID, ne.ExpectationID, err)
 	}
 	if !res.Created {
-		n.emit(ctx, telemetry.Event{Name: EventDuplicate, Key: ne.DedupeKey, Owner: n.id})
+		n.emit(ctx, n.aboutNew(ne, res.ExistingID, telemetry.Event{Name: EventDuplicate}))
 		return Outcome{ExpectationID: ne.ExpectationID, EpisodeID: res.ExistingID, Duplicate: true}, nil
 	}
-	n.emit(ctx, telemetry.Event{Name: EventDeferred, Key: res.Episode.ClaimKey(), Owner: n.id})
+	n.emit(ctx, n.aboutNew(ne, res.Episode.ID, telemetry.Event{Name: EventDeferred, Key: res.Episode.ClaimKey(), Attempt: 1}))
 	return Outcome{ExpectationID: ne.ExpectationID, EpisodeID: res.Episode.ID, Deferred: true}, nil
 }
 
@@ -254,8 +254,9 @@ func (n *Node) dispatch(ctx context.Context, r episodes.TriggerRequest) bool {
 		return false
 	}
 	runCtx, unhold := n.hb.Hold(n.base, claim)
-	as.exec.submit(&job{ep: ep, exp: e, claim: claim, ctx: runCtx, unhold: unhold})
-	n.emit(ctx, telemetry.Event{Name: EventRequestDispatched, Key: claim.Key, Owner: n.id, Fence: claim.Fence, Attempt: ep.Attempt()})
+	j := &job{ep: ep, exp: e, claim: claim, ctx: runCtx, unhold: unhold}
+	as.exec.submit(j)
+	n.emit(ctx, n.about(j, telemetry.Event{Name: EventRequestDispatched}))
 	return true
 }
 

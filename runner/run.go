@@ -192,7 +192,7 @@ func (n *Node) execute(j *job) {
 		_ = n.release(j) // logged
 		return
 	}
-	n.emit(ctx, telemetry.Event{Name: EventStarted, Key: j.claim.Key, Owner: n.id, Fence: j.claim.Fence, Attempt: j.ep.Attempt()})
+	n.emit(ctx, n.about(j, telemetry.Event{Name: EventStarted, Attempt: j.ep.Attempt()}))
 
 	run := &Run{Episode: j.ep, Attempt: j.ep.Attempt(), StepNo: next, token: j.claim.Token, node: n}
 	j.run = run
@@ -264,7 +264,7 @@ func (n *Node) execute(j *job) {
 			}
 			n.log.ErrorContext(ctx, "leasehold: journal write failed; releasing the episode for recovery",
 				slog.Int64("episode", j.ep.ID), slog.Any("error", err))
-			e := telemetry.Event{Name: EventReleased, Key: j.claim.Key, Owner: n.id, Fence: j.claim.Fence, Err: err}
+			e := n.about(j, telemetry.Event{Name: EventReleased, Err: err})
 			if rerr := n.release(j); rerr != nil {
 				e.Name, e.Err = EventReleaseFailed, rerr
 			}
@@ -318,7 +318,7 @@ func (n *Node) end(ctx context.Context, j *job, err error) {
 	var p *panicError
 	switch {
 	case errors.Is(err, claims.ErrLeaseLost) || errors.Is(cause, claims.ErrLeaseLost):
-		n.emit(ctx, telemetry.Event{Name: EventLeaseLost, Key: j.claim.Key, Owner: n.id, Fence: j.claim.Fence, Err: err})
+		n.emit(ctx, n.about(j, telemetry.Event{Name: EventLeaseLost, Err: err}))
 		n.log.WarnContext(ctx, "leasehold: lease lost; run stopped without further writes", slog.Int64("episode", j.ep.ID), slog.Any("error", err))
 	case errors.Is(cause, errStopping):
 		n.drainCounts.forced.Add(1) // interrupted mid-step by the drain's deadline
@@ -356,15 +356,15 @@ func (n *Node) retryAttempt(ctx context.Context, j *job, cause error) {
 	})
 	switch {
 	case errors.Is(err, claims.ErrLeaseLost):
-		n.emit(ctx, telemetry.Event{Name: EventLeaseLost, Key: j.claim.Key, Owner: n.id, Fence: j.claim.Fence, Err: err})
+		n.emit(ctx, n.about(j, telemetry.Event{Name: EventLeaseLost, Err: err}))
 	case err != nil:
 		// The claim stays claimed and expires; recovery resolves the episode.
 		n.log.ErrorContext(ctx, "leasehold: retry write failed", slog.Int64("episode", j.ep.ID), slog.Any("error", err))
 	case res.Canceled: // a cancel was requested while the attempt ran
-		n.emit(ctx, telemetry.Event{Name: EventCanceled, Key: j.claim.Key, Owner: n.id, Fence: j.claim.Fence, Attempt: attempt})
+		n.emit(ctx, n.about(j, telemetry.Event{Name: EventCanceled, Attempt: attempt, ErrorClass: episodes.ClassCanceled}))
 	default:
-		n.emit(ctx, telemetry.Event{Name: EventRetrying, Key: j.claim.Key, Owner: n.id, Fence: j.claim.Fence,
-			Attempt: attempt, Err: cause, Counts: map[string]int{"retry_in_ms": int(backoff.Milliseconds())}})
+		n.emit(ctx, n.about(j, telemetry.Event{Name: EventRetrying, ErrorClass: r.ErrorClass,
+			Attempt: attempt, Err: cause, Counts: map[string]int{"retry_in_ms": int(backoff.Milliseconds())}}))
 		n.log.InfoContext(ctx, "leasehold: attempt failed; retrying", slog.Int64("episode", j.ep.ID),
 			slog.Int("attempt", int(attempt)), slog.Int("next_attempt", int(res.Attempts)+1),
 			slog.Time("due", res.RunAfter), slog.Any("error", cause))
@@ -377,7 +377,7 @@ func (n *Node) finish(ctx context.Context, j *job, f episodes.Finish) {
 	err := n.retrying(j, func(ctx context.Context) error { return n.finisher.FinishEpisode(ctx, nil, j.ep, j.claim.Token, f) })
 	switch {
 	case errors.Is(err, claims.ErrLeaseLost):
-		n.emit(ctx, telemetry.Event{Name: EventLeaseLost, Key: j.claim.Key, Owner: n.id, Fence: j.claim.Fence, Err: err})
+		n.emit(ctx, n.about(j, telemetry.Event{Name: EventLeaseLost, Err: err}))
 		return
 	case err != nil:
 		// The claim stays claimed and expires; recovery resolves the episode.
@@ -396,7 +396,7 @@ func (n *Node) emitFinished(ctx context.Context, j *job, f episodes.Finish) {
 	case episodes.StatusCanceled:
 		name = EventCanceled
 	}
-	n.emit(ctx, telemetry.Event{Name: name, Key: j.claim.Key, Owner: n.id, Fence: j.claim.Fence, Attempt: j.ep.Attempt()})
+	n.emit(ctx, n.about(j, telemetry.Event{Name: name, ErrorClass: f.ErrorClass}))
 }
 
 // handOver gives j's episode up so that any node can take it at once; the
@@ -434,7 +434,7 @@ func (n *Node) handOverAll(jobs []*job) {
 			slog.Int("claims", len(cs)), slog.Any("error", err))
 	}
 	for _, j := range jobs {
-		e := telemetry.Event{Key: j.claim.Key, Owner: n.id, Fence: j.claim.Fence}
+		e := n.about(j, telemetry.Event{})
 		switch {
 		case ok[j.claim.Token] || j.claim.Passthrough:
 			n.drainCounts.released.Add(1)
@@ -545,4 +545,28 @@ func mustJSON(v any) json.RawMessage {
 		b, _ = json.Marshal(map[string]string{"unencodable": fmt.Sprintf("%T: %v", v, err)})
 	}
 	return b
+}
+
+// about fills e with what it says of j's episode and grant (actor,
+// expectation, episode, env, stack, key, owner, fence, attempt), keeping
+// the fields e sets itself.
+func (n *Node) about(j *job, e telemetry.Event) telemetry.Event {
+	e.Actor, e.Expectation, e.EpisodeID = j.ep.ActorID, j.ep.ExpectationID, j.ep.ID
+	e.Env, e.Stack = j.ep.SourceEnv, j.ep.SourceStack
+	e.Key, e.Owner, e.Fence = j.claim.Key, n.id, j.claim.Fence
+	if e.Attempt == 0 {
+		e.Attempt = j.ep.Attempt()
+	}
+	return e
+}
+
+// aboutNew fills e with what it says of the episode ne a trigger creates
+// (id, 0 when none was created).
+func (n *Node) aboutNew(ne episodes.New, id int64, e telemetry.Event) telemetry.Event {
+	e.Actor, e.Expectation, e.EpisodeID = ne.ActorID, ne.ExpectationID, id
+	e.Env, e.Stack, e.Owner = ne.SourceEnv, ne.SourceStack, n.id
+	if e.Key == "" {
+		e.Key = ne.DedupeKey
+	}
+	return e
 }

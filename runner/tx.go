@@ -59,7 +59,7 @@ func (n *Node) FireTx(ctx context.Context, tx TxStore, actorID, event string, pa
 			return out, fmt.Errorf("create episode %s/%s in the caller's transaction: %w", ne.ActorID, ne.ExpectationID, err)
 		}
 		if !res.Created {
-			n.emit(ctx, telemetry.Event{Name: EventDuplicate, Key: ne.DedupeKey, Owner: n.id})
+			n.emit(ctx, n.aboutNew(ne, res.ExistingID, telemetry.Event{Name: EventDuplicate}))
 			out = append(out, Outcome{ExpectationID: ne.ExpectationID, EpisodeID: res.ExistingID, Duplicate: true})
 			continue
 		}

@@ -29,3 +29,18 @@ func TestSlogLevelsAndAttributes(t *testing.T) {
 	require.Contains(t, buf.String(), "level=INFO")
 	require.Contains(t, buf.String(), "found=2")
 }
+
+// An episode event's attributes come in one stable order, the named counts
+// sorted, whatever the map's iteration order.
+func TestSlogEpisodeAttributesInStableOrder(t *testing.T) {
+	var buf bytes.Buffer
+	obs := telemetry.NewSlog(slog.New(slog.NewTextHandler(&buf, nil)))
+	for range 20 {
+		buf.Reset()
+		obs.Observe(context.Background(), telemetry.Event{Name: "episode.failed", Actor: "billing", Expectation: "charge",
+			EpisodeID: 42, Env: "", Stack: "eu", Key: "k", Owner: "node-a", Fence: 2, Attempt: 3, ErrorClass: "panic",
+			Counts: map[string]int{"z": 1, "a": 2, "m": 3}, Err: errors.New("boom")})
+		require.Contains(t, buf.String(), `msg="leasehold: episode.failed" actor=billing expectation=charge episode=42 env="" stack=eu `+
+			`key=k owner=node-a fence=2 attempt=3 error_class=panic a=2 m=3 z=1 error=boom`)
+	}
+}

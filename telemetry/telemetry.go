@@ -12,16 +12,26 @@ import (
 
 // Event is one thing that happened. Name is dotted, component first
 // ("claims.acquired"); the other fields are filled where they apply.
+//
+// Episode events (episode.*, trigger_request.dispatched) carry the episode
+// they concern: Actor, Expectation, EpisodeID, Env and Stack, and the
+// Attempt; a failed, canceled or retried one its ErrorClass too.
 type Event struct {
-	Name     string
-	Key      string         // dedupe key of the claim or episode
-	Owner    string         // node identity acting
-	Fence    int64          // fence of the grant concerned, 0 when none
-	Attempt  int32          // attempt of the grant concerned, 0 when none
-	Duration time.Duration  // time the operation took, 0 when not timed
-	Count    int            // number of items concerned (batch operations)
-	Counts   map[string]int // named counts, for summaries such as recovery.sweep
-	Err      error          // the failure, for *_failed and lease_lost events
+	Name        string
+	Actor       string         // actor of the episode concerned
+	Expectation string         // expectation of the episode concerned
+	EpisodeID   int64          // the episode concerned, 0 when none (yet)
+	Env         string         // the episode's env ("" is the unset env)
+	Stack       string         // the episode's stack slug
+	Key         string         // dedupe key of the claim or episode
+	Owner       string         // node identity acting
+	Fence       int64          // fence of the grant concerned, 0 when none
+	Attempt     int32          // attempt of the grant concerned, 0 when none
+	ErrorClass  string         // error class of a failure (error, panic, budget_exceeded, canceled, ...)
+	Duration    time.Duration  // time the operation took, 0 when not timed
+	Count       int            // number of items concerned (batch operations)
+	Counts      map[string]int // named counts, for summaries such as recovery.sweep
+	Err         error          // the failure, for *_failed and lease_lost events
 }
 
 // Observer receives events. Implementations must be safe for concurrent use

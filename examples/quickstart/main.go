@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/adapters/postgres"
 	"github.com/leasehold/leasehold/recovery"
 	"github.com/leasehold/leasehold/runner"
@@ -62,16 +63,18 @@ func run() error {
 	}
 	store := postgres.New(pool)
 
-	node, err := runner.NewNode(runner.Config{
-		Store:        store,
-		TriggerWaker: postgres.NewNotifier(pool),
-		Logger:       logger,
-		Observer:     telemetry.NewSlog(logger),
-	})
-	if err != nil {
-		return err
-	}
-	err = node.Register(runner.Actor{ID: "resource_monitor", MaxConcurrent: 4, Expectations: []runner.Expectation{{
+	// One call: the node, its recovery sweeper (every node sweeps; each
+	// orphan is taken over exactly once) and its maintenance (archiving,
+	// which frees dedupe keys after the retention), with the defaults.
+	node, err := leasehold.Start(ctx, leasehold.Config{
+		Node: runner.Config{
+			Store:        store,
+			TriggerWaker: postgres.NewNotifier(pool),
+			Logger:       logger,
+			Observer:     telemetry.NewSlog(logger),
+		},
+		Recovery: recovery.SweeperConfig{InitialDelay: 10 * time.Second, Interval: 30 * time.Second},
+	}, runner.Actor{ID: "resource_monitor", MaxConcurrent: 4, Expectations: []runner.Expectation{{
 		ID:       "check_limits",
 		Trigger:  runner.Event{Name: "resource.updated"},
 		Strategy: checkLimits{},
@@ -81,20 +84,6 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	if err := node.Start(ctx); err != nil {
-		return err
-	}
-
-	// Recovery: every node sweeps; each orphan is taken over exactly once.
-	rec, err := recovery.New(store, node, logger, nil)
-	if err != nil {
-		return err
-	}
-	sweeper, err := recovery.NewSweeper(rec, recovery.SweeperConfig{InitialDelay: 10 * time.Second, Interval: 30 * time.Second})
-	if err != nil {
-		return err
-	}
-	go func() { _ = sweeper.Run(ctx) }()
 
 	// Every node fires the same events; the database keeps one episode each.
 	for i := range 3 {
@@ -108,7 +97,7 @@ func run() error {
 	<-ctx.Done() // Ctrl-C
 	drainCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	sum, err := node.Drain(drainCtx) // hands unfinished work to other nodes at once
+	sum, err := node.Stop(drainCtx) // stops sweeping, then hands unfinished work to other nodes at once
 	fmt.Printf("drained: %+v\n", sum)
 	return err
 }

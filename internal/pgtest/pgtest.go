@@ -39,6 +39,8 @@ type Options struct {
 	// MaxConns bounds the pool. Default 40, enough for 32 truly concurrent
 	// callers in the race scenarios.
 	MaxConns int32
+	// URL is the server, default URL().
+	URL string
 }
 
 // Schema creates a fresh schema, applies leasehold's migrations to it, and
@@ -60,14 +62,17 @@ func Schema(t testing.TB, opts ...Options) *pgxpool.Pool {
 // a fresh, migrated schema and a pool on it, and drop, which closes the
 // pool and drops the schema.
 func NewSchema(ctx context.Context, opts ...Options) (pool *pgxpool.Pool, drop func() error, err error) {
-	o := Options{MaxConns: 40}
+	o := Options{MaxConns: 40, URL: URL()}
 	if len(opts) > 0 && opts[0].MaxConns > 0 {
 		o.MaxConns = opts[0].MaxConns
+	}
+	if len(opts) > 0 && opts[0].URL != "" {
+		o.URL = opts[0].URL
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 
-	admin, err := pgx.Connect(ctx, URL())
+	admin, err := pgx.Connect(ctx, o.URL)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -82,7 +87,7 @@ func NewSchema(ctx context.Context, opts ...Options) (pool *pgxpool.Pool, drop f
 	dropSchema := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		conn, err := pgx.Connect(ctx, URL())
+		conn, err := pgx.Connect(ctx, o.URL)
 		if err != nil {
 			return fmt.Errorf("drop schema %s: %w", name, err)
 		}
@@ -93,7 +98,7 @@ func NewSchema(ctx context.Context, opts ...Options) (pool *pgxpool.Pool, drop f
 		return nil
 	}
 
-	cfg, err := pgxpool.ParseConfig(URL())
+	cfg, err := pgxpool.ParseConfig(o.URL)
 	if err != nil {
 		return nil, nil, errors.Join(err, dropSchema())
 	}

@@ -9,15 +9,21 @@
 //	leasehold.<event>.<name>    counter, + each named count    (leasehold.recovery.sweep.restarted)
 //	leasehold.<event>.duration  histogram, seconds             (acquire latency)
 //
-// Events carry no attributes beyond their name on purpose: keys and owners
-// are unbounded and would explode metric cardinality; logs (telemetry.Slog)
-// carry them.
+// Attributes are bounded on purpose: leasehold.actor, leasehold.expectation
+// and leasehold.error_class, each only when the event carries it. Their
+// cardinality is that of your registered actors and expectations times
+// leasehold's error classes (error, panic, budget_exceeded, canceled,
+// orphaned, recovery_exhausted, trigger_expired) plus the classes your
+// strategies' FailTx calls use. Keys, episode IDs, owners, envs and
+// payloads are unbounded and never become attributes; logs (telemetry.Slog)
+// and traces carry them.
 package otelmetric
 
 import (
 	"context"
 	"sync"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/leasehold/leasehold/telemetry"
@@ -45,21 +51,38 @@ var _ telemetry.Observer = (*Observer)(nil)
 // why through OpenTelemetry's error handler).
 func (o *Observer) Observe(ctx context.Context, e telemetry.Event) {
 	name := "leasehold." + e.Name
-	o.add(ctx, name, 1)
+	set := metric.WithAttributeSet(Attributes(e))
+	o.add(ctx, name, 1, set)
 	if e.Count > 0 {
-		o.add(ctx, name+".items", int64(e.Count))
+		o.add(ctx, name+".items", int64(e.Count), set)
 	}
 	for k, v := range e.Counts {
-		o.add(ctx, name+"."+k, int64(v))
+		o.add(ctx, name+"."+k, int64(v), set)
 	}
 	if e.Duration > 0 {
 		if h, ok := o.histogram(name + ".duration"); ok {
-			h.Record(ctx, e.Duration.Seconds())
+			h.Record(ctx, e.Duration.Seconds(), set)
 		}
 	}
 }
 
-func (o *Observer) add(ctx context.Context, name string, n int64) {
+// Attributes are the bounded attributes of e's measurements: actor,
+// expectation and error class, each only when set.
+func Attributes(e telemetry.Event) attribute.Set {
+	kv := make([]attribute.KeyValue, 0, 3)
+	if e.Actor != "" {
+		kv = append(kv, attribute.String("leasehold.actor", e.Actor))
+	}
+	if e.Expectation != "" {
+		kv = append(kv, attribute.String("leasehold.expectation", e.Expectation))
+	}
+	if e.ErrorClass != "" {
+		kv = append(kv, attribute.String("leasehold.error_class", e.ErrorClass))
+	}
+	return attribute.NewSet(kv...)
+}
+
+func (o *Observer) add(ctx context.Context, name string, n int64, opts ...metric.AddOption) {
 	o.mu.Lock()
 	c, ok := o.counters[name]
 	if !ok {
@@ -71,7 +94,7 @@ func (o *Observer) add(ctx context.Context, name string, n int64) {
 		o.counters[name] = c
 	}
 	o.mu.Unlock()
-	c.Add(ctx, n)
+	c.Add(ctx, n, opts...)
 }
 
 func (o *Observer) histogram(name string) (metric.Float64Histogram, bool) {
