@@ -163,16 +163,16 @@ WITH created AS (
     INSERT INTO leasehold_episodes (
         actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status,
         max_attempts, budget, source_stack, source_env, payload, queued_at,
-        owner_node, started_at, last_step_at
+        trace_parent, owner_node, started_at, last_step_at
     )
     SELECT $1, $2, $3,
         $4, $5, s.status,
         $6, $7, $8,
-        $9, $10, now(),
-        CASE WHEN s.status = 'running' THEN $11::text END,
+        $9, $10, now(), $11::text,
+        CASE WHEN s.status = 'running' THEN $12::text END,
         CASE WHEN s.status = 'running' THEN now() END,
         CASE WHEN s.status = 'running' THEN now() END
-    FROM (SELECT CASE WHEN $12::boolean AND $11::text <> ''
+    FROM (SELECT CASE WHEN $13::boolean AND $12::text <> ''
                        AND NOT EXISTS (SELECT 1 FROM leasehold_work_claims AS x
                                        WHERE x.dedupe_key = $5::text
                                          AND x.state = 'claimed' AND x.lease_until > now())
@@ -185,11 +185,11 @@ WITH created AS (
         dedupe_key, state, owner_node, lease_until, claimed_at, last_heartbeat_at,
         attempt, fence, grant_kind, work_type
     )
-    SELECT created.claim_key, 'claimed', $11::text,
-        now() + ($13::bigint * interval '1 millisecond'),
+    SELECT created.claim_key, 'claimed', $12::text,
+        now() + ($14::bigint * interval '1 millisecond'),
         now(), now(), 1, 1, 'fresh', 'episode'
     FROM created
-    WHERE $11::text <> ''
+    WHERE $12::text <> ''
     ON CONFLICT (dedupe_key) DO UPDATE SET
         state             = 'claimed',
         owner_node        = excluded.owner_node,
@@ -237,6 +237,7 @@ type CreateEpisodeParams struct {
 	SourceStack   string
 	SourceEnv     string
 	Payload       []byte
+	TraceParent   *string
 	OwnerNode     string
 	Start         bool
 	LeaseMs       int64
@@ -304,6 +305,7 @@ func (q *Queries) CreateEpisode(ctx context.Context, db DBTX, arg CreateEpisodeP
 		arg.SourceStack,
 		arg.SourceEnv,
 		arg.Payload,
+		arg.TraceParent,
 		arg.OwnerNode,
 		arg.Start,
 		arg.LeaseMs,
@@ -422,7 +424,7 @@ const getEpisode = `-- name: GetEpisode :one
 SELECT id, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key,
     status, phase, attempts, max_attempts, budget, source_stack, source_env,
     owner_node, payload, result, error_class, error_detail, queued_at,
-    started_at, finished_at, last_step_at, archived_at, created_at
+    started_at, finished_at, last_step_at, archived_at, created_at, trace_parent
 FROM leasehold_episodes
 WHERE id = $1
 `
@@ -452,6 +454,7 @@ type GetEpisodeRow struct {
 	LastStepAt    *time.Time
 	ArchivedAt    *time.Time
 	CreatedAt     time.Time
+	TraceParent   *string
 }
 
 func (q *Queries) GetEpisode(ctx context.Context, db DBTX, id int64) (GetEpisodeRow, error) {
@@ -482,6 +485,7 @@ func (q *Queries) GetEpisode(ctx context.Context, db DBTX, id int64) (GetEpisode
 		&i.LastStepAt,
 		&i.ArchivedAt,
 		&i.CreatedAt,
+		&i.TraceParent,
 	)
 	return i, err
 }

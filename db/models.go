@@ -44,6 +44,7 @@ type LeaseholdEpisode struct {
 	CreatedAt         time.Time
 	JournalPurged     bool
 	CancelRequestedAt *time.Time
+	TraceParent       *string
 }
 
 type LeaseholdEpisodeStep struct {

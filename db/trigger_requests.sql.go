@@ -107,12 +107,13 @@ const createDeferredEpisode = `-- name: CreateDeferredEpisode :one
 WITH created AS (
     INSERT INTO leasehold_episodes (
         actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status,
-        max_attempts, budget, source_stack, source_env, payload, queued_at
+        max_attempts, budget, source_stack, source_env, payload, queued_at,
+        trace_parent
     ) VALUES (
         $1, $2, $3,
         $4, $5, 'queued',
         $6, $7, $8,
-        $9, $10, now()
+        $9, $10, now(), $11::text
     )
     ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL AND archived_at IS NULL
     DO NOTHING
@@ -123,9 +124,9 @@ WITH created AS (
         source_env, opts, status, created_at, run_after
     )
     SELECT created.id, created.actor_id, created.expectation_id,
-        $11::text, created.source_stack, created.source_env,
-        $12::jsonb, 'pending', created.created_at,
-        created.created_at + ($13::bigint * interval '1 millisecond')
+        $12::text, created.source_stack, created.source_env,
+        $13::jsonb, 'pending', created.created_at,
+        created.created_at + ($14::bigint * interval '1 millisecond')
     FROM created
     RETURNING id, episode_id
 ), existing AS (
@@ -155,6 +156,7 @@ type CreateDeferredEpisodeParams struct {
 	SourceStack   string
 	SourceEnv     string
 	Payload       []byte
+	TraceParent   *string
 	SourceNode    string
 	Opts          []byte
 	DelayMs       int64
@@ -196,6 +198,7 @@ func (q *Queries) CreateDeferredEpisode(ctx context.Context, db DBTX, arg Create
 		arg.SourceStack,
 		arg.SourceEnv,
 		arg.Payload,
+		arg.TraceParent,
 		arg.SourceNode,
 		arg.Opts,
 		arg.DelayMs,

@@ -78,6 +78,10 @@ type New struct {
 	SourceStack   string
 	SourceEnv     string
 	Payload       json.RawMessage
+	// TraceParent is the W3C trace context of the span that fired the
+	// trigger ("" for none), stored with the episode so every attempt, on
+	// any node, continues that trace (telemetry.Tracer).
+	TraceParent string
 
 	// Owner, when set, is granted the episode's work claim by the creating
 	// statement itself, for Lease: a created episode is never left queued
@@ -99,7 +103,7 @@ func (n New) Queued(id int64, createdAt time.Time) Episode {
 		ID: id, ActorID: n.ActorID, ExpectationID: n.ExpectationID, TriggerType: n.TriggerType,
 		TriggerRef: n.TriggerRef, DedupeKey: n.DedupeKey, Status: StatusQueued,
 		MaxAttempts: n.MaxAttempts, SourceStack: n.SourceStack, SourceEnv: n.SourceEnv,
-		Payload: n.Payload, CreatedAt: createdAt,
+		Payload: n.Payload, TraceParent: n.TraceParent, CreatedAt: createdAt,
 	}
 }
 
@@ -151,6 +155,9 @@ type Episode struct {
 	FinishedAt  *time.Time
 	LastStepAt  *time.Time
 	ArchivedAt  *time.Time
+	// TraceParent is the W3C trace context the episode's runs continue, ""
+	// for none (New.TraceParent).
+	TraceParent string
 }
 
 // ClaimKey is the work-claim key a run of the episode holds: its dedupe key,

@@ -154,6 +154,11 @@ type Config struct {
 	// Logger defaults to slog.Default(); Observer to discarding.
 	Logger   *slog.Logger
 	Observer telemetry.Observer
+	// Tracer, when set, traces each episode attempt and step
+	// (telemetry/oteltrace for OpenTelemetry): a trigger stores its
+	// caller's trace context with the episode, and every attempt's span,
+	// on any node, is a child of it. Default none.
+	Tracer telemetry.Tracer
 }
 
 type lifecycle int
@@ -678,6 +683,9 @@ func (n *Node) lookup(actorID, expectationID string) (*actorState, *Expectation,
 // Callers hold intake.
 func (n *Node) trigger(ctx context.Context, as *actorState, e *Expectation, ne episodes.New, jitter, delay time.Duration) (Outcome, error) {
 	key := ne.DedupeKey
+	if ne.TraceParent == "" {
+		ne.TraceParent = n.inject(ctx)
+	}
 	reserved := false
 	mode := n.ActorMode(as.actor.ID)
 	if mode == ModeDisabled {

@@ -26,6 +26,11 @@ type job struct {
 	ctx    context.Context
 	unhold func()
 	run    *Run // once started
+	// outcome: how the attempt ended, for its span.
+	outcome struct {
+		status, class string
+		err           error
+	}
 	// started: the creating statement started the episode already
 	// (CreateEpisode with a reserved slot): execute skips StartEpisode.
 	started bool
@@ -193,6 +198,8 @@ func (n *Node) execute(j *job) {
 		return
 	}
 	n.emit(ctx, n.about(j, telemetry.Event{Name: EventStarted, Attempt: j.ep.Attempt()}))
+	ctx, span := n.startSpan(ctx, j, 0)
+	defer func() { span.End(j.outcome.status, j.outcome.class, j.outcome.err) }()
 
 	run := &Run{Episode: j.ep, Attempt: j.ep.Attempt(), StepNo: next, token: j.claim.Token, node: n}
 	j.run = run
@@ -225,7 +232,13 @@ func (n *Node) execute(j *job) {
 			return
 		}
 		var res StepResult
-		err := safely(func() (err error) { res, err = j.exp.Strategy.Step(ctx, run); return err })
+		sctx, step := n.startSpan(ctx, j, run.StepNo)
+		err := safely(func() (err error) { res, err = j.exp.Strategy.Step(sctx, run); return err })
+		stepStatus := "ok"
+		if err != nil {
+			stepStatus = "error"
+		}
+		step.End(stepStatus, "", err)
 		if f, ok := n.finishedInTx(j); ok {
 			n.emitFinished(ctx, j, f)
 			return
@@ -389,6 +402,7 @@ func (n *Node) finish(ctx context.Context, j *job, f episodes.Finish) {
 
 // emitFinished emits the event of j's terminal write f, once it landed.
 func (n *Node) emitFinished(ctx context.Context, j *job, f episodes.Finish) {
+	j.ended(string(f.Status), f.ErrorClass, nil)
 	name := EventFailed
 	switch f.Status {
 	case episodes.StatusDone:
@@ -551,6 +565,14 @@ func mustJSON(v any) json.RawMessage {
 // expectation, episode, env, stack, key, owner, fence, attempt), keeping
 // the fields e sets itself.
 func (n *Node) about(j *job, e telemetry.Event) telemetry.Event {
+	switch e.Name { // how the attempt ended, for its span
+	case EventLeaseLost:
+		j.ended("lease_lost", "", e.Err)
+	case EventReleased, EventReleaseFailed:
+		j.ended("released", "", e.Err)
+	case EventRetrying:
+		j.ended("retrying", e.ErrorClass, e.Err)
+	}
 	e.Actor, e.Expectation, e.EpisodeID = j.ep.ActorID, j.ep.ExpectationID, j.ep.ID
 	e.Env, e.Stack = j.ep.SourceEnv, j.ep.SourceStack
 	e.Key, e.Owner, e.Fence = j.claim.Key, n.id, j.claim.Fence
@@ -569,4 +591,35 @@ func (n *Node) aboutNew(ne episodes.New, id int64, e telemetry.Event) telemetry.
 		e.Key = ne.DedupeKey
 	}
 	return e
+}
+
+// ended records how j's attempt ended, for its span; the first word wins.
+func (j *job) ended(status, class string, err error) {
+	if j.outcome.status == "" {
+		j.outcome.status, j.outcome.class, j.outcome.err = status, class, err
+	}
+}
+
+// inject is the trace context of ctx's span for a trigger to store with
+// its episode, "" without a Tracer.
+func (n *Node) inject(ctx context.Context) string {
+	if n.cfg.Tracer == nil {
+		return ""
+	}
+	return n.cfg.Tracer.Inject(ctx)
+}
+
+// startSpan starts the span of j's attempt (step 0), a child of the trace
+// context stored with the episode, or of one of its steps, a child of the
+// attempt's span in ctx.
+func (n *Node) startSpan(ctx context.Context, j *job, step int32) (context.Context, telemetry.Span) {
+	if n.cfg.Tracer == nil {
+		return ctx, telemetry.NoSpan{}
+	}
+	attrs := telemetry.SpanAttrs{Actor: j.ep.ActorID, Expectation: j.ep.ExpectationID, Key: j.claim.Key, Node: n.id,
+		Env: j.ep.SourceEnv, EpisodeID: j.ep.ID, Attempt: j.ep.Attempt(), Fence: j.claim.Fence, Step: step}
+	if step > 0 {
+		return n.cfg.Tracer.Start(ctx, "leasehold.step "+j.ep.ActorID+"/"+j.ep.ExpectationID, "", attrs)
+	}
+	return n.cfg.Tracer.Start(ctx, "leasehold.episode "+j.ep.ActorID+"/"+j.ep.ExpectationID, j.ep.TraceParent, attrs)
 }

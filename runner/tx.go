@@ -54,6 +54,7 @@ func (n *Node) FireTx(ctx context.Context, tx TxStore, actorID, event string, pa
 	}
 	out := make([]Outcome, 0, len(fired))
 	for _, ne := range fired {
+		ne.TraceParent = n.inject(ctx)
 		res, err := tx.CreateDeferredEpisode(ctx, episodes.Deferred{New: ne, SourceNode: n.id, Delay: opts.Delay})
 		if err != nil {
 			return out, fmt.Errorf("create episode %s/%s in the caller's transaction: %w", ne.ActorID, ne.ExpectationID, err)

@@ -29,6 +29,7 @@ func (s *Store) CreateEpisode(ctx context.Context, n episodes.New) (episodes.Cre
 		SourceStack:   n.SourceStack,
 		SourceEnv:     n.SourceEnv,
 		Payload:       n.Payload,
+		TraceParent:   nullable(n.TraceParent),
 		OwnerNode:     n.Owner,
 		Start:         n.Start,
 		LeaseMs:       n.Lease.Milliseconds(),
@@ -195,7 +196,7 @@ func (s *Store) GetEpisode(ctx context.Context, id int64) (episodes.Episode, err
 		SourceStack: r.SourceStack, SourceEnv: r.SourceEnv, OwnerNode: deref(r.OwnerNode),
 		Payload: r.Payload, Result: r.Result, ErrorClass: deref(r.ErrorClass), ErrorDetail: r.ErrorDetail,
 		CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt,
-		LastStepAt: r.LastStepAt, ArchivedAt: r.ArchivedAt,
+		LastStepAt: r.LastStepAt, ArchivedAt: r.ArchivedAt, TraceParent: deref(r.TraceParent),
 	}, nil
 }
 

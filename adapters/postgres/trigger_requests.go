@@ -27,6 +27,7 @@ func (s *Store) CreateDeferredEpisode(ctx context.Context, d episodes.Deferred) 
 		SourceStack:   n.SourceStack,
 		SourceEnv:     n.SourceEnv,
 		Payload:       n.Payload,
+		TraceParent:   nullable(n.TraceParent),
 		SourceNode:    d.SourceNode,
 		Opts:          d.Opts,
 		DelayMs:       d.Delay.Milliseconds(),

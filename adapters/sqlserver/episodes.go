@@ -39,6 +39,7 @@ func (s *Store) CreateEpisode(ctx context.Context, n episodes.New) (episodes.Cre
 		sql.Named("source_stack", n.SourceStack),
 		sql.Named("source_env", n.SourceEnv),
 		sql.Named("payload", jsonArg(n.Payload)),
+		sql.Named("trace_parent", nullString(n.TraceParent)),
 		sql.Named("owner_node", n.Owner),
 		sql.Named("start", n.Start),
 		sql.Named("lease_ms", n.Lease.Milliseconds()),
@@ -230,6 +231,7 @@ func (s *Store) GetEpisode(ctx context.Context, id int64) (episodes.Episode, err
 		dedupeKey, phase, owner, errorClass      sql.NullString
 		triggerRef, budget, payload, res, detail sql.NullString
 		queued, started, finished, lastStep, arc sql.NullTime
+		traceParent                              sql.NullString
 	)
 	err := s.queryRow(ctx, "GetEpisode",
 		sql.Named("id", id),
@@ -237,7 +239,7 @@ func (s *Store) GetEpisode(ctx context.Context, id int64) (episodes.Episode, err
 		&e.ID, &e.ActorID, &e.ExpectationID, &triggerType, &triggerRef, &dedupeKey,
 		&status, &phase, &e.Attempts, &e.MaxAttempts, &budget, &e.SourceStack, &e.SourceEnv,
 		&owner, &payload, &res, &errorClass, &detail, &queued,
-		&started, &finished, &lastStep, &arc, &e.CreatedAt,
+		&started, &finished, &lastStep, &arc, &e.CreatedAt, &traceParent,
 	)
 	if errors.Is(err, sql.ErrNoRows) {
 		return episodes.Episode{}, fmt.Errorf("episode %d: %w", id, episodes.ErrNotFound)
@@ -249,6 +251,7 @@ func (s *Store) GetEpisode(ctx context.Context, id int64) (episodes.Episode, err
 	e.TriggerRef, e.Payload, e.Result, e.ErrorDetail = rawJSON(triggerRef), rawJSON(payload), rawJSON(res), rawJSON(detail)
 	e.DedupeKey, e.Phase, e.OwnerNode, e.ErrorClass = dedupeKey.String, phase.String, owner.String, errorClass.String
 	e.StartedAt, e.FinishedAt, e.LastStepAt, e.ArchivedAt = timePtr(started), timePtr(finished), timePtr(lastStep), timePtr(arc)
+	e.TraceParent = traceParent.String
 	return e, nil
 }
 

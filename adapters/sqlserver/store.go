@@ -201,7 +201,7 @@ var resultColumns = map[string][]string{
 		"id", "actor_id", "expectation_id", "trigger_type", "trigger_ref", "dedupe_key",
 		"status", "phase", "attempts", "max_attempts", "budget", "source_stack", "source_env",
 		"owner_node", "payload", "result", "error_class", "error_detail", "queued_at",
-		"started_at", "finished_at", "last_step_at", "archived_at", "created_at",
+		"started_at", "finished_at", "last_step_at", "archived_at", "created_at", "trace_parent",
 	},
 	"ListSteps": {"episode_id", "step_no", "fence", "data", "created_at"},
 

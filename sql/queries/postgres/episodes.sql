@@ -41,12 +41,12 @@ WITH created AS (
     INSERT INTO leasehold_episodes (
         actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status,
         max_attempts, budget, source_stack, source_env, payload, queued_at,
-        owner_node, started_at, last_step_at
+        trace_parent, owner_node, started_at, last_step_at
     )
     SELECT sqlc.arg(actor_id), sqlc.arg(expectation_id), sqlc.arg(trigger_type),
         sqlc.narg(trigger_ref), sqlc.narg(dedupe_key), s.status,
         sqlc.arg(max_attempts), sqlc.narg(budget), sqlc.arg(source_stack),
-        sqlc.arg(source_env), sqlc.narg(payload), now(),
+        sqlc.arg(source_env), sqlc.narg(payload), now(), sqlc.narg(trace_parent)::text,
         CASE WHEN s.status = 'running' THEN sqlc.arg(owner_node)::text END,
         CASE WHEN s.status = 'running' THEN now() END,
         CASE WHEN s.status = 'running' THEN now() END
@@ -433,7 +433,7 @@ JOIN request ON true;
 SELECT id, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key,
     status, phase, attempts, max_attempts, budget, source_stack, source_env,
     owner_node, payload, result, error_class, error_detail, queued_at,
-    started_at, finished_at, last_step_at, archived_at, created_at
+    started_at, finished_at, last_step_at, archived_at, created_at, trace_parent
 FROM leasehold_episodes
 WHERE id = sqlc.arg(id);
 

@@ -20,12 +20,13 @@
 WITH created AS (
     INSERT INTO leasehold_episodes (
         actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status,
-        max_attempts, budget, source_stack, source_env, payload, queued_at
+        max_attempts, budget, source_stack, source_env, payload, queued_at,
+        trace_parent
     ) VALUES (
         sqlc.arg(actor_id), sqlc.arg(expectation_id), sqlc.arg(trigger_type),
         sqlc.narg(trigger_ref), sqlc.narg(dedupe_key), 'queued',
         sqlc.arg(max_attempts), sqlc.narg(budget), sqlc.arg(source_stack),
-        sqlc.arg(source_env), sqlc.narg(payload), now()
+        sqlc.arg(source_env), sqlc.narg(payload), now(), sqlc.narg(trace_parent)::text
     )
     ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL AND archived_at IS NULL
     DO NOTHING

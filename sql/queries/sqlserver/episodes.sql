@@ -77,12 +77,14 @@ BEGIN TRY
 
     INSERT INTO leasehold_episodes (
         actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status,
-        max_attempts, budget, source_stack, source_env, payload, queued_at
+        max_attempts, budget, source_stack, source_env, payload, queued_at,
+        trace_parent
     )
     OUTPUT inserted.id, inserted.created_at INTO @created
     VALUES (
         @actor_id, @expectation_id, @trigger_type, @trigger_ref, @dedupe_key, N'queued',
-        @max_attempts, @budget, @source_stack, @source_env, @payload, SYSUTCDATETIME()
+        @max_attempts, @budget, @source_stack, @source_env, @payload, SYSUTCDATETIME(),
+        @trace_parent
     );
 
     SELECT @claim_key = COALESCE(@dedupe_key, CONCAT(N'episode:', id)) FROM @created;
@@ -629,7 +631,7 @@ CROSS JOIN @request AS r;
 SELECT id, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key,
     status, phase, attempts, max_attempts, budget, source_stack, source_env,
     owner_node, payload, result, error_class, error_detail, queued_at,
-    started_at, finished_at, last_step_at, archived_at, created_at
+    started_at, finished_at, last_step_at, archived_at, created_at, trace_parent
 FROM leasehold_episodes
 WHERE id = @id;
 

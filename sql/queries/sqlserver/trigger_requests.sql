@@ -65,11 +65,13 @@ BEGIN TRY
 
     INSERT INTO leasehold_episodes (
         actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status,
-        max_attempts, budget, source_stack, source_env, payload, queued_at
+        max_attempts, budget, source_stack, source_env, payload, queued_at,
+        trace_parent
     )
     OUTPUT inserted.id, inserted.created_at INTO @created
     SELECT @actor_id, @expectation_id, @trigger_type, @trigger_ref, @dedupe_key, N'queued',
-        @max_attempts, @budget, @source_stack, @source_env, @payload, SYSUTCDATETIME()
+        @max_attempts, @budget, @source_stack, @source_env, @payload, SYSUTCDATETIME(),
+        @trace_parent
     WHERE @dedupe_key IS NULL
        OR NOT EXISTS (
             SELECT 1 FROM leasehold_episodes WITH (UPDLOCK, HOLDLOCK)
