@@ -191,6 +191,60 @@ func runFlow(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		require.ErrorIs(t, err, episodes.ErrNotFound)
 	})
 
+	t.Run("GroupedFinishIsFencedRowByRow", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		start := func(key, owner string) episodes.Created {
+			n := flowEpisode(key)
+			n.Owner, n.Lease, n.Start = owner, time.Minute, true
+			res, err := b.Store.CreateEpisode(ctx(t), n)
+			require.NoError(t, err)
+			return res
+		}
+		ok1, ok2 := start("event:a:e:g1", "node-a"), start("event:a:e:g2", "node-a")
+		stolen := start("event:a:e:g3", "node-a")
+		b.ExpireClaim(t, "event:a:e:g3")
+		thief, err := b.Store.Acquire(ctx(t), claims.AcquireParams{Key: "event:a:e:g3", Owner: "node-b", Lease: time.Minute, WorkType: "episode"})
+		require.NoError(t, err)
+		ended := start("event:a:e:g4", "node-a")
+		require.NoError(t, b.Store.FinishEpisode(ctx(t), ended.Episode.ID, ended.Claim.Token, episodes.Finish{Status: episodes.StatusDone}))
+
+		items := []episodes.FinishItem{
+			{ID: ok1.Episode.ID, Token: ok1.Claim.Token, Finish: episodes.Finish{Status: episodes.StatusDone, Result: []byte(`{"n":1}`),
+				StepNo: 1, StepData: []byte(`{"last":true}`)}},
+			{ID: ok2.Episode.ID, Token: ok2.Claim.Token, Finish: episodes.Finish{Status: episodes.StatusFailed, ErrorClass: "panic",
+				ErrorDetail: []byte(`{"panic":"x"}`)}},
+			{ID: stolen.Episode.ID, Token: stolen.Claim.Token, Finish: episodes.Finish{Status: episodes.StatusDone, StepNo: 1, StepData: []byte(`{}`)}},
+			{ID: ended.Episode.ID, Token: ended.Claim.Token, Finish: episodes.Finish{Status: episodes.StatusFailed}},
+		}
+		finished, err := b.Store.FinishEpisodes(ctx(t), "node-a", items)
+		require.NoError(t, err)
+		require.ElementsMatch(t, []int64{ok1.Episode.ID, ok2.Episode.ID}, finished, "only the rows whose grant is current")
+
+		e := EpisodesBackend{Store: b.Store}
+		got := get(t, e, ok1.Episode.ID)
+		require.Equal(t, episodes.StatusDone, got.Status)
+		require.JSONEq(t, `{"n":1}`, string(got.Result))
+		steps, err := b.Store.ListSteps(ctx(t), ok1.Episode.ID)
+		require.NoError(t, err)
+		require.Len(t, steps, 1, "the last step journaled with the finish")
+		got = get(t, e, ok2.Episode.ID)
+		require.Equal(t, episodes.StatusFailed, got.Status)
+		require.Equal(t, "panic", got.ErrorClass)
+		require.Equal(t, episodes.StatusRunning, get(t, e, stolen.Episode.ID).Status, "the zombie's row wrote nothing")
+		steps, err = b.Store.ListSteps(ctx(t), stolen.Episode.ID)
+		require.NoError(t, err)
+		require.Empty(t, steps)
+		require.NoError(t, b.Store.FinishEpisode(ctx(t), stolen.Episode.ID, thief.Token, episodes.Finish{Status: episodes.StatusDone}), "the thief's grant is intact")
+		require.Equal(t, episodes.StatusDone, get(t, e, ended.Episode.ID).Status, "a terminal episode is not finished again")
+
+		again, err := b.Store.FinishEpisodes(ctx(t), "node-a", items[:2])
+		require.NoError(t, err)
+		require.Empty(t, again, "a duplicate group finishes nothing")
+		_, err = b.Store.FinishEpisodes(ctx(t), "node-b", items[:1])
+		require.Error(t, err, "rows fenced by another node are refused before sending")
+	})
+
 	t.Run("RequeueOrphanOnceAcrossSweepers", func(t *testing.T) {
 		t.Parallel()
 		b := newBackend(t)

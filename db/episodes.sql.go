@@ -420,6 +420,91 @@ func (q *Queries) FinishEpisode(ctx context.Context, db DBTX, arg FinishEpisodeP
 	return id, err
 }
 
+const finishEpisodes = `-- name: FinishEpisodes :many
+WITH finish AS (
+    SELECT (j ->> 'id')::bigint AS id, (j ->> 'claim_key')::text AS claim_key,
+        (j ->> 'fence')::bigint AS fence, (j ->> 'status')::text AS status,
+        (j ->> 'claim_state')::text AS claim_state, nullif(j -> 'result', 'null'::jsonb) AS result,
+        (j ->> 'error_class')::text AS error_class, nullif(j -> 'error_detail', 'null'::jsonb) AS error_detail,
+        coalesce((j ->> 'step_no')::integer, 0) AS step_no, nullif(j -> 'step_data', 'null'::jsonb) AS step_data
+    FROM jsonb_array_elements($1::jsonb) AS j
+), claim AS (
+    UPDATE leasehold_work_claims AS c
+    SET state        = f.claim_state,
+        finished_at  = now(),
+        lease_until  = now(),
+        error_detail = f.error_detail
+    FROM finish AS f
+    WHERE c.dedupe_key = f.claim_key
+      AND c.owner_node = $2::text
+      AND c.fence = f.fence
+      AND c.state = 'claimed'
+      AND EXISTS (SELECT 1 FROM leasehold_episodes AS r
+                  WHERE r.id = f.id AND r.status IN ('queued', 'running'))
+    RETURNING c.dedupe_key, c.fence
+), matched AS (
+    SELECT f.id, f.fence, f.status, f.result, f.error_class, f.error_detail, f.step_no, f.step_data
+    FROM finish AS f
+    JOIN claim ON claim.dedupe_key = f.claim_key AND claim.fence = f.fence
+), step AS (
+    INSERT INTO leasehold_episode_steps (episode_id, step_no, fence, data)
+    SELECT m.id, m.step_no, m.fence, m.step_data
+    FROM matched AS m
+    WHERE m.step_no > 0
+    RETURNING 1
+)
+UPDATE leasehold_episodes AS e
+SET status       = m.status,
+    phase        = NULL,
+    result       = m.result,
+    error_class  = m.error_class,
+    error_detail = m.error_detail,
+    finished_at  = now(),
+    last_step_at = CASE WHEN m.step_no > 0 THEN now() ELSE e.last_step_at END
+FROM matched AS m
+WHERE e.id = m.id
+  AND e.status IN ('queued', 'running')
+RETURNING e.id
+`
+
+type FinishEpisodesParams struct {
+	Rows      []byte
+	OwnerNode string
+}
+
+// Grouped finishing: the terminal writes of many runs of one node in one
+// statement, one commit. rows is a JSON array, one object per run:
+// {"id", "claim_key", "fence", "status", "claim_state", "result",
+// "error_class", "error_detail", "step_no", "step_data"}, as FinishEpisode's
+// arguments. The ids of the episodes finished come back; a run whose row
+// is missing from the result lost its grant (claims.ErrLeaseLost).
+//
+// Guarantee: each row is FinishEpisode's, conditioned on its own claim
+// (key, owner_node, fence, claimed) and on its episode still open, in the
+// same statement: a claim row that does not match writes nothing for its
+// run, and neither its step nor its episode is written (they join on the
+// claims that matched). Rows of one batch name distinct claims (one live
+// grant per key; the runner sends each run once).
+func (q *Queries) FinishEpisodes(ctx context.Context, db DBTX, arg FinishEpisodesParams) ([]int64, error) {
+	rows, err := db.Query(ctx, finishEpisodes, arg.Rows, arg.OwnerNode)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []int64{}
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const getEpisode = `-- name: GetEpisode :one
 SELECT id, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key,
     status, phase, attempts, max_attempts, budget, source_stack, source_env,

@@ -343,3 +343,52 @@ func CheckID(what, id string) error {
 	}
 	return nil
 }
+
+// FinishItem is one run's terminal write in a group (FinishEpisodes): the
+// episode, the grant it is fenced on, and the finish.
+type FinishItem struct {
+	ID    int64
+	Token claims.Token
+	Finish
+}
+
+// finishRow is a FinishItem as the FinishEpisodes statements read it.
+type finishRow struct {
+	ID          int64           `json:"id"`
+	ClaimKey    string          `json:"claim_key"`
+	Fence       int64           `json:"fence"`
+	Status      Status          `json:"status"`
+	ClaimState  string          `json:"claim_state"`
+	Result      json.RawMessage `json:"result"`
+	ErrorClass  *string         `json:"error_class"`
+	ErrorDetail json.RawMessage `json:"error_detail"`
+	StepNo      int32           `json:"step_no"`
+	StepData    json.RawMessage `json:"step_data"`
+}
+
+// FinishRows encodes items for FinishEpisodes' rows argument: a JSON
+// array, one object per run, with FinishEpisode's arguments (an empty
+// error class and absent documents are null). Every item must be fenced
+// by owner.
+func FinishRows(owner string, items []FinishItem) ([]byte, error) {
+	rows := make([]finishRow, len(items))
+	for i, it := range items {
+		if it.Token.Owner != owner {
+			return nil, fmt.Errorf("episodes: finish of episode %d is fenced on %s, not on the sending node %s", it.ID, it.Token.Owner, owner)
+		}
+		r := finishRow{ID: it.ID, ClaimKey: it.Token.Key, Fence: it.Token.Fence, Status: it.Status, ClaimState: it.ClaimState(),
+			Result: nullJSON(it.Result), ErrorDetail: nullJSON(it.ErrorDetail), StepNo: it.StepNo, StepData: nullJSON(it.StepData)}
+		if it.ErrorClass != "" {
+			r.ErrorClass = &it.ErrorClass
+		}
+		rows[i] = r
+	}
+	return json.Marshal(rows)
+}
+
+func nullJSON(raw json.RawMessage) json.RawMessage {
+	if len(raw) == 0 {
+		return json.RawMessage("null")
+	}
+	return raw
+}

@@ -263,3 +263,55 @@ func TestEpisodeEventsCarryTheEpisode(t *testing.T) {
 	}
 	require.Len(t, seen, 2)
 }
+
+// finishCalls counts the terminal-write statements a node sends.
+type finishCalls struct {
+	runner.Store
+	single, grouped, rows atomic.Int32
+}
+
+func (s *finishCalls) FinishEpisode(ctx context.Context, id int64, t claims.Token, f episodes.Finish) error {
+	s.single.Add(1)
+	return s.Store.FinishEpisode(ctx, id, t, f)
+}
+
+func (s *finishCalls) FinishEpisodes(ctx context.Context, owner string, items []episodes.FinishItem) ([]int64, error) {
+	s.grouped.Add(1)
+	s.rows.Add(int32(len(items)))
+	return s.Store.FinishEpisodes(ctx, owner, items)
+}
+
+// Grouped finishing: 64 runs that end at once reach the database in fewer
+// statements than runs, every one finished once; with FinishBatch 1 each
+// is sent alone.
+func TestRunsThatEndTogetherFinishInGroups(t *testing.T) {
+	t.Parallel()
+	for _, batch := range []int{0, 1} {
+		release := make(chan struct{})
+		wait := nodetest.Strategy{StepFunc: func(ctx context.Context, _ *runner.Run) (runner.StepResult, error) {
+			<-release
+			return runner.StepResult{Done: true}, nil
+		}}
+		calls := &finishCalls{}
+		c := nodetest.Start(t, 1, func(_ int, cfg *runner.Config) {
+			calls.Store, cfg.Store, cfg.FinishBatch = cfg.Store, calls, batch
+		}, runner.Actor{ID: "m", MaxConcurrent: 64, Expectations: []runner.Expectation{{ID: "e", Trigger: runner.Manual{}, Strategy: wait}}})
+		for range 64 {
+			_, err := c.Nodes[0].RunManual(context.Background(), "m", "e", nil)
+			require.NoError(t, err)
+		}
+		close(release)
+		nodetest.WaitEnded(t, 64, c.Sigs...)
+		require.Equal(t, 64, c.Count(t, "status = 'done'"))
+		require.Equal(t, 64, c.Sigs[0].Count(runner.EventCompleted))
+		statements := calls.single.Load() + calls.grouped.Load()
+		t.Logf("FinishBatch %d: 64 finishes in %d statements (%d grouped, carrying %d rows)", batch, statements, calls.grouped.Load(), calls.rows.Load())
+		if batch == 1 {
+			require.EqualValues(t, 64, calls.single.Load())
+			require.Zero(t, calls.grouped.Load())
+		} else {
+			require.Less(t, statements, int32(64), "grouped")
+			require.EqualValues(t, 64, calls.single.Load()+calls.rows.Load(), "each run's finish sent once")
+		}
+	}
+}

@@ -46,6 +46,16 @@
 // starts the next; MaxAttempts bounds both (episodes.Episode.Attempt).
 // Permanent errors, panics and exhausted budgets never retry.
 //
+// Grouped finishing: the runs of one node that end while a terminal write
+// is in flight are sent together, in one FinishEpisodes statement (at most
+// Config.FinishBatch rows), each row conditioned on its own grant (key,
+// owner, fence, claimed) exactly as FinishEpisode; a row that matches
+// nothing writes nothing and its run learns ErrLeaseLost, the others
+// commit together, and every event is emitted after the commit. The window
+// is the previous group's round trip: a lone finish goes out at once. A
+// group whose statement fails is sent again row by row, each with the
+// single write's bounds.
+//
 // FinishEpisode writes the episode's terminal status and the claim's final
 // state in one statement, so neither lands without the other.
 //

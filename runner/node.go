@@ -63,6 +63,10 @@ type Store interface {
 	// keeps and journals the error, releases the claim and makes the
 	// episode available after the backoff (database clock).
 	RetryEpisode(ctx context.Context, id int64, t claims.Token, r episodes.Retry) (episodes.Retried, error)
+	// FinishEpisodes is FinishEpisode for many runs of owner in one
+	// statement, each fenced on its own grant; it returns the episodes
+	// finished.
+	FinishEpisodes(ctx context.Context, owner string, items []episodes.FinishItem) ([]int64, error)
 	// Cluster-wide cancel and retry (Node.Cancel, Node.Retry): the
 	// holder of a live episode reads its cancel requests once per
 	// heartbeat interval.
@@ -154,6 +158,13 @@ type Config struct {
 	// Logger defaults to slog.Default(); Observer to discarding.
 	Logger   *slog.Logger
 	Observer telemetry.Observer
+	// FinishBatch bounds how many runs' terminal writes go to the
+	// database in one grouped statement (FinishEpisodes, each row fenced on
+	// its own grant), default DefaultFinishBatch; 1 sends each on its own.
+	// A group waits for nothing: it carries the finishes that queued while
+	// the previous one was in flight. Runs finished by a Finisher of their
+	// own (package workflows) or in the caller's transaction are not grouped.
+	FinishBatch int
 	// Tracer, when set, traces each episode attempt and step
 	// (telemetry/oteltrace for OpenTelemetry): a trigger stores its
 	// caller's trace context with the episode, and every attempt's span,
@@ -228,6 +239,8 @@ type Node struct {
 	pollCh chan struct{} // buffered 1: a pending wake-up for the poller
 	// backlog: the last poll may have left due work behind (see slotFreed).
 	backlog atomic.Bool
+	// finishes groups the runs' terminal writes (FinishEpisodes).
+	finishes finishGroup
 }
 
 type actorState struct {
@@ -258,6 +271,12 @@ func NewNode(cfg Config) (*Node, error) {
 	}
 	if cfg.DrainGrace == 0 {
 		cfg.DrainGrace = DefaultDrainGrace
+	}
+	if cfg.FinishBatch == 0 {
+		cfg.FinishBatch = DefaultFinishBatch
+	}
+	if cfg.FinishBatch < 0 {
+		return nil, fmt.Errorf("%w: finish batch %d is negative", ErrInvalid, cfg.FinishBatch)
 	}
 	if cfg.DrainGrace < 0 {
 		return nil, fmt.Errorf("%w: drain grace %v is negative", ErrInvalid, cfg.DrainGrace)

@@ -387,7 +387,12 @@ func (n *Node) retryAttempt(ctx context.Context, j *job, cause error) {
 // finish writes the episode's terminal status and the claim's final state
 // in one fenced statement.
 func (n *Node) finish(ctx context.Context, j *job, f episodes.Finish) {
-	err := n.retrying(j, func(ctx context.Context) error { return n.finisher.FinishEpisode(ctx, nil, j.ep, j.claim.Token, f) })
+	var err error
+	if _, plain := n.finisher.(storeFinisher); plain {
+		err = n.groupFinish(j, f)
+	} else {
+		err = n.retrying(j, func(ctx context.Context) error { return n.finisher.FinishEpisode(ctx, nil, j.ep, j.claim.Token, f) })
+	}
 	switch {
 	case errors.Is(err, claims.ErrLeaseLost):
 		n.emit(ctx, n.about(j, telemetry.Event{Name: EventLeaseLost, Err: err}))

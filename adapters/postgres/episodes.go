@@ -330,3 +330,21 @@ func (s *Store) PutAgentDefinition(ctx context.Context, d episodes.Definition) e
 	}
 	return nil
 }
+
+// FinishEpisodes runs FinishEpisodes: the terminal writes of items, all
+// fenced by owner, in one statement. It returns the ids of the episodes
+// finished; an item missing from them lost its grant.
+func (s *Store) FinishEpisodes(ctx context.Context, owner string, items []episodes.FinishItem) ([]int64, error) {
+	if len(items) == 0 {
+		return nil, nil
+	}
+	rows, err := episodes.FinishRows(owner, items)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := s.q.FinishEpisodes(ctx, s.conn, db.FinishEpisodesParams{Rows: rows, OwnerNode: owner})
+	if err != nil {
+		return nil, dbError("FinishEpisodes", err)
+	}
+	return ids, nil
+}

@@ -294,3 +294,29 @@ func timePtr(nt sql.NullTime) *time.Time {
 	t := nt.Time
 	return &t
 }
+
+// FinishEpisodes runs FinishEpisodes: the terminal writes of items, all
+// fenced by owner, in one transaction. It returns the ids of the episodes
+// finished; an item missing from them lost its grant.
+func (s *Store) FinishEpisodes(ctx context.Context, owner string, items []episodes.FinishItem) ([]int64, error) {
+	if len(items) == 0 {
+		return nil, nil
+	}
+	raw, err := episodes.FinishRows(owner, items)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.query(ctx, "FinishEpisodes", sql.Named("rows", string(raw)), sql.Named("owner_node", owner))
+	if err != nil {
+		return nil, err
+	}
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
+}

@@ -194,6 +194,7 @@ var resultColumns = map[string][]string{
 	"AppendStep":         {"step_no"},
 	"FinishEpisode":      {"id"},
 	"RetryEpisode":       {"id", "attempts", "status", "request_id", "run_after"},
+	"FinishEpisodes":     {"id"},
 	"CancelEpisode":      {"id", "status", "cancel_requested_at"},
 	"ListCancelRequests": {"id", "fence"},
 	"RequeueEpisode":     {"id", "attempts", "request_id", "run_after"},

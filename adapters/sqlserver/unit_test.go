@@ -404,6 +404,7 @@ func TestUnitParamsMatchPostgres(t *testing.T) {
 	_ = s.AppendStep(ctx, 1, tk, 2, json.RawMessage(`{}`), time.Second)
 	_ = s.FinishEpisode(ctx, 1, tk, episodes.Finish{Status: episodes.StatusDone})
 	_, _ = s.RetryEpisode(ctx, 1, tk, episodes.Retry{ErrorClass: "error", Backoff: time.Second})
+	_, _ = s.FinishEpisodes(ctx, "a", []episodes.FinishItem{{ID: 1, Token: tk, Finish: episodes.Finish{Status: episodes.StatusDone}}})
 	_, _ = s.GetEpisode(ctx, 1)
 	_, _ = s.ListSteps(ctx, 1)
 	_, _ = s.ListOrphans(ctx, episodes.OrphanQuery{Limit: 5})

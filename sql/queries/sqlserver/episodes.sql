@@ -360,6 +360,102 @@ ELSE
 
 SELECT id FROM @finished;
 
+-- name: FinishEpisodes :many
+-- Grouped finishing, as sql/queries/postgres/episodes.sql's FinishEpisodes:
+-- the terminal writes of many runs of one node in one transaction. @rows is
+-- an nvarchar(max) JSON array, one object per run with FinishEpisode's
+-- arguments, read with OPENJSON (the claim key with the key column's binary
+-- collation, as in RenewClaims). The ids of the episodes finished come
+-- back; a run missing from the result lost its grant.
+--
+-- Guarantee: each row is FinishEpisode's, fenced on its own claim (key,
+-- @owner_node, fence, claimed) with its episode still open: the claim
+-- UPDATE outputs only the claims that matched, and the step INSERT and the
+-- episode UPDATE join on them, so a run whose grant is gone writes nothing
+-- and the others land together, in one COMMIT. Rows name distinct claims.
+--
+-- Hints: UPDLOCK, ROWLOCK on the claim UPDATE, as in FinishEpisode: each
+-- matched row stays locked to COMMIT, so no steal comes between the writes.
+-- Outside a caller's transaction only (the runner's grouped finishes).
+SET NOCOUNT ON;
+SET XACT_ABORT ON;
+DECLARE @finish TABLE (
+    id           bigint        NOT NULL,
+    claim_key    nvarchar(512) COLLATE Latin1_General_100_BIN2 NOT NULL,
+    fence        bigint        NOT NULL,
+    status       nvarchar(32)  NOT NULL,
+    claim_state  nvarchar(16)  NOT NULL,
+    result       nvarchar(max) NULL,
+    error_class  nvarchar(255) NULL,
+    error_detail nvarchar(max) NULL,
+    step_no      int           NOT NULL,
+    step_data    nvarchar(max) NULL
+);
+DECLARE @claim TABLE (dedupe_key nvarchar(512) COLLATE Latin1_General_100_BIN2 NOT NULL, fence bigint NOT NULL);
+DECLARE @finished TABLE (id bigint NOT NULL);
+
+INSERT INTO @finish (id, claim_key, fence, status, claim_state, result, error_class, error_detail, step_no, step_data)
+SELECT id, claim_key, fence, status, claim_state, result, error_class, error_detail, step_no, step_data
+FROM OPENJSON(@rows) WITH (
+    id           bigint        '$.id',
+    claim_key    nvarchar(512) COLLATE Latin1_General_100_BIN2 '$.claim_key',
+    fence        bigint        '$.fence',
+    status       nvarchar(32)  '$.status',
+    claim_state  nvarchar(16)  '$.claim_state',
+    result       nvarchar(max) '$.result' AS JSON,
+    error_class  nvarchar(255) '$.error_class',
+    error_detail nvarchar(max) '$.error_detail' AS JSON,
+    step_no      int           '$.step_no',
+    step_data    nvarchar(max) '$.step_data' AS JSON
+);
+
+BEGIN TRANSACTION;
+
+UPDATE c
+SET state        = f.claim_state,
+    finished_at  = SYSUTCDATETIME(),
+    lease_until  = SYSUTCDATETIME(),
+    error_detail = f.error_detail
+OUTPUT inserted.dedupe_key, inserted.fence INTO @claim
+FROM leasehold_work_claims AS c WITH (UPDLOCK, ROWLOCK)
+JOIN OPENJSON(@rows) WITH (
+    id           bigint        '$.id',
+    dedupe_key   nvarchar(512) COLLATE Latin1_General_100_BIN2 '$.claim_key',
+    fence        bigint        '$.fence',
+    claim_state  nvarchar(16)  '$.claim_state',
+    error_detail nvarchar(max) '$.error_detail' AS JSON
+) AS f
+    ON c.dedupe_key = f.dedupe_key
+   AND c.fence = f.fence
+WHERE c.owner_node = @owner_node
+  AND c.state = N'claimed'
+  AND EXISTS (SELECT 1 FROM leasehold_episodes AS r
+              WHERE r.id = f.id AND r.status IN (N'queued', N'running'));
+
+INSERT INTO leasehold_episode_steps (episode_id, step_no, fence, data)
+SELECT f.id, f.step_no, f.fence, f.step_data
+FROM @finish AS f
+JOIN @claim AS m ON m.dedupe_key = f.claim_key AND m.fence = f.fence
+WHERE f.step_no > 0;
+
+UPDATE e
+SET status       = f.status,
+    phase        = NULL,
+    result       = f.result,
+    error_class  = f.error_class,
+    error_detail = f.error_detail,
+    finished_at  = SYSUTCDATETIME(),
+    last_step_at = CASE WHEN f.step_no > 0 THEN SYSUTCDATETIME() ELSE e.last_step_at END
+OUTPUT inserted.id INTO @finished
+FROM leasehold_episodes AS e
+JOIN @finish AS f ON e.id = f.id
+JOIN @claim AS m ON m.dedupe_key = f.claim_key AND m.fence = f.fence
+WHERE e.status IN (N'queued', N'running');
+
+COMMIT TRANSACTION;
+
+SELECT id FROM @finished;
+
 -- name: RetryEpisode :one
 -- Ends a failed attempt that may run again, in one transaction: the claim
 -- is released, the attempt's error is journaled (@step_no, @step_data) and
