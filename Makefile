@@ -35,12 +35,15 @@ bench:
 	scripts/with-postgres.sh $(GO) test -run '^$$' -bench Handover -benchtime 3x -count 1 ./internal/handover/
 	scripts/with-postgres.sh $(GO) test -run '^$$' -bench 'Overflow|StatementsPerEpisode' -benchtime 2000x -count 1 ./runner/
 
-## bench-compare: leasehold against River (from the Go module proxy) on the
-## same Postgres, alternating rounds, plus claim acquire against pgbench; in
-## its own module (bench/compare) so the library never depends on River.
-## About 2 minutes.
+## bench-compare: leasehold against River (from the Go module proxy) tuned
+## as its own `river bench` tunes it (FetchCooldown 2ms, FetchPollInterval
+## 20ms), on the same Postgres: three workloads (broadcast, single, and a
+## bulk burn-down of 20,000 units per round), 3 rounds each, alternating,
+## plus claim acquire against pgbench; in its own module (bench/compare) so
+## the library never depends on River. 3.5 to 5 minutes on 2 cores.
+## COMPARE_FLAGS adds or overrides flags (go -C bench/compare run . -h).
 bench-compare:
-	scripts/with-postgres.sh $(GO) -C bench/compare run . $(COMPARE_FLAGS)
+	scripts/with-postgres.sh $(GO) -C bench/compare run . -workload all -river-config tuned $(COMPARE_FLAGS)
 
 ## chaos: the chaos suite's long version, three runs in a row: 4 worker
 ## processes under SIGKILL, SIGTERM (drain), a Postgres restart, network

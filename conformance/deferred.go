@@ -31,6 +31,7 @@ type DeferredStore interface {
 	RequeueEpisode(ctx context.Context, id int64, by string) (episodes.Retried, error)
 	RequeueOrphan(ctx context.Context, id int64, attempts int32, owner string, staleAfter time.Duration) (episodes.Requeued, error)
 	FinishEpisodes(ctx context.Context, owner string, items []episodes.FinishItem) ([]int64, error)
+	CreateDeferredEpisodes(ctx context.Context, b episodes.DeferredBatch) ([]episodes.DeferredCreated, error)
 }
 
 // DeferredBackend is what the deferred scenarios need from one isolated

@@ -191,6 +191,40 @@ func runFlow(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		require.ErrorIs(t, err, episodes.ErrNotFound)
 	})
 
+	t.Run("BatchCreatesEachKeyOnce", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		first := deferEpisode(t, b, "event:a:e:b1", "", "")
+		batch := episodes.DeferredBatch{New: flowEpisode(""), SourceNode: "trigger-node", Items: []episodes.BatchItem{
+			{DedupeKey: "event:a:e:b1", Payload: []byte(`{"n":1}`)},
+			{DedupeKey: "event:a:e:b2", Payload: []byte(`{"n":2}`), TriggerRef: []byte(`{"event":"x"}`)},
+			{DedupeKey: "event:a:e:b3"},
+		}}
+		res, err := b.Store.CreateDeferredEpisodes(ctx(t), batch)
+		require.NoError(t, err)
+		require.Len(t, res, 3)
+		require.False(t, res[0].Created)
+		require.Equal(t, first.Episode.ID, res[0].ExistingID, "a duplicate names the live episode")
+		require.True(t, res[1].Created)
+		require.True(t, res[2].Created)
+		require.Positive(t, res[1].RequestID)
+		got := get(t, EpisodesBackend{Store: b.Store}, res[1].Episode.ID)
+		require.Equal(t, episodes.StatusQueued, got.Status)
+		require.JSONEq(t, `{"n":2}`, string(got.Payload))
+		require.Equal(t, "event:a:e:b2", got.DedupeKey)
+		reqs := claimRequests(t, b, "poller", "", "", 10)
+		require.Len(t, reqs, 3, "the two new ones and the first, all available")
+
+		again, err := b.Store.CreateDeferredEpisodes(ctx(t), batch)
+		require.NoError(t, err)
+		for i, r := range again {
+			require.False(t, r.Created, "item %d", i)
+			require.Positive(t, r.ExistingID, "item %d names its episode", i)
+		}
+		_, err = b.Store.CreateDeferredEpisodes(ctx(t), episodes.DeferredBatch{New: flowEpisode(""), Items: []episodes.BatchItem{{}}})
+		require.Error(t, err, "an item without a key is refused")
+	})
+
 	t.Run("GroupedFinishIsFencedRowByRow", func(t *testing.T) {
 		t.Parallel()
 		b := newBackend(t)

@@ -213,6 +213,115 @@ func (q *Queries) CreateDeferredEpisode(ctx context.Context, db DBTX, arg Create
 	return i, err
 }
 
+const createDeferredEpisodes = `-- name: CreateDeferredEpisodes :many
+WITH input AS (
+    SELECT (j ->> 'dedupe_key')::text AS dedupe_key, nullif(j -> 'trigger_ref', 'null'::jsonb) AS trigger_ref,
+        nullif(j -> 'payload', 'null'::jsonb) AS payload, (j ->> 'trace_parent')::text AS trace_parent, t.ord
+    FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS t(j, ord)
+), created AS (
+    INSERT INTO leasehold_episodes (
+        actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status,
+        max_attempts, budget, source_stack, source_env, payload, queued_at,
+        trace_parent
+    )
+    SELECT $2, $3, $4,
+        i.trigger_ref, i.dedupe_key, 'queued',
+        $5, $6, $7,
+        $8, i.payload, now(), i.trace_parent
+    FROM input AS i
+    ORDER BY i.ord
+    ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL AND archived_at IS NULL
+    DO NOTHING
+    RETURNING id, created_at, dedupe_key, actor_id, expectation_id, source_stack, source_env
+), request AS (
+    INSERT INTO leasehold_trigger_requests (
+        episode_id, actor_id, expectation_id, source_node, source_stack,
+        source_env, status, created_at, run_after
+    )
+    SELECT created.id, created.actor_id, created.expectation_id,
+        $9::text, created.source_stack, created.source_env,
+        'pending', created.created_at,
+        created.created_at + ($10::bigint * interval '1 millisecond')
+    FROM created
+    RETURNING id, episode_id
+)
+SELECT true AS created, created.id, created.created_at, created.dedupe_key::text AS dedupe_key, request.id AS request_id
+FROM created
+JOIN request ON request.episode_id = created.id
+UNION ALL
+SELECT false, coalesce(e.id, 0)::bigint, now(), i.dedupe_key, 0::bigint
+FROM input AS i
+LEFT JOIN leasehold_episodes AS e ON e.dedupe_key = i.dedupe_key AND e.archived_at IS NULL
+WHERE NOT EXISTS (SELECT 1 FROM created AS c WHERE c.dedupe_key = i.dedupe_key)
+`
+
+type CreateDeferredEpisodesParams struct {
+	Items         []byte
+	ActorID       string
+	ExpectationID string
+	TriggerType   string
+	MaxAttempts   int32
+	Budget        []byte
+	SourceStack   string
+	SourceEnv     string
+	SourceNode    string
+	DelayMs       int64
+}
+
+type CreateDeferredEpisodesRow struct {
+	Created   bool
+	ID        int64
+	CreatedAt time.Time
+	DedupeKey string
+	RequestID int64
+}
+
+// A batch of triggers of one expectation (Node.FireBatch, FireBatchTx): one
+// available episode per item and its trigger request, in one statement,
+// each item deduplicated on its own dedupe_key exactly like
+// CreateDeferredEpisode (the same index and predicate). items is a JSON
+// array of {"dedupe_key", "trigger_ref", "payload", "trace_parent"}; keys
+// are distinct within a batch (the caller folds repeats). One row back per
+// item: created with its episode and request, or a duplicate with the id of
+// the live episode that holds its key as the statement's snapshot shows it
+// (0 when that episode committed after the snapshot began).
+func (q *Queries) CreateDeferredEpisodes(ctx context.Context, db DBTX, arg CreateDeferredEpisodesParams) ([]CreateDeferredEpisodesRow, error) {
+	rows, err := db.Query(ctx, createDeferredEpisodes,
+		arg.Items,
+		arg.ActorID,
+		arg.ExpectationID,
+		arg.TriggerType,
+		arg.MaxAttempts,
+		arg.Budget,
+		arg.SourceStack,
+		arg.SourceEnv,
+		arg.SourceNode,
+		arg.DelayMs,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []CreateDeferredEpisodesRow{}
+	for rows.Next() {
+		var i CreateDeferredEpisodesRow
+		if err := rows.Scan(
+			&i.Created,
+			&i.ID,
+			&i.CreatedAt,
+			&i.DedupeKey,
+			&i.RequestID,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const dispatchTriggerRequest = `-- name: DispatchTriggerRequest :one
 WITH request AS (
     UPDATE leasehold_trigger_requests AS r

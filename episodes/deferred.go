@@ -2,6 +2,7 @@ package episodes
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/leasehold/leasehold/claims"
@@ -130,4 +131,46 @@ type RequestInfo struct {
 	ClaimedAt     *time.Time
 	ClaimUntil    *time.Time
 	FinishedAt    *time.Time
+}
+
+// DeferredBatch is a batch of triggers of one expectation, created
+// available in one statement (CreateDeferredEpisodes): New gives what they
+// share (actor, expectation, trigger type, max attempts, budget, stack,
+// env); each item its dedupe key, trigger ref, payload and trace context.
+// Keys must be distinct and not empty.
+type DeferredBatch struct {
+	New
+	Items      []BatchItem
+	SourceNode string
+	Delay      time.Duration
+}
+
+// BatchItem is one trigger of a DeferredBatch.
+type BatchItem struct {
+	DedupeKey   string          `json:"dedupe_key"`
+	TriggerRef  json.RawMessage `json:"trigger_ref"`
+	Payload     json.RawMessage `json:"payload"`
+	TraceParent string          `json:"trace_parent,omitempty"`
+}
+
+// BatchJSON encodes b's items for the statement's items argument (absent
+// documents are null).
+func (b DeferredBatch) BatchJSON() ([]byte, error) {
+	items := make([]BatchItem, len(b.Items))
+	for i, it := range b.Items {
+		if it.DedupeKey == "" {
+			return nil, fmt.Errorf("episodes: batch item %d has no dedupe key", i)
+		}
+		it.TriggerRef, it.Payload = nullJSON(it.TriggerRef), nullJSON(it.Payload)
+		items[i] = it
+	}
+	return json.Marshal(items)
+}
+
+// Episode is the episode item i creates, as the statement left it.
+func (b DeferredBatch) Episode(i int, id int64, createdAt time.Time) Episode {
+	n := b.New
+	it := b.Items[i]
+	n.DedupeKey, n.TriggerRef, n.Payload, n.TraceParent = it.DedupeKey, it.TriggerRef, it.Payload, it.TraceParent
+	return n.Queued(id, createdAt)
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/leasehold/leasehold/claims"
@@ -186,17 +188,44 @@ func (n *Node) PollOnce(ctx context.Context) (int, error) {
 				backlog = true
 				return dispatched, fmt.Errorf("claim trigger requests: %w", err)
 			}
-			for _, r := range reqs {
-				if n.dispatch(ctx, r) {
-					dispatched++
-				}
-			}
+			dispatched += n.dispatchAll(ctx, reqs)
 			if len(reqs) < limit {
 				break
 			}
 		}
 	}
 	return dispatched, nil
+}
+
+// dispatchConcurrency bounds the hand-overs one poll sends at once.
+const dispatchConcurrency = 8
+
+// dispatchAll hands reqs over, up to dispatchConcurrency at a time (each
+// is fenced on its own request claim, so their order does not matter), and
+// returns how many became local runs.
+func (n *Node) dispatchAll(ctx context.Context, reqs []episodes.TriggerRequest) int {
+	if len(reqs) == 1 {
+		if n.dispatch(ctx, reqs[0]) {
+			return 1
+		}
+		return 0
+	}
+	var (
+		wg   sync.WaitGroup
+		ok   atomic.Int32
+		slot = make(chan struct{}, dispatchConcurrency)
+	)
+	for _, r := range reqs {
+		slot <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slot }()
+			if n.dispatch(ctx, r) {
+				ok.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	return int(ok.Load())
 }
 
 func (n *Node) pollOnce(ctx context.Context) {

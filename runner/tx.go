@@ -18,6 +18,7 @@ import (
 // with the caller's own writes, never on its own.
 type TxStore interface {
 	CreateDeferredEpisode(ctx context.Context, d episodes.Deferred) (episodes.DeferredCreated, error)
+	CreateDeferredEpisodes(ctx context.Context, b episodes.DeferredBatch) ([]episodes.DeferredCreated, error)
 	FinishEpisode(ctx context.Context, id int64, t claims.Token, f episodes.Finish) error
 	// HoldClaim locks t's claim row until the transaction ends and fails
 	// with claims.ErrLeaseLost unless t is the current grant (leasehold_hold,

@@ -213,3 +213,50 @@ func TestHoldRefusesAStaleGrant(t *testing.T) {
 	_, err = store.HoldClaim(ctx, again.Token)
 	require.ErrorIs(t, err, claims.ErrInvalid)
 }
+
+// FireBatch: 500 events of one name in one statement, each deduplicated on
+// its own key as Fire would (a repeat in the batch, and an event fired
+// before, are duplicates naming their episode); the episodes are available
+// and run once each. FireBatchTx does the same in the caller's transaction.
+func TestFireBatchCreatesEachEventOnce(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int32
+	count := nodetest.Strategy{StepFunc: func(context.Context, *runner.Run) (runner.StepResult, error) {
+		runs.Add(1)
+		return runner.StepResult{Done: true}, nil
+	}}
+	c := nodetest.Start(t, 2, nil, eventActor(count, 32))
+	node, ctx := c.Nodes[0], context.Background()
+	before, err := node.Fire(ctx, "monitor", "resource.updated", map[string]int{"n": 0}, runner.FireOptions{})
+	require.NoError(t, err)
+
+	events := make([]runner.BatchEvent, 0, 501)
+	for i := range 500 {
+		events = append(events, runner.BatchEvent{Payload: map[string]int{"n": i}})
+	}
+	events = append(events, runner.BatchEvent{Payload: map[string]int{"n": 7}}) // a repeat within the batch
+	out, err := node.FireBatch(ctx, "monitor", "resource.updated", events, runner.FireOptions{})
+	require.NoError(t, err)
+	require.Len(t, out, 501)
+	require.True(t, out[0].Duplicate, "fired before the batch")
+	require.Equal(t, before[0].EpisodeID, out[0].EpisodeID)
+	require.True(t, out[500].Duplicate, "a repeat within the batch")
+	require.Equal(t, out[7].EpisodeID, out[500].EpisodeID)
+	created := 0
+	for _, o := range out[1:500] {
+		require.True(t, o.Deferred)
+		require.Positive(t, o.EpisodeID)
+		created++
+	}
+	nodetest.WaitEnded(t, 1+created, c.Sigs...)
+	require.Equal(t, 500, c.Count(t, "status = 'done'"))
+	require.EqualValues(t, 500, runs.Load(), "each once")
+
+	inTx(t, c.Pool, false, func(tx pgx.Tx) {
+		out, err := node.FireBatchTx(ctx, postgres.New(tx), "monitor", "resource.updated",
+			[]runner.BatchEvent{{Payload: "a"}, {Payload: "b"}}, runner.FireOptions{})
+		require.NoError(t, err)
+		require.True(t, out[0].Deferred && out[1].Deferred)
+	})
+	require.Equal(t, 500, c.Count(t, "true"), "rolled back: none of the batch exists")
+}

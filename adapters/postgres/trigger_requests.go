@@ -123,3 +123,43 @@ func (s *Store) ListTriggerRequests(ctx context.Context, q episodes.RequestListQ
 	}
 	return out, nil
 }
+
+// CreateDeferredEpisodes runs CreateDeferredEpisodes: b's items created
+// available in one statement, each deduplicated on its own key. One result
+// per item, in b.Items' order.
+func (s *Store) CreateDeferredEpisodes(ctx context.Context, b episodes.DeferredBatch) ([]episodes.DeferredCreated, error) {
+	if len(b.Items) == 0 {
+		return nil, nil
+	}
+	items, err := b.BatchJSON()
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.q.CreateDeferredEpisodes(ctx, s.conn, db.CreateDeferredEpisodesParams{
+		Items: items, ActorID: b.ActorID, ExpectationID: b.ExpectationID, TriggerType: string(b.TriggerType),
+		MaxAttempts: b.MaxAttempts, Budget: b.Budget, SourceStack: b.SourceStack, SourceEnv: b.SourceEnv,
+		SourceNode: b.SourceNode, DelayMs: b.Delay.Milliseconds(),
+	})
+	if err != nil {
+		return nil, dbError("CreateDeferredEpisodes", err)
+	}
+	byKey := make(map[string]db.CreateDeferredEpisodesRow, len(rows))
+	for _, r := range rows {
+		byKey[r.DedupeKey] = r
+	}
+	out := make([]episodes.DeferredCreated, len(b.Items))
+	for i, it := range b.Items {
+		r, ok := byKey[it.DedupeKey]
+		switch {
+		case ok && r.Created:
+			out[i] = episodes.DeferredCreated{Created: true, Episode: b.Episode(i, r.ID, r.CreatedAt), RequestID: r.RequestID}
+		default:
+			id, err := s.liveEpisode(ctx, it.DedupeKey, r.ID)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = episodes.DeferredCreated{ExistingID: id}
+		}
+	}
+	return out, nil
+}

@@ -56,6 +56,7 @@ var dialectDifferences = []difference{
 		"since a read of the episodes table in a batch that inserts into it must be an update-locked guard"},
 	{"CreateEpisode", "archived_at IS NULL", "the duplicate's read, as above"},
 	{"CreateDeferredEpisode", "archived_at IS NULL", "a duplicate's id, read by FindLiveEpisode on SQL Server (see CreateEpisode); the guard's own archived_at IS NULL is matched"},
+	{"CreateDeferredEpisodes", "archived_at IS NULL", "a duplicate's id, read by FindLiveEpisode on SQL Server (see CreateEpisode); the guard's own archived_at IS NULL is matched"},
 	{"CancelEpisode", "(SELECT FROM leasehold_episodes) = dedupe_key",
 		"the claim key is read into @claim_key by the first SELECT instead of a scalar subquery, as in ClaimForRecovery"},
 	{"RequeueOrphan", "(SELECT FROM leasehold_episodes) = dedupe_key", "as in ClaimForRecovery: @orphan_key"},

@@ -220,7 +220,8 @@ var resultColumns = map[string][]string{
 	"GetAgentRecoveryPolicy": {"recovery_policy"},
 	"PutAgentDefinition":     nil,
 
-	"CreateDeferredEpisode": {"created", "id", "created_at", "request_id"},
+	"CreateDeferredEpisode":  {"created", "id", "created_at", "request_id"},
+	"CreateDeferredEpisodes": {"created", "id", "created_at", "dedupe_key", "request_id"},
 	"ClaimTriggerRequests": {
 		"id", "episode_id", "actor_id", "expectation_id", "source_node", "fence", "opts",
 	},

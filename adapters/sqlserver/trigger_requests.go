@@ -185,3 +185,62 @@ func (s *Store) ListTriggerRequests(ctx context.Context, q episodes.RequestListQ
 	}
 	return out, nil
 }
+
+// CreateDeferredEpisodes runs CreateDeferredEpisodes: b's items created
+// available in one transaction (or the caller's), each deduplicated on its
+// own key. One result per item, in b.Items' order; a duplicate's live
+// episode is read with FindLiveEpisode.
+func (s *Store) CreateDeferredEpisodes(ctx context.Context, b episodes.DeferredBatch) ([]episodes.DeferredCreated, error) {
+	if len(b.Items) == 0 {
+		return nil, nil
+	}
+	items, err := b.BatchJSON()
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.query(ctx, "CreateDeferredEpisodes",
+		sql.Named("items", string(items)),
+		sql.Named("actor_id", b.ActorID),
+		sql.Named("expectation_id", b.ExpectationID),
+		sql.Named("trigger_type", string(b.TriggerType)),
+		sql.Named("max_attempts", b.MaxAttempts),
+		sql.Named("budget", jsonArg(b.Budget)),
+		sql.Named("source_stack", b.SourceStack),
+		sql.Named("source_env", b.SourceEnv),
+		sql.Named("source_node", b.SourceNode),
+		sql.Named("delay_ms", b.Delay.Milliseconds()),
+	)
+	if err != nil {
+		return nil, err
+	}
+	type row struct {
+		created       bool
+		id, requestID int64
+		createdAt     time.Time
+	}
+	byKey := map[string]row{}
+	for rows.Next() {
+		var (
+			r   row
+			key string
+		)
+		if err := rows.Scan(&r.created, &r.id, &r.createdAt, &key, &r.requestID); err != nil {
+			return nil, err
+		}
+		byKey[key] = r
+	}
+	out := make([]episodes.DeferredCreated, len(b.Items))
+	for i, it := range b.Items {
+		r := byKey[it.DedupeKey]
+		if r.created {
+			out[i] = episodes.DeferredCreated{Created: true, Episode: b.Episode(i, r.id, r.createdAt), RequestID: r.requestID}
+			continue
+		}
+		id, err := s.liveEpisode(ctx, it.DedupeKey, 0)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = episodes.DeferredCreated{ExistingID: id}
+	}
+	return out, nil
+}

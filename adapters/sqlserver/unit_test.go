@@ -419,6 +419,8 @@ func TestUnitParamsMatchPostgres(t *testing.T) {
 	_ = s.PutAgentDefinition(ctx, episodes.Definition{ActorID: "x", ExpectationID: "y", RecoveryPolicy: "retry", MaxAttempts: 3})
 	_, _ = s.ListClaims(ctx, claims.ListQuery{Owner: "a", ExpiredOnly: true, Limit: 10})
 	_, _ = s.CreateDeferredEpisode(ctx, episodes.Deferred{New: episodes.New{ActorID: "x", MaxAttempts: 3}, SourceNode: "t"})
+	_, _ = s.CreateDeferredEpisodes(ctx, episodes.DeferredBatch{New: episodes.New{ActorID: "x", MaxAttempts: 3},
+		Items: []episodes.BatchItem{{DedupeKey: "k"}}, SourceNode: "t"})
 	_, _ = s.ClaimTriggerRequests(ctx, episodes.RequestQuery{Owner: "a", Lease: time.Second, ActorIDs: []string{"x", `y"z`}, Limit: 5})
 	_, _ = s.DispatchTriggerRequest(ctx, episodes.TriggerRequest{ID: 1, Owner: "a", Fence: 2}, time.Second)
 	_, _ = s.ExpireTriggerRequests(ctx, episodes.ExpireQuery{Env: "rc", TTL: time.Hour})

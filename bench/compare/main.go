@@ -1,17 +1,23 @@
 // Command compare measures leasehold against River (the Go Postgres job
-// queue) on the same Postgres, in one run, alternating rounds:
+// queue) on the same Postgres, in one run, rounds alternating, on three
+// workloads (-workload):
 //
-//   - leasehold: N nodes fire M unique event triggers, every trigger on every
-//     node, into an actor with a 1-step no-op strategy, until all M episodes
-//     are done;
-//   - River: N clients insert the same M jobs, unique by args, every job on
-//     every client, worked by a no-op worker, until all M are completed;
+//   - broadcast: N members submit M unique units, every unit on every
+//     member (leasehold: Fire of an event trigger; River: Insert of a job
+//     unique by args), worked while they are submitted;
+//   - single: every unit submitted once, on a member drawn at random;
+//   - bulk: a burn-down: a loader inserts the units in transactions of 500
+//     (leasehold: FireTx per unit; River: InsertMany), then the members
+//     start and work them off;
 //
-// then leasehold's claim acquire against pgbench running the same
-// AcquireClaim statement. It prints throughput, p50/p99 latency from the
-// first submit of a unit to its completion, statements per unit, and the
-// ratios leasehold / River. It lives in its own module so that the library
-// never depends on River. See README.md.
+// each unit a 1-step no-op, until all are done; then leasehold's claim
+// acquire against pgbench running the same AcquireClaim statement. River
+// runs at its defaults or tuned as its own `river bench` tunes it
+// (-river-config). It prints, per workload, throughput, p50/p99 latency from
+// the first submit of a unit to its completion, statements and transactions
+// per unit, each member's share, the exactly-once check read from the
+// database, and the ratios leasehold / River. It lives in its own module so
+// that the library never depends on River. See README.md.
 package main
 
 import (
@@ -28,6 +34,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -43,8 +50,13 @@ const defaultURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 
 type config struct {
 	url            string
+	workloads      []string
+	riverConfig    string // riverDefault or riverTuned
 	nodes          int
 	triggers       int
+	bulkUnits      int
+	bulkBatch      int
+	bulkWorkers    int
 	rounds         int
 	producers      int
 	workers        int
@@ -54,6 +66,7 @@ type config struct {
 	acquireTime    time.Duration
 	acquireClients int
 	timeout        time.Duration
+	cpuProfile     string
 	logger         *slog.Logger
 }
 
@@ -82,24 +95,31 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		}
 	}
 	fs.StringVar(&cfg.url, "url", url, "Postgres URL (default: $TEST_DATABASE_URL, else $DATABASE_URL, else the local server)")
-	fs.IntVar(&cfg.nodes, "nodes", 3, "leasehold nodes and River clients, each with its own pool")
-	fs.IntVar(&cfg.triggers, "triggers", 2000, "unique triggers (River: unique jobs) per round, each submitted on every node")
+	workloads := fs.String("workload", "all", "workloads to run: broadcast, single, bulk, a comma-separated list, or all")
+	fs.StringVar(&cfg.riverConfig, "river-config", riverTuned, "River's client configuration: tuned (FetchCooldown 2ms, FetchPollInterval 20ms, as river bench sets them) or default")
+	fs.IntVar(&cfg.nodes, "nodes", 3, "members per system: leasehold nodes and River clients, each with its own pool")
+	fs.IntVar(&cfg.triggers, "triggers", 2000, "broadcast and single: unique units per round")
+	fs.IntVar(&cfg.bulkUnits, "bulk-units", defaultBulkUnits, "bulk: unique units per round (river bench's burn-down example: 1,000,000; see README.md)")
+	fs.IntVar(&cfg.bulkBatch, "bulk-batch", 500, "bulk: units per insert transaction (leasehold: FireTx per unit; River: one InsertMany)")
+	fs.IntVar(&cfg.bulkWorkers, "bulk-workers", 500, "bulk: per member, leasehold actor MaxConcurrent and River queue MaxWorkers")
 	fs.IntVar(&cfg.rounds, "rounds", 3, "rounds per system, alternating leasehold and River")
-	fs.IntVar(&cfg.producers, "producers", 8, "submitting goroutines per node")
-	fs.IntVar(&cfg.workers, "workers", 32, "per node: leasehold actor MaxConcurrent and River queue MaxWorkers")
-	fs.IntVar(&cfg.conns, "conns", 16, "pool size per node, both systems")
-	fs.StringVar(&cfg.jitter, "jitter", "off", "leasehold variants to run: off (the default Config: Fire never waits), on (Config.EventJitter 200ms: a random wait inside each Fire before the insert), or both")
-	fs.IntVar(&cfg.riverBatch, "river-batch", 1, "River jobs per insert call: 1 uses Insert (like-for-like with Fire), more uses InsertMany")
+	fs.IntVar(&cfg.producers, "producers", 8, "submitting goroutines per member (bulk: loader goroutines)")
+	fs.IntVar(&cfg.workers, "workers", 32, "broadcast and single, per member: leasehold actor MaxConcurrent and River queue MaxWorkers")
+	fs.IntVar(&cfg.conns, "conns", 16, "pool size per member (and per bulk loader), both systems")
+	fs.StringVar(&cfg.jitter, "jitter", "off", "broadcast and single, leasehold variants to run: off (the default Config: Fire never waits), on (Config.EventJitter 200ms: a random wait inside each Fire before the insert), or both")
+	fs.IntVar(&cfg.riverBatch, "river-batch", 1, "broadcast and single, River jobs per insert call: 1 uses Insert (like-for-like with Fire), more uses InsertMany")
 	fs.DurationVar(&cfg.acquireTime, "acquire-time", 5*time.Second, "duration of each acquire and pgbench run (whole seconds for pgbench)")
 	fs.IntVar(&cfg.acquireClients, "acquire-clients", 8, "concurrent callers in the acquire and pgbench runs")
-	fs.DurationVar(&cfg.timeout, "timeout", 0, "give up on a round after this long (default 1m + triggers/producers × 250ms: with -jitter on, Fire calls take up to 200ms each)")
+	fs.DurationVar(&cfg.timeout, "timeout", 0, "give up on a round after this long (default: 1m + triggers/producers × 250ms, as with -jitter on Fire calls take up to 200ms each; bulk 1m + 3ms per unit)")
+	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of this process (both systems' Go side, not the server's) to this file")
 	verbose := fs.Bool("v", false, "log both systems at info level (default warn)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
 	for name, v := range map[string]int{"nodes": cfg.nodes, "triggers": cfg.triggers, "rounds": cfg.rounds,
 		"producers": cfg.producers, "workers": cfg.workers, "conns": cfg.conns, "river-batch": cfg.riverBatch,
-		"acquire-clients": cfg.acquireClients} {
+		"acquire-clients": cfg.acquireClients, "bulk-units": cfg.bulkUnits, "bulk-batch": cfg.bulkBatch,
+		"bulk-workers": cfg.bulkWorkers} {
 		if v < 1 {
 			err := fmt.Errorf("-%s must be at least 1, got %d", name, v)
 			fmt.Fprintln(stderr, err)
@@ -111,8 +131,15 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		fmt.Fprintln(stderr, err)
 		return cfg, err
 	}
-	if cfg.timeout == 0 {
-		cfg.timeout = time.Minute + time.Duration(cfg.triggers/cfg.producers+1)*250*time.Millisecond
+	var err error
+	if cfg.workloads, err = parseWorkloads(*workloads); err != nil {
+		fmt.Fprintln(stderr, err)
+		return cfg, err
+	}
+	if cfg.riverConfig != riverTuned && cfg.riverConfig != riverDefault {
+		err := fmt.Errorf("-river-config must be tuned or default, got %q", cfg.riverConfig)
+		fmt.Fprintln(stderr, err)
+		return cfg, err
 	}
 	if cfg.acquireTime < time.Second || cfg.timeout < 0 {
 		err := fmt.Errorf("-acquire-time must be at least 1s and -timeout not negative")
@@ -134,6 +161,17 @@ type schemas struct {
 
 func run(ctx context.Context, cfg config, out io.Writer) error {
 	began := time.Now()
+	if cfg.cpuProfile != "" {
+		f, err := os.Create(cfg.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	admin, err := pgx.Connect(ctx, cfg.url)
 	if err != nil {
 		return fmt.Errorf("connect %s: %w", cfg.url, err)
@@ -167,49 +205,58 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 
 	fmt.Fprintf(out, "leasehold vs River — PostgreSQL %s, River %s, %d CPUs, schemas %s_*\n",
 		version, moduleVersion("github.com/riverqueue/river"), runtime.NumCPU(), prefix)
-	riverInsert := "Insert, one job per call"
-	if cfg.riverBatch > 1 {
-		riverInsert = fmt.Sprintf("InsertMany, %d jobs per call (NOT like-for-like: Fire takes one trigger)", cfg.riverBatch)
-	}
-	var variants []bool // EventJitter on, per leasehold variant
-	if cfg.jitter != "on" {
-		variants = append(variants, false)
-	}
+	fmt.Fprintf(out, "%s: every member a runner.Node: %s\n", sysLeasehold, leaseholdNodeText)
 	if cfg.jitter != "off" {
-		variants = append(variants, true)
+		fmt.Fprintf(out, "%s: the same with EventJitter %v (a random wait inside Fire before the episode insert); broadcast and single only\n",
+			sysLeaseholdEventJitter, eventJitterWait)
 	}
-	fmt.Fprintf(out, "workload: %d nodes × %d unique units per round, every unit submitted on every node (%d submissions), "+
-		"%d producers/node, %d workers/node, %d conns/node\n", cfg.nodes, cfg.triggers, cfg.nodes*cfg.triggers,
-		cfg.producers, cfg.workers, cfg.conns)
-	for _, eventJitter := range variants {
-		if eventJitter {
-			fmt.Fprintf(out, "%s: EventJitter %v (a random wait inside Fire before the episode insert); poller off (no trigger_only nodes)\n", sysLeaseholdEventJitter, eventJitterWait)
-		} else {
-			fmt.Fprintf(out, "%s: default runner.Config (Fire never waits); poller off (no trigger_only nodes)\n", sysLeasehold)
-		}
+	fmt.Fprintf(out, "%s: every member a river.Client, %s; jobs unique by args\n", sysRiver, riverConfigText(cfg.riverConfig))
+	if cfg.riverBatch > 1 {
+		fmt.Fprintf(out, "%s: broadcast and single insert with InsertMany, %d jobs per call (NOT like-for-like: Fire takes one trigger)\n",
+			sysRiver, cfg.riverBatch)
 	}
-	fmt.Fprintf(out, "%s: %s, unique by args, default Config (fetch cooldown 100ms, poll 1s)\n", sysRiver, riverInsert)
-	fmt.Fprintf(out, "server counter: %s (%s)\n\n", srv.what(), srvNote)
+	fmt.Fprintf(out, "server counter: %s (%s)\n", srv.what(), srvNote)
 
-	byVariant := map[string][]result{}
+	var sections []section
 	space := 0
-	for r := 1; r <= cfg.rounds; r++ {
-		for _, eventJitter := range variants {
+	for _, name := range cfg.workloads {
+		w := newWorkload(cfg, name)
+		fmt.Fprintf(out, "\n%s: %s\n", w.name, w.describe(cfg))
+		var variants []bool // EventJitter on, per leasehold variant
+		if cfg.jitter != "on" || w.bulk() {
+			variants = append(variants, false)
+		}
+		if cfg.jitter != "off" && !w.bulk() {
+			variants = append(variants, true)
+		}
+		byVariant := map[string][]result{}
+		for r := 1; r <= cfg.rounds; r++ {
+			for _, eventJitter := range variants {
+				space++
+				res, err := runLeasehold(ctx, cfg, w, sc.leasehold, r, space, eventJitter, srv)
+				if err != nil {
+					return err
+				}
+				byVariant[res.system] = append(byVariant[res.system], res)
+				printProgress(out, res)
+			}
 			space++
-			res, err := runLeasehold(ctx, cfg, sc.leasehold, r, space, eventJitter, srv)
+			res, err := runRiver(ctx, cfg, w, sc.river, r, space, srv)
 			if err != nil {
 				return err
 			}
 			byVariant[res.system] = append(byVariant[res.system], res)
 			printProgress(out, res)
 		}
-		res, err := runRiver(ctx, cfg, sc.river, r, srv)
-		if err != nil {
-			return err
+		sec := section{w: w, river: byVariant[sysRiver]}
+		for _, name := range []string{sysLeasehold, sysLeaseholdEventJitter} {
+			if rs, ok := byVariant[name]; ok {
+				sec.lh = append(sec.lh, rs)
+			}
 		}
-		byVariant[res.system] = append(byVariant[res.system], res)
-		printProgress(out, res)
+		sections = append(sections, sec)
 	}
+	fmt.Fprintln(out)
 
 	var acq []acquirePair
 	script, scriptErr := pgbenchScript(queriesDir())
@@ -234,16 +281,9 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		fmt.Fprintf(out, "  acquire round %d: leasehold %.0f/s, pgbench %s\n", r, p.leasehold, p.pgbenchText())
 	}
 
-	fmt.Fprintln(out)
-	var lh [][]result
-	for _, name := range []string{sysLeasehold, sysLeaseholdEventJitter} {
-		if rs, ok := byVariant[name]; ok {
-			lh = append(lh, rs)
-		}
-	}
-	ok := report(out, cfg, srv, lh, byVariant[sysRiver], acq)
-	fmt.Fprintf(out, "\ntotal wall time %v (set-up, %d rounds of %d systems, %d acquire pairs; the schema drop after this line excluded)\n",
-		time.Since(began).Round(100*time.Millisecond), cfg.rounds, len(variants)+1, cfg.rounds)
+	ok := report(out, cfg, srv, sections, acq)
+	fmt.Fprintf(out, "\ntotal wall time %v (set-up, %d workloads × %d rounds, %d acquire pairs; the schema drop after this line excluded)\n",
+		time.Since(began).Round(100*time.Millisecond), len(sections), cfg.rounds, cfg.rounds)
 	if !ok {
 		return errors.New("exactly-once check failed (see MISMATCH above)")
 	}

@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/leasehold/leasehold/db"
 )
 
 // jobArgs is the unit of work both systems receive: the payload of a
@@ -140,7 +143,11 @@ func (c *stmtCounter) ended(conn *pgx.Conn) {
 	c.mu.Unlock()
 }
 
+// snapshot is the counts so far; a nil counter has none.
 func (c *stmtCounter) snapshot() counts {
+	if c == nil {
+		return counts{}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := counts{stmts: c.n, xacts: c.xacts, byName: make(map[string]int64, len(c.byName))}
@@ -183,6 +190,31 @@ func (c *stmtCounter) TraceCopyFromStart(ctx context.Context, _ *pgx.Conn, _ pgx
 }
 func (c *stmtCounter) TraceCopyFromEnd(_ context.Context, conn *pgx.Conn, _ pgx.TraceCopyFromEndData) {
 	c.ended(conn)
+}
+
+// countingDBTX is the db.DBTX under a leasehold Store (postgres.New): it
+// counts every statement the Store sends, by sqlc name, as
+// runner/bench_test.go counts them. Unlike the pool's tracer it sees only
+// leasehold's own statements: no BEGIN or COMMIT of the caller's
+// transactions, no LISTEN of the notifier.
+type countingDBTX struct {
+	db.DBTX
+	c *stmtCounter
+}
+
+func (d countingDBTX) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	d.c.statement(sql)
+	return d.DBTX.Exec(ctx, sql, args...)
+}
+
+func (d countingDBTX) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	d.c.statement(sql)
+	return d.DBTX.Query(ctx, sql, args...)
+}
+
+func (d countingDBTX) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	d.c.statement(sql)
+	return d.DBTX.QueryRow(ctx, sql, args...)
 }
 
 // stmtName names a statement by its sqlc header ("-- name: CreateEpisode

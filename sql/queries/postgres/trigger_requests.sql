@@ -57,6 +57,56 @@ UNION ALL
 SELECT false, coalesce((SELECT id FROM existing), 0)::bigint, now(), 0::bigint
 WHERE NOT EXISTS (SELECT 1 FROM created);
 
+-- name: CreateDeferredEpisodes :many
+-- A batch of triggers of one expectation (Node.FireBatch, FireBatchTx): one
+-- available episode per item and its trigger request, in one statement,
+-- each item deduplicated on its own dedupe_key exactly like
+-- CreateDeferredEpisode (the same index and predicate). items is a JSON
+-- array of {"dedupe_key", "trigger_ref", "payload", "trace_parent"}; keys
+-- are distinct within a batch (the caller folds repeats). One row back per
+-- item: created with its episode and request, or a duplicate with the id of
+-- the live episode that holds its key as the statement's snapshot shows it
+-- (0 when that episode committed after the snapshot began).
+WITH input AS (
+    SELECT (j ->> 'dedupe_key')::text AS dedupe_key, nullif(j -> 'trigger_ref', 'null'::jsonb) AS trigger_ref,
+        nullif(j -> 'payload', 'null'::jsonb) AS payload, (j ->> 'trace_parent')::text AS trace_parent, t.ord
+    FROM jsonb_array_elements(sqlc.arg(items)::jsonb) WITH ORDINALITY AS t(j, ord)
+), created AS (
+    INSERT INTO leasehold_episodes (
+        actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status,
+        max_attempts, budget, source_stack, source_env, payload, queued_at,
+        trace_parent
+    )
+    SELECT sqlc.arg(actor_id), sqlc.arg(expectation_id), sqlc.arg(trigger_type),
+        i.trigger_ref, i.dedupe_key, 'queued',
+        sqlc.arg(max_attempts), sqlc.narg(budget), sqlc.arg(source_stack),
+        sqlc.arg(source_env), i.payload, now(), i.trace_parent
+    FROM input AS i
+    ORDER BY i.ord
+    ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL AND archived_at IS NULL
+    DO NOTHING
+    RETURNING id, created_at, dedupe_key, actor_id, expectation_id, source_stack, source_env
+), request AS (
+    INSERT INTO leasehold_trigger_requests (
+        episode_id, actor_id, expectation_id, source_node, source_stack,
+        source_env, status, created_at, run_after
+    )
+    SELECT created.id, created.actor_id, created.expectation_id,
+        sqlc.arg(source_node)::text, created.source_stack, created.source_env,
+        'pending', created.created_at,
+        created.created_at + (sqlc.arg(delay_ms)::bigint * interval '1 millisecond')
+    FROM created
+    RETURNING id, episode_id
+)
+SELECT true AS created, created.id, created.created_at, created.dedupe_key::text AS dedupe_key, request.id AS request_id
+FROM created
+JOIN request ON request.episode_id = created.id
+UNION ALL
+SELECT false, coalesce(e.id, 0)::bigint, now(), i.dedupe_key, 0::bigint
+FROM input AS i
+LEFT JOIN leasehold_episodes AS e ON e.dedupe_key = i.dedupe_key AND e.archived_at IS NULL
+WHERE NOT EXISTS (SELECT 1 FROM created AS c WHERE c.dedupe_key = i.dedupe_key);
+
 -- name: ClaimTriggerRequests :many
 -- Claims up to max_rows open requests for owner_node, due first: pending
 -- ones whose run_after has come (database clock), and claimed ones whose

@@ -113,6 +113,81 @@ UNION ALL
 SELECT CAST(0 AS bit), CAST(0 AS bigint), SYSUTCDATETIME(), CAST(0 AS bigint)
 WHERE @duplicate = 1 OR NOT EXISTS (SELECT 1 FROM @created);
 
+-- name: CreateDeferredEpisodes :many
+-- A batch of triggers of one expectation, as
+-- sql/queries/postgres/trigger_requests.sql's CreateDeferredEpisodes: one
+-- available episode per item of @items (a JSON array of {"dedupe_key",
+-- "trigger_ref", "payload", "trace_parent"}, keys distinct) and its trigger
+-- request, in one transaction (or the caller's), each item deduplicated on
+-- its own key by CreateDeferredEpisode's guard: NOT EXISTS on the live key
+-- read WITH (UPDLOCK, HOLDLOCK), so a second creator of a key waits for the
+-- first to commit and then inserts nothing for it. One row back per item:
+-- created with its episode and request, or a duplicate (id 0: the adapter
+-- reads the live episode's id with FindLiveEpisode, as after
+-- CreateEpisode).
+SET NOCOUNT ON;
+SET XACT_ABORT ON;
+DECLARE @input TABLE (
+    dedupe_key   nvarchar(512) COLLATE Latin1_General_100_BIN2 NOT NULL,
+    trigger_ref  nvarchar(max) NULL,
+    payload      nvarchar(max) NULL,
+    trace_parent nvarchar(1024) NULL
+);
+DECLARE @created TABLE (id bigint NOT NULL, created_at datetime2(6) NOT NULL,
+    dedupe_key nvarchar(512) COLLATE Latin1_General_100_BIN2 NOT NULL);
+DECLARE @request TABLE (id bigint NOT NULL, episode_id bigint NOT NULL);
+DECLARE @nested bit = CASE WHEN @@TRANCOUNT > 0 THEN 1 ELSE 0 END;
+
+INSERT INTO @input (dedupe_key, trigger_ref, payload, trace_parent)
+SELECT dedupe_key, trigger_ref, payload, trace_parent
+FROM OPENJSON(@items) WITH (
+    dedupe_key   nvarchar(512) COLLATE Latin1_General_100_BIN2 '$.dedupe_key',
+    trigger_ref  nvarchar(max) '$.trigger_ref' AS JSON,
+    payload      nvarchar(max) '$.payload' AS JSON,
+    trace_parent nvarchar(1024) '$.trace_parent'
+);
+
+IF @nested = 0
+    BEGIN TRANSACTION;
+
+INSERT INTO leasehold_episodes (
+    actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status,
+    max_attempts, budget, source_stack, source_env, payload, queued_at,
+    trace_parent
+)
+OUTPUT inserted.id, inserted.created_at, inserted.dedupe_key INTO @created
+SELECT @actor_id, @expectation_id, @trigger_type, i.trigger_ref, i.dedupe_key, N'queued',
+    @max_attempts, @budget, @source_stack, @source_env, i.payload, SYSUTCDATETIME(),
+    i.trace_parent
+FROM @input AS i
+WHERE NOT EXISTS (
+        SELECT 1 FROM leasehold_episodes AS x WITH (UPDLOCK, HOLDLOCK)
+        WHERE x.dedupe_key IS NOT NULL
+          AND x.archived_at IS NULL
+          AND x.dedupe_key = i.dedupe_key);
+
+INSERT INTO leasehold_trigger_requests (
+    episode_id, actor_id, expectation_id, source_node, source_stack,
+    source_env, status, created_at, run_after
+)
+OUTPUT inserted.id, inserted.episode_id INTO @request
+SELECT c.id, @actor_id, @expectation_id, @source_node, @source_stack,
+    @source_env, N'pending', c.created_at,
+    DATEADD(second, CAST(@delay_ms / 1000 AS int),
+        DATEADD(millisecond, CAST(@delay_ms % 1000 AS int), c.created_at))
+FROM @created AS c;
+
+IF @nested = 0
+    COMMIT TRANSACTION;
+
+SELECT CAST(1 AS bit) AS created, c.id, c.created_at, c.dedupe_key, r.id AS request_id
+FROM @created AS c
+JOIN @request AS r ON r.episode_id = c.id
+UNION ALL
+SELECT CAST(0 AS bit), CAST(0 AS bigint), SYSUTCDATETIME(), i.dedupe_key, CAST(0 AS bigint)
+FROM @input AS i
+WHERE NOT EXISTS (SELECT 1 FROM @created AS c WHERE c.dedupe_key = i.dedupe_key);
+
 -- name: ClaimTriggerRequests :many
 -- Claims up to @max_rows open requests for @owner_node, oldest first:
 -- pending ones, and claimed ones whose poller let the claim lapse (it died

@@ -1,0 +1,138 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/leasehold/leasehold/dedupe"
+	"github.com/leasehold/leasehold/episodes"
+	"github.com/leasehold/leasehold/telemetry"
+)
+
+// BatchEvent is one event of FireBatch: its payload and, optionally, the
+// id that identifies it for deduplication (FireOptions.EventID's role).
+type BatchEvent struct {
+	Payload any
+	EventID string
+}
+
+// BatchCreator is what FireBatch needs from a store: this node's adapter,
+// or one bound to the caller's transaction (TxStore).
+type BatchCreator interface {
+	CreateDeferredEpisodes(ctx context.Context, b episodes.DeferredBatch) ([]episodes.DeferredCreated, error)
+}
+
+// FireBatch delivers many events of one name to actorID at once: for each
+// expectation the event triggers, one statement (CreateDeferredEpisodes)
+// creates the episodes of every event, available to whichever full nodes
+// have free slots (this one included), each deduplicated on its own key
+// exactly as Fire would (the same dedupe key, env folding and trigger
+// ref), so a batch costs one statement per expectation instead of one per
+// event, whatever its size. opts applies to every event (Env, Delay; its
+// EventID is ignored: each BatchEvent has its own). It returns one Outcome
+// per event per expectation, event by event: a duplicate names the live
+// episode it duplicates, and an event repeated within the batch is a
+// duplicate of its first occurrence.
+func (n *Node) FireBatch(ctx context.Context, actorID, event string, events []BatchEvent, opts FireOptions) ([]Outcome, error) {
+	return n.fireBatch(ctx, n.store, actorID, event, events, opts)
+}
+
+// FireBatchTx is FireBatch inside the caller's transaction tx (see
+// FireTx): rolled back, none of the episodes exists.
+func (n *Node) FireBatchTx(ctx context.Context, tx TxStore, actorID, event string, events []BatchEvent, opts FireOptions) ([]Outcome, error) {
+	if tx == nil {
+		return nil, fmt.Errorf("%w: fire %s/%s: FireBatchTx needs a store bound to the caller's transaction", ErrInvalid, actorID, event)
+	}
+	return n.fireBatch(ctx, tx, actorID, event, events, opts)
+}
+
+func (n *Node) fireBatch(ctx context.Context, store BatchCreator, actorID, event string, events []BatchEvent, opts FireOptions) ([]Outcome, error) {
+	n.intake.RLock()
+	defer n.intake.RUnlock()
+	as, err := n.lookupActor(actorID)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkEventName(event); err != nil {
+		return nil, invalid("fire "+actorID, err)
+	}
+	if mode := n.ActorMode(actorID); mode == ModeDisabled {
+		return nil, fmt.Errorf("%w: actor %q on node %s", ErrDisabled, actorID, n.id)
+	}
+	env := n.cfg.Env
+	if opts.Env != nil {
+		if err := validScope("", *opts.Env); err != nil {
+			return nil, err
+		}
+		env = *opts.Env
+	}
+	if opts.Delay < 0 {
+		return nil, fmt.Errorf("%w: fire %s/%s: delay %v is negative", ErrInvalid, actorID, event, opts.Delay)
+	}
+	var exps []*Expectation
+	for _, e := range as.actor.Expectations {
+		if t, ok := e.Trigger.(Event); ok && t.Name == event {
+			exps = append(exps, as.exps[e.ID])
+		}
+	}
+	if len(exps) == 0 {
+		return nil, fmt.Errorf("%w: actor %q has no expectation for event %q", ErrUnknown, actorID, event)
+	}
+	payloads := make([]json.RawMessage, len(events))
+	for i, ev := range events {
+		if payloads[i], err = canonicalPayload(fmt.Sprintf("fire %s/%s (event %d of the batch)", actorID, event, i), ev.Payload); err != nil {
+			return nil, err
+		}
+	}
+	trace := n.inject(ctx)
+	out := make([]Outcome, len(events)*len(exps))
+	for k, e := range exps {
+		b := episodes.DeferredBatch{New: n.newEpisode(as, e, env, "", nil, nil), SourceNode: n.id, Delay: opts.Delay}
+		first := map[string]int{} // key -> its item
+		itemOf := make([]int, len(events))
+		for i, ev := range events {
+			key, err := dedupe.EventKey(actorID, e.ID, ev.EventID, payloads[i])
+			if err == nil {
+				key, err = dedupe.InEnv(env, key)
+			}
+			if err != nil {
+				return nil, invalid(fmt.Sprintf("fire %s/%s (event %d of the batch)", actorID, e.ID, i), err)
+			}
+			if j, seen := first[key]; seen {
+				itemOf[i] = -1 - j // a repeat of item j
+				continue
+			}
+			ref, _ := json.Marshal(map[string]string{"event": event, "event_id": ev.EventID})
+			first[key], itemOf[i] = len(b.Items), len(b.Items)
+			b.Items = append(b.Items, episodes.BatchItem{DedupeKey: key, TriggerRef: ref, Payload: payloads[i], TraceParent: trace})
+		}
+		res, err := store.CreateDeferredEpisodes(ctx, b)
+		if err != nil {
+			return nil, fmt.Errorf("create %d episodes of %s/%s: %w", len(b.Items), actorID, e.ID, err)
+		}
+		for i := range events {
+			item := itemOf[i]
+			repeat := item < 0
+			if repeat {
+				item = -1 - item
+			}
+			r, it := res[item], b.Items[item]
+			o := Outcome{ExpectationID: e.ID}
+			ne := b.New
+			ne.DedupeKey = it.DedupeKey
+			switch {
+			case r.Created && !repeat:
+				o.EpisodeID, o.Deferred = r.Episode.ID, true
+				n.emit(ctx, n.aboutNew(ne, r.Episode.ID, telemetry.Event{Name: EventDeferred, Attempt: 1}))
+			case r.Created:
+				o.EpisodeID, o.Duplicate = r.Episode.ID, true
+			default:
+				o.EpisodeID, o.Duplicate = r.ExistingID, true
+				n.emit(ctx, n.aboutNew(ne, r.ExistingID, telemetry.Event{Name: EventDuplicate}))
+			}
+			out[i*len(exps)+k] = o
+		}
+	}
+	return out, nil
+}
