@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -611,8 +612,20 @@ func (n *Node) inject(ctx context.Context) string {
 	if n.cfg.Tracer == nil {
 		return ""
 	}
-	return n.cfg.Tracer.Inject(ctx)
+	tc := n.cfg.Tracer.Inject(ctx)
+	if len(tc) > maxTraceContext {
+		// The column holds 1024 characters (SQL Server): keep the
+		// traceparent, drop an oversized tracestate.
+		tc, _, _ = strings.Cut(tc, ";")
+	}
+	if len(tc) > maxTraceContext {
+		return ""
+	}
+	return tc
 }
+
+// maxTraceContext bounds a stored trace context (trace_parent).
+const maxTraceContext = 1024
 
 // startSpan starts the span of j's attempt (step 0), a child of the trace
 // context stored with the episode, or of one of its steps, a child of the
