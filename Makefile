@@ -15,7 +15,8 @@ all: verify lint test
 
 ## test: go test -race ./... against a real Postgres (a throwaway one is
 ## started from the local PostgreSQL binaries when none is reachable); the
-## SQL Server suite runs when MSSQL_URL is set and is reported skipped if not.
+## SQL Server suite runs when MSSQL_URL is set and is reported skipped if not;
+## the dashboard's browser tests run when Chromium is installed, likewise.
 test:
 	scripts/with-postgres.sh $(GO) test -race -count=1 -timeout 20m ./...
 	@if [ -z "$$MSSQL_URL" ]; then \
@@ -23,6 +24,14 @@ test:
 		echo "SQL SERVER CONFORMANCE SUITE SKIPPED: MSSQL_URL is not set."; \
 		echo "The T-SQL was checked statically only (parsed, lock hints, names,"; \
 		echo "parameters). Set MSSQL_URL=sqlserver://... to run it for real."; \
+		echo "=================================================================="; \
+	fi
+	@if [ -z "$$LEASEHOLD_CHROMIUM" ] && ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null \
+		&& ! command -v google-chrome >/dev/null && ! command -v google-chrome-stable >/dev/null; then \
+		echo "=================================================================="; \
+		echo "DASHBOARD BROWSER TESTS SKIPPED: no Chromium (ui/browser_test.go)."; \
+		echo "The dashboard was checked by its handler tests only. Install it"; \
+		echo "(apt-get install -y chromium) or set LEASEHOLD_CHROMIUM to run them."; \
 		echo "=================================================================="; \
 	fi
 

@@ -287,6 +287,20 @@ var resultColumns = map[string][]string{
 		"request_status", "request_run_after", "journal_steps",
 	},
 	"InspectJournal": {"step_no", "fence", "owner_node", "data", "created_at"},
+
+	"DashboardClock":          dashboardClockColumns,
+	"DashboardNodes":          dashboardNodesColumns,
+	"DashboardDefinitions":    dashboardDefinitionsColumns,
+	"DashboardStatusCounts":   dashboardStatusColumns,
+	"DashboardOutcomes":       dashboardOutcomesColumns,
+	"DashboardHandovers":      dashboardHandoversColumns,
+	"DashboardEpisodes":       dashboardEpisodesColumns,
+	"DashboardEpisode":        dashboardEpisodeColumns,
+	"DashboardGrants":         dashboardGrantsColumns,
+	"DashboardJournal":        dashboardJournalColumns,
+	"DashboardWorkflows":      dashboardWorkflowsColumns,
+	"DashboardFindings":       dashboardFindingsColumns,
+	"DashboardFindingHistory": dashboardFindingsColumns,
 }
 
 // rowsAffected is the result of an :execrows batch: one row, the number of

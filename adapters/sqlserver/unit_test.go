@@ -452,6 +452,19 @@ func TestUnitParamsMatchPostgres(t *testing.T) {
 	_, _ = s.InspectEpisodes(ctx, inspect.EpisodeQuery{Status: episodes.StatusFailed, ErrorClass: "error", DedupeKey: "k", Limit: 10})
 	_, _ = s.InspectEpisode(ctx, 1)
 	_, _ = s.InspectJournal(ctx, 1, 10)
+	_, _ = s.DashboardClock(ctx)
+	_, _ = s.DashboardNodes(ctx)
+	_, _ = s.DashboardDefinitions(ctx)
+	_, _ = s.DashboardStatusCounts(ctx)
+	_, _ = s.DashboardOutcomes(ctx, inspect.SeriesQuery{Window: time.Hour, Bucket: time.Minute})
+	_, _ = s.DashboardHandovers(ctx, inspect.SeriesQuery{Window: time.Hour, Bucket: time.Minute})
+	_, _ = s.DashboardEpisodes(ctx, inspect.EpisodeFilter{Status: episodes.StatusFailed, Env: new(string), DedupeKeyContains: "a%_[b", BeforeID: 9, Limit: 10})
+	_, _ = s.DashboardEpisode(ctx, 1)
+	_, _ = s.DashboardGrants(ctx, 1)
+	_, _ = s.DashboardJournal(ctx, 1, 10)
+	_, _ = s.DashboardWorkflows(ctx, inspect.WorkflowQuery{InstanceID: 1, Limit: 10})
+	_, _ = s.DashboardFindings(ctx, inspect.FindingQuery{Status: "active", KeyContains: "k", Limit: 10})
+	_, _ = s.DashboardFindingHistory(ctx, "rc", "k", 10)
 	res, err := s.Maintain(ctx, maintenance.Plan{
 		Retention: 30 * 24 * time.Hour, ClaimHorizon: 90 * 24 * time.Hour, RequestTTL: time.Hour,
 		NodeStaleAfter: time.Minute, Batch: 500,

@@ -70,14 +70,16 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	def, from := defaultURLFrom()
 	url := fs.String("url", "", "Postgres URL; the default is TEST_DATABASE_URL, else DATABASE_URL, else "+fallbackURL)
+	keep := fs.Bool("keep", false, "keep the demo's schema afterwards and print the 'leasehold ui' command that shows it")
 	fs.Usage = func() {
 		w := fs.Output()
-		fmt.Fprintln(w, "usage: leasehold demo [-url URL]")
+		fmt.Fprintln(w, "usage: leasehold demo [-url URL] [-keep]")
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "Runs three leasehold nodes as separate processes in a throwaway schema (created")
 		fmt.Fprintln(w, "and dropped on the Postgres server at URL), SIGKILLs one of them while it runs")
 		fmt.Fprintln(w, "an episode, and shows from the database that its work was recovered exactly")
 		fmt.Fprintln(w, "once: nothing lost, nothing duplicated (exit code 1 otherwise). Postgres only.")
+		fmt.Fprintln(w, "With -keep the schema stays, so 'leasehold ui' can show the takeover.")
 		fmt.Fprintln(w)
 		fs.PrintDefaults()
 	}
@@ -95,7 +97,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "database %s (from %s)\n", redact(*url), from)
 	start := time.Now()
-	ok, err := demo(ctx, *url)
+	ok, err := demo(ctx, *url, *keep)
 	if err != nil {
 		fmt.Fprintf(stderr, "\nleasehold demo: %v\n", err)
 		return 1
@@ -110,8 +112,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // demo creates a throwaway schema, runs the demo nodes in it, SIGKILLs one
 // mid-episode, waits for every billing episode to be done and prints the
 // summary. ok is false when something was lost or duplicated. The schema is
-// dropped whatever happens.
-func demo(ctx context.Context, url string) (ok bool, err error) {
+// dropped whatever happens, unless keep is set and the demo got as far as
+// its summary.
+func demo(ctx context.Context, url string, keep bool) (ok bool, err error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return false, fmt.Errorf("find own executable: %w", err)
@@ -126,7 +129,13 @@ func demo(ctx context.Context, url string) (ok bool, err error) {
 		return false, err
 	}
 	fmt.Printf("schema %s on %s\n", schema, redact(url))
+	reported := false
 	defer func() {
+		if keep && reported {
+			fmt.Printf("\nkept schema %s; see it in the dashboard with\n  leasehold ui -url '%s'\n", schema, redact(demoSchemaURL(url, schema)))
+			fmt.Printf("and drop it afterwards with DROP SCHEMA %s CASCADE\n", pgx.Identifier{schema}.Sanitize())
+			return
+		}
 		// Also after SIGINT: ctx is cancelled then, the drop still runs.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
@@ -170,7 +179,17 @@ func demo(ctx context.Context, url string) (ok bool, err error) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	ok, err = report(rctx, pool, schema, nodes, run)
+	reported = err == nil
 	return ok && !run.timedOut, err
+}
+
+// demoSchemaURL is url with its connections' search_path set to schema.
+func demoSchemaURL(url, schema string) string {
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	return url + sep + "search_path=" + schema
 }
 
 // createDemoSchema creates a new schema lh_demo_<hex> and returns its name.

@@ -19,6 +19,8 @@
 //	sweep     -dry-run: what recovery would do with orphaned episodes, and
 //	          why. Without -dry-run it is refused: recovery runs in the nodes
 //	          (recovery.Sweeper), which know the compiled recovery policies.
+//	ui        serve the web dashboard (-listen, loopback by default; any other
+//	          address needs LEASEHOLD_UI_USER and LEASEHOLD_UI_PASSWORD).
 //	version   the leasehold version of this binary (also --version).
 //
 // 'leasehold <command> -h' (or 'leasehold help <command>') prints a
@@ -31,7 +33,7 @@
 //	1  runtime or database error (including an unreachable database)
 //	2  usage error, and sweep without -dry-run
 //	3  the leasehold schema is missing or older than this binary
-//	   (claims, episodes, nodes, workflows, sweep): run 'leasehold migrate up'
+//	   (claims, episodes, nodes, workflows, sweep, ui): run 'leasehold migrate up'
 package main
 
 import (
@@ -63,6 +65,7 @@ var commands = []command{
 	{name: "nodes", summary: "nodes ls: list registered nodes (advisory membership)", run: nodesCmd},
 	{name: "workflows", summary: "workflows ls|cancel: list workflow instances (parked ones with why), cancel one", run: workflowsCmd},
 	{name: "sweep", summary: "sweep -dry-run: what recovery would do with orphaned episodes, and why", run: sweepCmd},
+	{name: "ui", summary: "serve the web dashboard (loopback by default; cancel and retry behind a confirmation)", run: uiCmd},
 	{name: "version", summary: "print the leasehold version of this binary (also --version)", run: versionCmd},
 	{name: demoNodeCommand, summary: "one node of the demo (started by demo)", hidden: true, run: runDemoNode},
 }
