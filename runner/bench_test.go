@@ -239,6 +239,7 @@ func BenchmarkStatementsPerEpisode(b *testing.B) {
 				}
 			}
 			ctx := context.Background()
+			walStart := walLSN(b, pool)
 			statements.Store(0)
 			b.ResetTimer()
 			const producers = 8
@@ -260,6 +261,27 @@ func BenchmarkStatementsPerEpisode(b *testing.B) {
 			b.StopTimer()
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "episodes/s")
 			b.ReportMetric(float64(statements.Load())/float64(b.N), "stmts/episode")
+			// WAL the whole server wrote meanwhile (other databases' work
+			// included, so an upper bound on a quiet server).
+			b.ReportMetric(float64(walSince(b, pool, walStart))/float64(b.N), "wal-bytes/episode")
 		})
 	}
+}
+
+// walLSN is the server's current WAL position (test SQL).
+func walLSN(b *testing.B, pool *pgxpool.Pool) string {
+	var lsn string
+	if err := pool.QueryRow(context.Background(), `SELECT pg_current_wal_lsn()::text`).Scan(&lsn); err != nil {
+		b.Fatal(err)
+	}
+	return lsn
+}
+
+// walSince is the WAL written since lsn, in bytes.
+func walSince(b *testing.B, pool *pgxpool.Pool, lsn string) int64 {
+	var n int64
+	if err := pool.QueryRow(context.Background(), `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::bigint`, lsn).Scan(&n); err != nil {
+		b.Fatal(err)
+	}
+	return n
 }
