@@ -46,8 +46,9 @@ func ExampleRecoverer_Sweep() {
 	rec, _ := recovery.New(store, node, nil, nil)
 	rep, _ := rec.Sweep(ctx, recovery.Options{})
 	fmt.Println(rep.Decisions[0].Action, "-", rep.Restarted, "restarted")
-	for deadline := time.Now().Add(time.Minute); sig.Count(runner.EventCompleted) == 0 && time.Now().Before(deadline); {
-		time.Sleep(5 * time.Millisecond) // the example's own wait; tests use nodetest.WaitEnded
+	select { // the run's end
+	case <-sig.Ended():
+	case <-time.After(time.Minute):
 	}
 	ep, _ := store.GetEpisode(ctx, c.Episode.ID)
 	fmt.Println(ep.Status, "by", ep.OwnerNode, string(ep.Result))

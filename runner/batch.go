@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/leasehold/leasehold/dedupe"
 	"github.com/leasehold/leasehold/episodes"
 	"github.com/leasehold/leasehold/telemetry"
 )
@@ -50,34 +49,12 @@ func (n *Node) FireBatchTx(ctx context.Context, tx TxStore, actorID, event strin
 func (n *Node) fireBatch(ctx context.Context, store BatchCreator, actorID, event string, events []BatchEvent, opts FireOptions) ([]Outcome, error) {
 	n.intake.RLock()
 	defer n.intake.RUnlock()
-	as, err := n.lookupActor(actorID)
+	as, env, exps, err := n.eventTarget(actorID, event, opts)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkEventName(event); err != nil {
-		return nil, invalid("fire "+actorID, err)
-	}
 	if mode := n.ActorMode(actorID); mode == ModeDisabled {
 		return nil, fmt.Errorf("%w: actor %q on node %s", ErrDisabled, actorID, n.id)
-	}
-	env := n.cfg.Env
-	if opts.Env != nil {
-		if err := validScope("", *opts.Env); err != nil {
-			return nil, err
-		}
-		env = *opts.Env
-	}
-	if opts.Delay < 0 {
-		return nil, fmt.Errorf("%w: fire %s/%s: delay %v is negative", ErrInvalid, actorID, event, opts.Delay)
-	}
-	var exps []*Expectation
-	for _, e := range as.actor.Expectations {
-		if t, ok := e.Trigger.(Event); ok && t.Name == event {
-			exps = append(exps, as.exps[e.ID])
-		}
-	}
-	if len(exps) == 0 {
-		return nil, fmt.Errorf("%w: actor %q has no expectation for event %q", ErrUnknown, actorID, event)
 	}
 	payloads := make([]json.RawMessage, len(events))
 	for i, ev := range events {
@@ -92,18 +69,14 @@ func (n *Node) fireBatch(ctx context.Context, store BatchCreator, actorID, event
 		first := map[string]int{} // key -> its item
 		itemOf := make([]int, len(events))
 		for i, ev := range events {
-			key, err := dedupe.EventKey(actorID, e.ID, ev.EventID, payloads[i])
-			if err == nil {
-				key, err = dedupe.InEnv(env, key)
-			}
+			key, ref, err := eventKey(as, e, env, event, ev.EventID, payloads[i])
 			if err != nil {
-				return nil, invalid(fmt.Sprintf("fire %s/%s (event %d of the batch)", actorID, e.ID, i), err)
+				return nil, fmt.Errorf("event %d of the batch: %w", i, err)
 			}
 			if j, seen := first[key]; seen {
 				itemOf[i] = -1 - j // a repeat of item j
 				continue
 			}
-			ref, _ := json.Marshal(map[string]string{"event": event, "event_id": ev.EventID})
 			first[key], itemOf[i] = len(b.Items), len(b.Items)
 			b.Items = append(b.Items, episodes.BatchItem{DedupeKey: key, TriggerRef: ref, Payload: payloads[i], TraceParent: trace})
 		}

@@ -37,10 +37,14 @@ func exampleNode(actor runner.Actor) (*runner.Node, *pgxpool.Pool, *nodetest.Sig
 	return node, pool, sig, func() { _ = node.Stop(context.Background()); _ = drop() }
 }
 
-// waitFor waits (bounded) until sig has seen n events named name.
-func waitFor(sig *nodetest.Signals, name string, n int) {
-	for deadline := time.Now().Add(time.Minute); sig.Count(name) < n && time.Now().Before(deadline); {
-		time.Sleep(5 * time.Millisecond)
+// waitFor waits (a minute at most) for n episode endings on sig.
+func waitFor(sig *nodetest.Signals, n int) {
+	for range n {
+		select {
+		case <-sig.Ended():
+		case <-time.After(time.Minute):
+			return
+		}
 	}
 }
 
@@ -80,7 +84,7 @@ func ExampleNode_FireTx() {
 	fmt.Println("after a rollback, episodes:", episodes)
 
 	first := placeOrder(true)
-	waitFor(sig, runner.EventCompleted, 1)
+	waitFor(sig, 1)
 	var status string
 	_ = pool.QueryRow(ctx, `SELECT status FROM leasehold_episodes WHERE id = $1`, first.EpisodeID).Scan(&status)
 	fmt.Println("after the commit, the episode is", status)
@@ -125,7 +129,7 @@ func ExampleRun_CompleteTx() {
 	_, _ = pool.Exec(ctx, `CREATE TABLE charges (episode_id bigint PRIMARY KEY, cents bigint NOT NULL)`)
 
 	out, _ := node.RunManual(ctx, "pay", "charge", nil)
-	waitFor(sig, runner.EventCompleted, 1)
+	waitFor(sig, 1)
 	var status, result string
 	var charges int
 	_ = pool.QueryRow(ctx, `SELECT status, result::text FROM leasehold_episodes WHERE id = $1`, out.EpisodeID).Scan(&status, &result)

@@ -75,10 +75,7 @@ func (n *Node) sendFinishes() {
 // sent again on its own, with the single write's retries and bounds.
 func (n *Node) sendGroup(batch []*finishReq) {
 	if len(batch) == 1 {
-		r := batch[0]
-		r.done <- n.retrying(r.j, func(ctx context.Context) error {
-			return n.store.FinishEpisode(ctx, r.j.ep.ID, r.j.claim.Token, r.f)
-		})
+		n.finishAlone(batch[0])
 		return
 	}
 	items := make([]episodes.FinishItem, len(batch))
@@ -102,9 +99,7 @@ func (n *Node) sendGroup(batch []*finishReq) {
 	if err != nil {
 		n.log.Warn("leasehold: grouped finish failed; sending each on its own", "runs", len(batch), "error", err)
 		for _, r := range batch {
-			r.done <- n.retrying(r.j, func(ctx context.Context) error {
-				return n.store.FinishEpisode(ctx, r.j.ep.ID, r.j.claim.Token, r.f)
-			})
+			n.finishAlone(r)
 		}
 		return
 	}
@@ -115,4 +110,12 @@ func (n *Node) sendGroup(batch []*finishReq) {
 			r.done <- fmt.Errorf("episode %d: its row of a grouped finish matched nothing: %w", r.j.ep.ID, claims.ErrLeaseLost)
 		}
 	}
+}
+
+// finishAlone sends r's finish on its own (FinishEpisode), with the single
+// write's retries and bounds.
+func (n *Node) finishAlone(r *finishReq) {
+	r.done <- n.retrying(r.j, func(ctx context.Context) error {
+		return n.store.FinishEpisode(ctx, r.j.ep.ID, r.j.claim.Token, r.f)
+	})
 }

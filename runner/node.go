@@ -563,46 +563,70 @@ func (n *Node) Fire(ctx context.Context, actorID, event string, payload any, opt
 // the env), trigger ref and payload Fire and FireTx create. Callers hold
 // intake.
 func (n *Node) eventEpisodes(actorID, event string, payload any, opts FireOptions) (*actorState, []episodes.New, error) {
-	as, err := n.lookupActor(actorID)
+	as, env, exps, err := n.eventTarget(actorID, event, opts)
 	if err != nil {
 		return nil, nil, err
-	}
-	if err := checkEventName(event); err != nil {
-		return nil, nil, invalid("fire "+actorID, err)
 	}
 	raw, err := canonicalPayload(fmt.Sprintf("fire %s/%s", actorID, event), payload)
 	if err != nil {
 		return nil, nil, err
 	}
+	out := make([]episodes.New, 0, len(exps))
+	for _, e := range exps {
+		key, ref, err := eventKey(as, e, env, event, opts.EventID, raw)
+		if err != nil {
+			return nil, nil, err
+		}
+		out = append(out, n.newEpisode(as, e, env, key, ref, raw))
+	}
+	return as, out, nil
+}
+
+// eventTarget validates a trigger of event for actorID under opts and
+// returns the actor, the env its episodes belong to, and the expectations
+// the event triggers (at least one). Callers hold intake.
+func (n *Node) eventTarget(actorID, event string, opts FireOptions) (*actorState, string, []*Expectation, error) {
+	as, err := n.lookupActor(actorID)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	if err := checkEventName(event); err != nil {
+		return nil, "", nil, invalid("fire "+actorID, err)
+	}
 	env := n.cfg.Env
 	if opts.Env != nil {
 		if err := validScope("", *opts.Env); err != nil {
-			return nil, nil, err
+			return nil, "", nil, err
 		}
 		env = *opts.Env
 	}
 	if opts.Delay < 0 {
-		return nil, nil, fmt.Errorf("%w: fire %s/%s: delay %v is negative", ErrInvalid, actorID, event, opts.Delay)
+		return nil, "", nil, fmt.Errorf("%w: fire %s/%s: delay %v is negative", ErrInvalid, actorID, event, opts.Delay)
 	}
-	var out []episodes.New
+	var exps []*Expectation
 	for _, e := range as.actor.Expectations {
-		if t, ok := e.Trigger.(Event); !ok || t.Name != event {
-			continue
+		if t, ok := e.Trigger.(Event); ok && t.Name == event {
+			exps = append(exps, as.exps[e.ID])
 		}
-		key, err := dedupe.EventKey(actorID, e.ID, opts.EventID, json.RawMessage(raw))
-		if err == nil {
-			key, err = dedupe.InEnv(env, key)
-		}
-		if err != nil {
-			return nil, nil, invalid(fmt.Sprintf("fire %s/%s", actorID, e.ID), err)
-		}
-		ref, _ := json.Marshal(map[string]string{"event": event, "event_id": opts.EventID})
-		out = append(out, n.newEpisode(as, as.exps[e.ID], env, key, ref, raw))
 	}
-	if len(out) == 0 {
-		return nil, nil, fmt.Errorf("%w: actor %q has no expectation for event %q", ErrUnknown, actorID, event)
+	if len(exps) == 0 {
+		return nil, "", nil, fmt.Errorf("%w: actor %q has no expectation for event %q", ErrUnknown, actorID, event)
 	}
-	return as, out, nil
+	return as, env, exps, nil
+}
+
+// eventKey is the dedupe key (folded into env) and trigger ref of one
+// event of e with canonical payload raw.
+func eventKey(as *actorState, e *Expectation, env, event, eventID string, raw json.RawMessage) (string, json.RawMessage, error) {
+	key, err := dedupe.EventKey(as.actor.ID, e.ID, eventID, raw)
+	if err == nil {
+		key, err = dedupe.InEnv(env, key)
+	}
+	if err != nil {
+		return "", nil, invalid(fmt.Sprintf("fire %s/%s", as.actor.ID, e.ID), err)
+	}
+	ref, _ := json.Marshal(map[string]string{"event": event, "event_id": eventID})
+	return key, ref, nil
 }
 
 // newEpisode is the episode one trigger of e creates in env.

@@ -197,18 +197,11 @@ func episodesCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	if err != nil {
 		return exitCode(stderr, cmd, err)
 	}
-	raw, err := resolveURL(*rawURL)
-	if err != nil {
-		return exitCode(stderr, cmd, err)
-	}
-	conn, err := openDB(ctx, raw)
+	conn, err := openChecked(ctx, *rawURL, stderr, cmd)
 	if err != nil {
 		return exitCode(stderr, cmd, err)
 	}
 	defer conn.close()
-	if err := requireSchema(ctx, conn, stderr, cmd); err != nil {
-		return exitCode(stderr, cmd, err)
-	}
 	switch sub {
 	case "show":
 		return showEpisode(ctx, conn.store, id, *steps, *asJSON, stdout, stderr)

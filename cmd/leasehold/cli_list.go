@@ -58,18 +58,11 @@ func claimsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if *limit <= 0 {
 		return exitCode(stderr, "claims ls", usagef("-limit must be positive, got %d", *limit))
 	}
-	raw, err := resolveURL(*rawURL)
-	if err != nil {
-		return exitCode(stderr, "claims ls", err)
-	}
-	conn, err := openDB(ctx, raw)
+	conn, err := openChecked(ctx, *rawURL, stderr, "claims ls")
 	if err != nil {
 		return exitCode(stderr, "claims ls", err)
 	}
 	defer conn.close()
-	if err := requireSchema(ctx, conn, stderr, "claims ls"); err != nil {
-		return exitCode(stderr, "claims ls", err)
-	}
 	list, err := conn.store.ListClaims(ctx, claims.ListQuery{Owner: *owner, ExpiredOnly: *expired, Limit: *limit})
 	if err != nil {
 		return exitCode(stderr, "claims ls", err)

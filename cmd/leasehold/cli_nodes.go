@@ -48,18 +48,11 @@ func nodesCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if err := noArgs(rest); err != nil {
 		return exitCode(stderr, "nodes ls", err)
 	}
-	raw, err := resolveURL(*rawURL)
-	if err != nil {
-		return exitCode(stderr, "nodes ls", err)
-	}
-	conn, err := openDB(ctx, raw)
+	conn, err := openChecked(ctx, *rawURL, stderr, "nodes ls")
 	if err != nil {
 		return exitCode(stderr, "nodes ls", err)
 	}
 	defer conn.close()
-	if err := requireSchema(ctx, conn, stderr, "nodes ls"); err != nil {
-		return exitCode(stderr, "nodes ls", err)
-	}
 	rows, err := conn.store.ListNodes(ctx)
 	if err != nil {
 		return exitCode(stderr, "nodes ls", err)

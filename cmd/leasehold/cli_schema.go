@@ -113,3 +113,22 @@ func mssqlInvalidObject(err error) bool {
 	}
 	return false
 }
+
+// openChecked resolves rawURL, opens the database and requires its schema
+// (requireSchema): the preamble of every command that reads or acts on a
+// migrated schema. The caller closes the connection.
+func openChecked(ctx context.Context, rawURL string, stderr io.Writer, cmd string) (*dbConn, error) {
+	raw, err := resolveURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := openDB(ctx, raw)
+	if err != nil {
+		return nil, err
+	}
+	if err := requireSchema(ctx, conn, stderr, cmd); err != nil {
+		conn.close()
+		return nil, err
+	}
+	return conn, nil
+}

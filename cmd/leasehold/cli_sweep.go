@@ -105,18 +105,11 @@ func sweepCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			"must not act; run recovery.Sweeper inside your nodes to recover, and 'leasehold sweep -dry-run' to "+
 			"inspect what it would do"))
 	}
-	raw, err := resolveURL(*rawURL)
-	if err != nil {
-		return exitCode(stderr, "sweep", err)
-	}
-	conn, err := openDB(ctx, raw)
+	conn, err := openChecked(ctx, *rawURL, stderr, "sweep")
 	if err != nil {
 		return exitCode(stderr, "sweep", err)
 	}
 	defer conn.close()
-	if err := requireSchema(ctx, conn, stderr, "sweep"); err != nil {
-		return exitCode(stderr, "sweep", err)
-	}
 
 	node := cliNode{id: cliNodeID(), stack: *stack, env: *env}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))

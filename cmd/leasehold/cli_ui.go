@@ -101,18 +101,11 @@ func uiCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return exitCode(stderr, cmd, err)
 	}
-	raw, err := resolveURL(*rawURL)
-	if err != nil {
-		return exitCode(stderr, cmd, err)
-	}
-	conn, err := openDB(ctx, raw)
+	conn, err := openChecked(ctx, *rawURL, stderr, cmd)
 	if err != nil {
 		return exitCode(stderr, cmd, err)
 	}
 	defer conn.close()
-	if err := requireSchema(ctx, conn, stderr, cmd); err != nil {
-		return exitCode(stderr, cmd, err)
-	}
 	store, ok := conn.store.(ui.Store)
 	if !ok {
 		return exitCode(stderr, cmd, fmt.Errorf("the %s adapter does not implement the dashboard's reads", conn.dialect))

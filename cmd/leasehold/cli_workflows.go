@@ -80,18 +80,11 @@ func workflowsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return exitCode(stderr, cmd, err)
 	}
-	raw, err := resolveURL(*rawURL)
-	if err != nil {
-		return exitCode(stderr, cmd, err)
-	}
-	conn, err := openDB(ctx, raw)
+	conn, err := openChecked(ctx, *rawURL, stderr, cmd)
 	if err != nil {
 		return exitCode(stderr, cmd, err)
 	}
 	defer conn.close()
-	if err := requireSchema(ctx, conn, stderr, cmd); err != nil {
-		return exitCode(stderr, cmd, err)
-	}
 	if sub == "cancel" {
 		inst, canceled, err := workflows.Cancel(ctx, conn.store, *id, *reason)
 		switch {

@@ -38,6 +38,10 @@ func (s *Signals) Observe(ctx context.Context, e telemetry.Event) {
 	}
 }
 
+// Ended delivers each episode ending (as WaitEnded counts them), for code
+// without a testing.TB (runnable examples).
+func (s *Signals) Ended() <-chan telemetry.Event { return s.ended }
+
 // WaitEnded waits for n episode endings (completed, failed, canceled, lease
 // lost, released) across sigs, failing after a minute.
 func WaitEnded(t testing.TB, n int, sigs ...*Signals) {
