@@ -103,6 +103,20 @@ func RunDeferred(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		require.EqualValues(t, 1, d.Claim.Fence)
 		require.Equal(t, "poller-1", d.Claim.Owner)
 		require.Equal(t, "event:a:e:1", d.Claim.Key)
+		require.True(t, d.Started, "the hand-over starts the episode under the grant it makes")
+		require.Equal(t, res.Episode.ID, d.Episode.ID)
+		require.Equal(t, episodes.StatusRunning, d.Episode.Status)
+		require.Equal(t, "poller-1", d.Episode.OwnerNode)
+		require.Equal(t, "event:a:e:1", d.Episode.DedupeKey)
+		require.EqualValues(t, 1, d.NextStep)
+		require.NotNil(t, d.Episode.StartedAt)
+		stored := get(t, EpisodesBackend{Store: b.Store}, res.Episode.ID)
+		require.Equal(t, episodes.StatusRunning, stored.Status)
+		require.Equal(t, "poller-1", stored.OwnerNode)
+		require.Equal(t, stored.ActorID, d.Episode.ActorID)
+		require.Equal(t, stored.ExpectationID, d.Episode.ExpectationID)
+		require.Equal(t, stored.MaxAttempts, d.Episode.MaxAttempts)
+		require.Equal(t, stored.Attempts, d.Episode.Attempts)
 		_, err = b.Store.StartEpisode(ctx(t), res.Episode.ID, d.Claim.Token)
 		require.NoError(t, err, "the granted claim runs the episode")
 		require.Equal(t, episodes.RequestCompleted, listRequests(t, b, "", "")[0].Status)
@@ -229,6 +243,8 @@ func RunDeferred(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		require.NoError(t, err)
 		require.Equal(t, held.Episode.ID, d.EpisodeID)
 		require.Zero(t, d.Claim.Fence, "a live claim elsewhere is never stolen")
+		require.False(t, d.Started, "and the episode is not started")
+		require.Equal(t, episodes.StatusQueued, get(t, EpisodesBackend{Store: b.Store}, held.Episode.ID).Status)
 		require.Equal(t, episodes.RequestCompleted, listRequests(t, b, "", "")[0].Status)
 	})
 
@@ -346,6 +362,7 @@ func RunDeferred(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 	})
 
 	runFlow(t, newBackend)
+	runBatchDispatch(t, newBackend)
 
 	t.Run("ExpiryCancelsUnclaimedEpisodesInScope", func(t *testing.T) {
 		t.Parallel()

@@ -286,6 +286,9 @@ func runFlow(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		n.Owner, n.Lease, n.Start = "dead", time.Minute, true
 		o, err := b.Store.CreateEpisode(ctx(t), n)
 		require.NoError(t, err)
+		for step := int32(1); step <= 2; step++ {
+			require.NoError(t, b.Store.AppendStep(ctx(t), o.Episode.ID, o.Claim.Token, step, []byte(`{}`), time.Minute))
+		}
 		// Live: not an orphan.
 		_, err = b.Store.RequeueOrphan(ctx(t), o.Episode.ID, 0, "sweeper", time.Minute)
 		require.ErrorIs(t, err, claims.ErrBusy)
@@ -325,8 +328,15 @@ func runFlow(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		d, err := b.Store.DispatchTriggerRequest(ctx(t), reqs[0], time.Minute)
 		require.NoError(t, err)
 		require.Positive(t, d.Claim.Fence)
-		_, err = b.Store.StartEpisode(ctx(t), o.Episode.ID, d.Claim.Token)
+		require.True(t, d.Started)
+		require.EqualValues(t, 2, d.Episode.Attempt(), "the requeued attempt runs")
+		steps, err := b.Store.ListSteps(ctx(t), o.Episode.ID)
 		require.NoError(t, err)
+		require.Len(t, steps, 2)
+		require.EqualValues(t, 3, d.NextStep, "a re-run appends after the old journal")
+		next, err := b.Store.StartEpisode(ctx(t), o.Episode.ID, d.Claim.Token)
+		require.NoError(t, err)
+		require.Equal(t, next, d.NextStep)
 
 		// Out of attempts: never requeued (recovery fails it instead).
 		n = flowEpisode("event:a:e:last")

@@ -81,9 +81,19 @@ type TriggerRequest struct {
 // is completed, and Claim is the episode's work claim granted to the
 // poller. Claim.Fence is 0 when the episode is not the poller's to run (it
 // already ran, or its claim is held live elsewhere).
+//
+// With a grant, the same statement started the episode under it (Started,
+// and Episode is the started row, NextStep the first free step number), so
+// the run needs no StartEpisode. Started false with a grant means the
+// episode changed between the statement's read and its write (a cancel):
+// the caller releases the grant.
 type Dispatched struct {
+	RequestID int64
 	EpisodeID int64
 	Claim     claims.Claim
+	Started   bool
+	Episode   Episode
+	NextStep  int32
 }
 
 // ExpireQuery expires open requests of one env (and stack scope, as in

@@ -20,7 +20,8 @@
 //	   │                                            ▼ woken by NOTIFY or a slot freeing
 //	   │                                          DispatchTriggerRequest (fenced on the
 //	   │                                            │ request claim): the work claim granted
-//	   ▼                                            ▼ to that node, fence + 1
+//	   │                                            │ to that node, fence + 1, and the episode
+//	   ▼                                            ▼ started under it (no StartEpisode)
 //	queued, claim held by this node (a slot's, or its slot queue's: recovered
 //	   │    work, a dispatch that lost the race for the last slot, or Poll.Disabled)
 //	   ▼
@@ -181,10 +182,11 @@
 //	ClaimTriggerRequests on a full node (SKIP LOCKED / READPAST; only its
 //	   │ env, its stack scope and its full actors; fence + 1, claim lease)
 //	   ▼
-//	DispatchTriggerRequest (fenced on the request claim): request completed
-//	   │ and the episode's work claim granted to this node, one statement
+//	DispatchTriggerRequest (fenced on the request claim): request completed,
+//	   │ the episode's work claim granted to this node and the episode started
+//	   │ under that grant, one statement
 //	   ▼
-//	queued under this node's claim, then as above from StartEpisode
+//	running under this node's claim, then as above from Init
 //
 // A poller that dies between the two statements leaves a claimed request
 // whose claim lapses (PollConfig.ClaimLease) and another poller takes it;

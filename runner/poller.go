@@ -197,13 +197,35 @@ func (n *Node) PollOnce(ctx context.Context) (int, error) {
 	return dispatched, nil
 }
 
-// dispatchConcurrency bounds the hand-overs one poll sends at once.
+// dispatchConcurrency bounds the hand-overs one poll sends at once when
+// the adapter has no batch hand-over.
 const dispatchConcurrency = 8
 
-// dispatchAll hands reqs over, up to dispatchConcurrency at a time (each
-// is fenced on its own request claim, so their order does not matter), and
-// returns how many became local runs.
+// batchDispatcher is an adapter that hands many claimed requests over in
+// one statement (DispatchTriggerRequests on Postgres and SQLite), each row
+// fenced on its own request claim; the poller uses it when the store has
+// it, else one DispatchTriggerRequest per request (SQL Server).
+type batchDispatcher interface {
+	DispatchTriggerRequests(ctx context.Context, owner string, reqs []episodes.TriggerRequest, lease time.Duration) ([]episodes.Dispatched, error)
+}
+
+// dispatchBatchMax bounds the requests one batch hand-over carries: the
+// statement joins its intermediate sets with each other, which stays cheap
+// for a few dozen rows whatever plan the server picks.
+const dispatchBatchMax = 64
+
+// dispatchAll hands reqs over and returns how many became local runs: in
+// one statement per dispatchBatchMax requests when the adapter batches,
+// else up to dispatchConcurrency at a time (each is fenced on its own
+// request claim, so their order does not matter).
 func (n *Node) dispatchAll(ctx context.Context, reqs []episodes.TriggerRequest) int {
+	if bd, ok := n.store.(batchDispatcher); ok && len(reqs) > 1 {
+		runs := 0
+		for chunk := range slices.Chunk(reqs, dispatchBatchMax) {
+			runs += n.dispatchBatch(ctx, bd, chunk)
+		}
+		return runs
+	}
 	if len(reqs) == 1 {
 		if n.dispatch(ctx, reqs[0]) {
 			return 1
@@ -228,6 +250,43 @@ func (n *Node) dispatchAll(ctx context.Context, reqs []episodes.TriggerRequest) 
 	return int(ok.Load())
 }
 
+// dispatchBatch is dispatch for all of reqs in one DispatchTriggerRequests
+// statement; a request missing from its answer lapsed to another poller.
+func (n *Node) dispatchBatch(ctx context.Context, bd batchDispatcher, reqs []episodes.TriggerRequest) int {
+	n.intake.RLock()
+	defer n.intake.RUnlock()
+	if n.stopping() {
+		return 0
+	}
+	var ds []episodes.Dispatched
+	// As in dispatch: grants in flight are not abandoned when intake stops.
+	err := n.retrying(nil, func(wctx context.Context) (err error) {
+		ds, err = bd.DispatchTriggerRequests(wctx, n.id, reqs, n.gate.Lease())
+		return err
+	})
+	if err != nil {
+		n.log.WarnContext(ctx, "leasehold: trigger request hand-over failed; the requests are claimable again after their claim lease",
+			slog.Int("requests", len(reqs)), slog.Any("error", err))
+		return 0
+	}
+	byRequest := make(map[int64]episodes.Dispatched, len(ds))
+	for _, d := range ds {
+		byRequest[d.RequestID] = d
+	}
+	runs := 0
+	for _, r := range reqs {
+		d, ours := byRequest[r.ID]
+		err := error(nil)
+		if !ours {
+			err = claims.ErrLeaseLost
+		}
+		if n.accept(ctx, r, d, err) {
+			runs++
+		}
+	}
+	return runs
+}
+
 func (n *Node) pollOnce(ctx context.Context) {
 	if _, err := n.PollOnce(ctx); err != nil && ctx.Err() == nil {
 		n.log.WarnContext(ctx, "leasehold: trigger poll failed; retrying next interval", slog.Any("error", err))
@@ -235,9 +294,10 @@ func (n *Node) pollOnce(ctx context.Context) {
 }
 
 // dispatch hands one claimed request to a local run: DispatchTriggerRequest
-// completes it and grants the episode's work claim to this node in one
-// statement; the episode is then queued on its actor like any other. A
-// request this node cannot take any more (stopping) is left to lapse.
+// completes it, grants the episode's work claim to this node and starts the
+// episode under that grant in one statement; the run is then submitted to
+// its actor's slots like any other. A request this node cannot take any
+// more (stopping) is left to lapse.
 func (n *Node) dispatch(ctx context.Context, r episodes.TriggerRequest) bool {
 	n.intake.RLock()
 	defer n.intake.RUnlock()
@@ -251,6 +311,14 @@ func (n *Node) dispatch(ctx context.Context, r episodes.TriggerRequest) bool {
 		d, err = n.store.DispatchTriggerRequest(wctx, r, n.gate.Lease())
 		return err
 	})
+	return n.accept(ctx, r, d, err)
+}
+
+// accept acts on one hand-over's answer, under the intake lock: a started
+// episode under this node's grant is submitted to its actor's slots; a
+// grant it cannot run is given back. It reports whether a run was
+// submitted.
+func (n *Node) accept(ctx context.Context, r episodes.TriggerRequest, d episodes.Dispatched, err error) bool {
 	switch {
 	case errors.Is(err, claims.ErrLeaseLost):
 		n.emit(ctx, telemetry.Event{Name: EventRequestLost, Key: requestKey(r), Owner: n.id, Fence: r.Fence})
@@ -264,26 +332,27 @@ func (n *Node) dispatch(ctx context.Context, r episodes.TriggerRequest) bool {
 		return false
 	}
 	claim := d.Claim // its local lease clock started before the statement was sent
-	var ep episodes.Episode
-	err = n.retrying(nil, func(wctx context.Context) (err error) {
-		ep, err = n.store.GetEpisode(wctx, d.EpisodeID)
-		return err
-	})
-	var as *actorState
-	var e *Expectation
-	if err == nil {
-		as, e, err = n.lookup(ep.ActorID, ep.ExpectationID)
+	if !d.Started {
+		// Granted, but the episode changed between the statement's read
+		// and its write (a cancel): give the grant back at once.
+		_ = n.release(&job{claim: claim}) // logged
+		n.emit(ctx, telemetry.Event{Name: EventRequestSkipped, Key: requestKey(r), Owner: n.id, Fence: r.Fence})
+		return false
 	}
+	ep := d.Episode
+	as, e, err := n.lookup(ep.ActorID, ep.ExpectationID)
 	if err != nil {
-		// The episode holds our fresh claim: release it so recovery (or
-		// another node) takes it at once rather than after the lease.
+		// The episode runs under our fresh grant but its code is not here
+		// (a definition changed since the request was claimed): release
+		// it so the recovery sweep requeues it at once rather than after
+		// the lease.
 		n.log.WarnContext(ctx, "leasehold: cannot run a dispatched episode here; releasing it",
 			slog.Int64("episode", d.EpisodeID), slog.Any("error", err))
 		_ = n.release(&job{claim: claim}) // logged
 		return false
 	}
 	runCtx, unhold := n.hb.Hold(n.base, claim)
-	j := &job{ep: ep, exp: e, claim: claim, ctx: runCtx, unhold: unhold}
+	j := &job{ep: ep, exp: e, claim: claim, ctx: runCtx, unhold: unhold, started: true, nextStep: d.NextStep}
 	as.exec.submit(j)
 	n.emit(ctx, n.about(j, telemetry.Event{Name: EventRequestDispatched}))
 	return true

@@ -32,9 +32,11 @@ type job struct {
 		status, class string
 		err           error
 	}
-	// started: the creating statement started the episode already
-	// (CreateEpisode with a reserved slot): execute skips StartEpisode.
-	started bool
+	// started: the granting statement started the episode already
+	// (CreateEpisode with a reserved slot, DispatchTriggerRequest):
+	// execute skips StartEpisode and begins at nextStep (0: step 1).
+	started  bool
+	nextStep int32
 }
 
 // executor runs one actor's episodes, at most max at once on this node, the
@@ -184,7 +186,7 @@ func (n *Node) execute(j *job) {
 		n.handOver(j)
 		return
 	}
-	next, err := int32(1), error(nil)
+	next, err := max(j.nextStep, 1), error(nil)
 	if !j.started {
 		err = n.retrying(j, func(ctx context.Context) (err error) {
 			next, err = n.store.StartEpisode(ctx, j.ep.ID, j.claim.Token)

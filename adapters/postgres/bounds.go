@@ -18,7 +18,7 @@ type batcher interface {
 }
 
 // takeover returns the connection a takeover statement (AcquireClaim,
-// ClaimForRecovery, DispatchTriggerRequest) runs on: BoundLockWait and the
+// ClaimForRecovery, DispatchTriggerRequest(s)) runs on: BoundLockWait and the
 // statement in one pipelined batch, one round trip, which Postgres runs as
 // one implicit transaction, so the LOCAL lock_timeout applies to the
 // takeover and to nothing after it. Inside a caller's transaction the
@@ -48,11 +48,12 @@ func (s *Store) boundTransaction(ctx context.Context, tx pgx.Tx) error {
 }
 
 // pipelined queues Exec calls and sends them, in order, in one batch with
-// the QueryRow that follows. It serves one generated method call.
+// the Query or QueryRow that follows. It serves one generated method call.
 type pipelined struct {
 	conn  db.DBTX
 	b     batcher
 	queue pgx.Batch
+	sent  bool
 }
 
 func (p *pipelined) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
@@ -61,20 +62,67 @@ func (p *pipelined) Exec(_ context.Context, sql string, args ...any) (pgconn.Com
 }
 
 func (p *pipelined) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	return nil, errors.New("postgres: internal error: a pipelined takeover supports one QueryRow")
+	br, err := p.send(ctx, sql, args)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		_ = br.Close()
+		return nil, err
+	}
+	return &batchRows{Rows: rows, br: br}, nil
 }
 
 func (p *pipelined) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	br, err := p.send(ctx, sql, args)
+	if err != nil {
+		return errRow{err}
+	}
+	return batchRow{row: br.QueryRow(), br: br}
+}
+
+// send sends the queued statements and sql in one batch and reads the
+// queued ones' results, leaving sql's to the caller.
+func (p *pipelined) send(ctx context.Context, sql string, args []any) (pgx.BatchResults, error) {
+	if p.sent {
+		return nil, errors.New("postgres: internal error: a pipelined takeover serves one statement")
+	}
+	p.sent = true
 	prefix := p.queue.Len()
 	p.queue.Queue(sql, args...)
 	br := p.b.SendBatch(ctx, &p.queue)
 	for range prefix {
 		if _, err := br.Exec(); err != nil {
 			_ = br.Close()
-			return errRow{err}
+			return nil, err
 		}
 	}
-	return batchRow{row: br.QueryRow(), br: br}
+	return br, nil
+}
+
+// batchRows closes the batch once its rows are closed.
+type batchRows struct {
+	pgx.Rows
+	br     pgx.BatchResults
+	closed bool
+	err    error
+}
+
+func (r *batchRows) Close() {
+	if r.closed {
+		return
+	}
+	r.closed = true
+	r.Rows.Close()
+	r.err = r.br.Close()
+}
+
+func (r *batchRows) Err() error {
+	if err := r.Rows.Err(); err != nil {
+		return err
+	}
+	return r.err
 }
 
 // batchRow closes the batch once its row is read.

@@ -2,7 +2,9 @@ package postgres
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -68,10 +70,10 @@ func (s *Store) ClaimTriggerRequests(ctx context.Context, q episodes.RequestQuer
 	return out, nil
 }
 
-// DispatchTriggerRequest runs DispatchTriggerRequest: completes the request
-// and grants its episode's work claim to the request's owner.
-// claims.ErrLeaseLost when the request claim lapsed and another poller
-// holds it.
+// DispatchTriggerRequest runs DispatchTriggerRequest: completes the request,
+// grants its episode's work claim to the request's owner and starts the
+// episode under that grant. claims.ErrLeaseLost when the request claim
+// lapsed and another poller holds it.
 func (s *Store) DispatchTriggerRequest(ctx context.Context, r episodes.TriggerRequest, lease time.Duration) (episodes.Dispatched, error) {
 	sent := time.Now()
 	row, err := s.q.DispatchTriggerRequest(ctx, s.takeover(ctx), db.DispatchTriggerRequestParams{
@@ -83,10 +85,71 @@ func (s *Store) DispatchTriggerRequest(ctx context.Context, r episodes.TriggerRe
 	if err != nil {
 		return episodes.Dispatched{}, dbError("DispatchTriggerRequest", err)
 	}
-	return episodes.Dispatched{
+	return dispatched(sent, r.Owner, row), nil
+}
+
+// DispatchTriggerRequests runs DispatchTriggerRequests: the requests of one
+// poller (owner) handed over in one statement, each fenced on its own
+// request claim. It returns one Dispatched per request that was still the
+// poller's, in request id order; a request missing from the result lapsed
+// (claims.ErrLeaseLost for it alone).
+func (s *Store) DispatchTriggerRequests(ctx context.Context, owner string, reqs []episodes.TriggerRequest, lease time.Duration) ([]episodes.Dispatched, error) {
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	type item struct {
+		ID    int64 `json:"id"`
+		Fence int64 `json:"fence"`
+	}
+	items := make([]item, len(reqs))
+	for i, r := range reqs {
+		if r.Owner != owner {
+			return nil, fmt.Errorf("postgres: DispatchTriggerRequests: request %d is claimed by %q, not %q", r.ID, r.Owner, owner)
+		}
+		items[i] = item{ID: r.ID, Fence: r.Fence}
+	}
+	js, err := json.Marshal(items)
+	if err != nil {
+		return nil, err
+	}
+	sent := time.Now()
+	rows, err := s.q.DispatchTriggerRequests(ctx, s.takeover(ctx), db.DispatchTriggerRequestsParams{
+		Items: js, OwnerNode: owner, LeaseMs: lease.Milliseconds(),
+	})
+	if err != nil {
+		return nil, dbError("DispatchTriggerRequests", err)
+	}
+	out := make([]episodes.Dispatched, len(rows))
+	for i, row := range rows {
+		out[i] = dispatched(sent, owner, db.DispatchTriggerRequestRow(row))
+	}
+	return out, nil
+}
+
+// dispatched converts a hand-over's row; both statements return the same
+// columns. sent is the instant before the statement was sent, where the
+// grant's local lease clock starts.
+func dispatched(sent time.Time, owner string, row db.DispatchTriggerRequestRow) episodes.Dispatched {
+	d := episodes.Dispatched{
+		RequestID: row.RequestID,
 		EpisodeID: row.EpisodeID,
-		Claim:     episodes.GrantedClaim(sent, row.ClaimKey, r.Owner, row.ClaimFence, row.Attempt, row.LeaseUntil, row.ClaimedAt, row.GrantKind),
-	}, nil
+		Claim:     episodes.GrantedClaim(sent, row.ClaimKey, owner, row.ClaimFence, row.Attempt, row.LeaseUntil, row.ClaimedAt, row.GrantKind),
+		Started:   row.Started,
+		NextStep:  row.NextStepNo,
+	}
+	if row.Started {
+		d.Episode = episodes.Episode{
+			ID: row.EpisodeID, ActorID: deref(row.ActorID), ExpectationID: deref(row.ExpectationID),
+			TriggerType: episodes.TriggerType(deref(row.TriggerType)), TriggerRef: row.TriggerRef,
+			DedupeKey: deref(row.DedupeKey), Status: episodes.StatusRunning,
+			Attempts: deref(row.Attempts), MaxAttempts: deref(row.MaxAttempts),
+			SourceStack: deref(row.SourceStack), SourceEnv: deref(row.SourceEnv), OwnerNode: owner,
+			Payload: row.Payload, Result: row.Result, ErrorClass: deref(row.ErrorClass), ErrorDetail: row.ErrorDetail,
+			CreatedAt: deref(row.CreatedAt), StartedAt: row.StartedAt, LastStepAt: row.LastStepAt,
+			TraceParent: deref(row.TraceParent),
+		}
+	}
+	return d
 }
 
 // ExpireTriggerRequests runs ExpireTriggerRequests.

@@ -66,6 +66,12 @@ var dialectDifferences = []difference{
 	{"ClaimForRecovery", "NOT EXISTS(leasehold_trigger_requests)",
 		"the open-request exclusion is read once into @open_request (CASE WHEN EXISTS ... THEN 1 ELSE 0), and the takeover runs only under IF @orphan_key IS NOT NULL AND @open_request = 0 (TestStaticRecoveryOrphanRules)"},
 	{"ClaimForRecovery", "@id = id", "Postgres names the episode three times (claim_row, orphan, the UPDATE); T-SQL twice (the first SELECT and the episode UPDATE): the claim row is reached through @orphan_key"},
+	{"ClaimTriggerRequests", "any(array((SELECT FROM ))) = id",
+		"Postgres's UPDATE reaches the picked rows by primary key through an array of the picked CTE's ids (a plan choice: a join against the CTE can become a " +
+			"nested loop over every open request); T-SQL updates the READPAST-picked rows of its own CTE directly"},
+	{"DispatchTriggerRequest", "(SELECT FROM ) = id",
+		"Postgres reads the episode by the request CTE's episode id in the episode CTE (a scalar subquery, for a primary-key lookup); T-SQL joins @request in the SELECT that reads @claim_key " +
+			"(its start UPDATE's WHERE id = (SELECT episode_id FROM @request) matches the other)"},
 	{"ClaimTriggerRequests", "actor_id = any(@actor_ids)",
 		"no arrays on SQL Server: r.actor_id IN (SELECT actor_id FROM OPENJSON(@actor_ids) WITH (... COLLATE Latin1_General_100_BIN2 '$'))"},
 	{"DeleteSpentClaims", "greatest(coalesce(finished_at, lease_until), lease_until) < now-ms(@horizon_ms)",

@@ -52,6 +52,9 @@ const (
 var postgresOnly = map[string]string{
 	"ListenTriggerRequests": "LISTEN for the trigger-request insert trigger's NOTIFY: " +
 		"SQL Server has no LISTEN/NOTIFY, its pollers poll on their interval",
+	"DispatchTriggerRequests": "the batch hand-over: a set-based T-SQL grant, which TestStaticGrantShape " +
+		"does not yet accept (it checks grants keyed on one @key); SQL Server pollers send " +
+		"DispatchTriggerRequest per request, up to 8 at a time",
 }
 
 // TestStaticParse: every named batch, and every statement of every Up and

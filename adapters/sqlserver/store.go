@@ -226,7 +226,10 @@ var resultColumns = map[string][]string{
 		"id", "episode_id", "actor_id", "expectation_id", "source_node", "fence", "opts",
 	},
 	"DispatchTriggerRequest": {
-		"episode_id", "claim_key", "claim_fence", "attempt", "lease_until", "claimed_at", "grant_kind",
+		"request_id", "episode_id", "claim_key", "claim_fence", "attempt", "lease_until", "claimed_at", "grant_kind",
+		"started", "next_step_no", "actor_id", "expectation_id", "trigger_type", "trigger_ref",
+		"dedupe_key", "attempts", "max_attempts", "source_stack", "source_env", "payload", "result",
+		"error_class", "error_detail", "created_at", "started_at", "last_step_at", "trace_parent",
 	},
 	"ExpireTriggerRequests": {"id", "episode_id", "episode_canceled"},
 	"ListTriggerRequests": {

@@ -104,10 +104,16 @@ func (s *Store) ClaimTriggerRequests(ctx context.Context, q episodes.RequestQuer
 // node's to run.
 func (s *Store) DispatchTriggerRequest(ctx context.Context, r episodes.TriggerRequest, lease time.Duration) (episodes.Dispatched, error) {
 	var (
-		episodeID, fence      int64
-		claimKey, grantKind   string
-		attempt               int32
-		leaseUntil, claimedAt time.Time
+		requestID, episodeID, fence                  int64
+		claimKey, grantKind                          string
+		attempt, nextStep                            int32
+		leaseUntil, claimedAt                        time.Time
+		started                                      bool
+		actor, expectation, triggerType, dedupeKey   sql.NullString
+		triggerRef, payload, res, errorClass, detail sql.NullString
+		stack, env, traceParent                      sql.NullString
+		attempts, maxAttempts                        sql.NullInt32
+		created, startedAt, lastStep                 sql.NullTime
 	)
 	sent := time.Now()
 	err := s.queryRow(ctx, "DispatchTriggerRequest",
@@ -115,17 +121,36 @@ func (s *Store) DispatchTriggerRequest(ctx context.Context, r episodes.TriggerRe
 		sql.Named("owner_node", r.Owner),
 		sql.Named("fence", r.Fence),
 		sql.Named("lease_ms", lease.Milliseconds()),
-	).Scan(&episodeID, &claimKey, &fence, &attempt, &leaseUntil, &claimedAt, &grantKind)
+	).Scan(&requestID, &episodeID, &claimKey, &fence, &attempt, &leaseUntil, &claimedAt, &grantKind,
+		&started, &nextStep, &actor, &expectation, &triggerType, &triggerRef,
+		&dedupeKey, &attempts, &maxAttempts, &stack, &env, &payload, &res, &errorClass,
+		&detail, &created, &startedAt, &lastStep, &traceParent)
 	if errors.Is(err, sql.ErrNoRows) {
 		return episodes.Dispatched{}, claims.ErrLeaseLost
 	}
 	if err != nil {
 		return episodes.Dispatched{}, err
 	}
-	return episodes.Dispatched{
+	d := episodes.Dispatched{
+		RequestID: requestID,
 		EpisodeID: episodeID,
 		Claim:     episodes.GrantedClaim(sent, claimKey, r.Owner, fence, attempt, leaseUntil, claimedAt, grantKind),
-	}, nil
+		Started:   started,
+		NextStep:  nextStep,
+	}
+	if started {
+		d.Episode = episodes.Episode{
+			ID: episodeID, ActorID: actor.String, ExpectationID: expectation.String,
+			TriggerType: episodes.TriggerType(triggerType.String), TriggerRef: rawJSON(triggerRef),
+			DedupeKey: dedupeKey.String, Status: episodes.StatusRunning,
+			Attempts: attempts.Int32, MaxAttempts: maxAttempts.Int32,
+			SourceStack: stack.String, SourceEnv: env.String, OwnerNode: r.Owner,
+			Payload: rawJSON(payload), Result: rawJSON(res), ErrorClass: errorClass.String, ErrorDetail: rawJSON(detail),
+			CreatedAt: created.Time, StartedAt: timePtr(startedAt), LastStepAt: timePtr(lastStep),
+			TraceParent: traceParent.String,
+		}
+	}
+	return d, nil
 }
 
 // ExpireTriggerRequests runs ExpireTriggerRequests; q.AllEnvs (Maintain)

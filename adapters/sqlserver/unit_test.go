@@ -263,7 +263,7 @@ func TestUnitGrantsStampLocalStart(t *testing.T) {
 		"AcquireClaim":           {"k", "claimed", "a", now.Add(time.Minute), now, int64(1), int64(1), "fresh", "w"},
 		"CreateEpisode":          {true, int64(7), now, "queued", "episode:7", int64(1), int64(1), now.Add(time.Minute), now, "fresh"},
 		"ClaimForRecovery":       {int64(7), "x", "e", "event", nil, nil, int64(2), int64(3), "", "", nil, now, "episode:7", int64(2), int64(2), now.Add(time.Minute), now, "steal"},
-		"DispatchTriggerRequest": {int64(7), "episode:7", int64(3), int64(1), now.Add(time.Minute), now, "reclaim"},
+		"DispatchTriggerRequest": {int64(1), int64(7), "episode:7", int64(3), int64(1), now.Add(time.Minute), now, "reclaim", false, int64(1), nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil},
 	}
 	f := newFake(t)
 	var (
@@ -838,7 +838,9 @@ func TestUnitTriggerRequests(t *testing.T) {
 
 	t.Run("dispatch", func(t *testing.T) {
 		r := episodes.TriggerRequest{ID: 3, EpisodeID: 9, Owner: "a", Fence: 2}
-		answer = map[string][][]driver.Value{"DispatchTriggerRequest": {{int64(9), "k", int64(4), int64(2), now.Add(time.Minute), now, "reclaim"}}}
+		answer = map[string][][]driver.Value{"DispatchTriggerRequest": {{int64(3), int64(9), "k", int64(4), int64(2), now.Add(time.Minute), now, "reclaim",
+			true, int64(3), "x", "e", "event", `{"t":1}`, "k", int64(1), int64(3), "", "prod", `{"p":1}`, nil, nil, nil,
+			now.Add(-time.Hour), now, now, "00-tp"}}}
 		got, err := s.DispatchTriggerRequest(ctx, r, time.Minute)
 		require.NoError(t, err)
 		want := claims.Claim{
@@ -847,13 +849,19 @@ func TestUnitTriggerRequests(t *testing.T) {
 		}
 		require.False(t, got.Claim.LocalStart().IsZero(), "a granted claim carries its local start")
 		want.SetLocalStart(got.Claim.LocalStart())
-		require.Equal(t, episodes.Dispatched{EpisodeID: 9, Claim: want}, got)
+		started := now
+		require.Equal(t, episodes.Dispatched{RequestID: 3, EpisodeID: 9, Claim: want, Started: true, NextStep: 3, Episode: episodes.Episode{
+			ID: 9, ActorID: "x", ExpectationID: "e", TriggerType: episodes.TriggerEvent, TriggerRef: json.RawMessage(`{"t":1}`),
+			DedupeKey: "k", Status: episodes.StatusRunning, Attempts: 1, MaxAttempts: 3, SourceEnv: "prod", OwnerNode: "a",
+			Payload: json.RawMessage(`{"p":1}`), CreatedAt: now.Add(-time.Hour), StartedAt: &started, LastStepAt: &started,
+			TraceParent: "00-tp",
+		}}, got)
 
 		// Completed, but the episode is not ours to run: the zero claim.
-		answer = map[string][][]driver.Value{"DispatchTriggerRequest": {{int64(9), "", int64(0), int64(0), now, now, ""}}}
+		answer = map[string][][]driver.Value{"DispatchTriggerRequest": {{int64(3), int64(9), "", int64(0), int64(0), now, now, "", false, int64(1), nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}}}
 		got, err = s.DispatchTriggerRequest(ctx, r, time.Minute)
 		require.NoError(t, err)
-		require.Equal(t, episodes.Dispatched{EpisodeID: 9}, got)
+		require.Equal(t, episodes.Dispatched{RequestID: 3, EpisodeID: 9, NextStep: 1}, got)
 	})
 
 	t.Run("expire", func(t *testing.T) {

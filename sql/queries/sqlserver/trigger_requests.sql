@@ -242,9 +242,11 @@ WHERE (status = N'pending' AND run_after <= SYSUTCDATETIME())
 -- transaction: the request becomes completed and, if the episode is still
 -- queued and unarchived and nobody holds a live lease on it, its work claim
 -- is granted to @owner_node with AcquireClaim's rules (fence + 1, attempt
--- reset after done, + 1 otherwise, or a fresh claim). From then on the
--- episode is an ordinary claimed episode: if this node dies, recovery finds
--- it (queued, lease expired) exactly as it finds any other.
+-- reset after done, + 1 otherwise, or a fresh claim), and the episode is
+-- started under that grant (StartEpisode's write) in the same transaction,
+-- so the run begins without another round trip. From then on the episode is
+-- an ordinary running episode: if this node dies, recovery finds it
+-- (running, lease expired) exactly as it finds any other.
 --
 -- Guarantee: fenced on the request claim (id, claimed_by, fence, claimed) in
 -- the request UPDATE, whose row lock is held to COMMIT; no row back means the
@@ -252,7 +254,10 @@ WHERE (status = N'pending' AND run_after <= SYSUTCDATETIME())
 -- nothing was written. fence 0 in the result means the request is completed
 -- but the episode is not this node's to run: it already ran, was canceled, or
 -- its claim is held live elsewhere. The completion commits either way, as on
--- Postgres.
+-- Postgres. The start runs only under the grant made here (IF EXISTS
+-- @granted) and re-checks queued and unarchived on the episode row it
+-- updates: started 0 with a fence means the episode changed since it was
+-- read (a cancel), and the caller releases the grant.
 --
 -- Hints: UPDLOCK, ROWLOCK on the request UPDATE, as on the fenced claim
 -- writes. The episode is read without a hint, as Postgres reads it from its
@@ -273,7 +278,8 @@ WHERE (status = N'pending' AND run_after <= SYSUTCDATETIME())
 -- back the whole transaction (the request stays claimed and lapses).
 SET NOCOUNT ON;
 SET XACT_ABORT ON;
-DECLARE @request TABLE (episode_id bigint NOT NULL);
+DECLARE @request TABLE (id bigint NOT NULL, episode_id bigint NOT NULL);
+DECLARE @started TABLE (id bigint NOT NULL);
 DECLARE @claim_key nvarchar(512);
 DECLARE @granted TABLE (
     dedupe_key  nvarchar(512) NOT NULL,
@@ -289,7 +295,7 @@ BEGIN TRANSACTION;
 UPDATE leasehold_trigger_requests WITH (UPDLOCK, ROWLOCK)
 SET status      = N'completed',
     finished_at = SYSUTCDATETIME()
-OUTPUT inserted.episode_id INTO @request
+OUTPUT inserted.id, inserted.episode_id INTO @request
 WHERE id = @id
   AND claimed_by = @owner_node
   AND fence = @fence
@@ -334,21 +340,46 @@ BEGIN
             SYSUTCDATETIME(), SYSUTCDATETIME(), 1, 1, N'fresh', N'episode'
         WHERE NOT EXISTS (SELECT 1 FROM leasehold_work_claims WITH (UPDLOCK, HOLDLOCK)
                           WHERE dedupe_key = @claim_key);
+
+    -- Started under the grant just made, in the same transaction.
+    IF EXISTS (SELECT 1 FROM @granted)
+        UPDATE leasehold_episodes WITH (UPDLOCK, ROWLOCK)
+        SET status       = N'running',
+            phase        = NULL,
+            owner_node   = @owner_node,
+            started_at   = COALESCE(started_at, SYSUTCDATETIME()),
+            last_step_at = SYSUTCDATETIME()
+        OUTPUT inserted.id INTO @started
+        WHERE id = (SELECT episode_id FROM @request)
+          AND status = N'queued'
+          AND archived_at IS NULL;
 END;
 
 COMMIT TRANSACTION;
 
 -- One row when the request was ours, none otherwise; the claim columns are
--- the grant, or N''/0/now when there was none (Postgres's coalesce).
-SELECT r.episode_id,
+-- the grant, or N''/0/now when there was none (Postgres's coalesce). The
+-- started episode's columns are read after the commit, without a hint, as
+-- GetEpisode reads them; NULL when it was not started.
+SELECT r.id AS request_id, r.episode_id,
     COALESCE(g.dedupe_key, N'') AS claim_key,
     COALESCE(g.fence, 0) AS claim_fence,
     COALESCE(g.attempt, 0) AS attempt,
     COALESCE(g.lease_until, CAST(SYSUTCDATETIME() AS datetime2(6))) AS lease_until,
     COALESCE(g.claimed_at, CAST(SYSUTCDATETIME() AS datetime2(6))) AS claimed_at,
-    COALESCE(g.grant_kind, N'') AS grant_kind
+    COALESCE(g.grant_kind, N'') AS grant_kind,
+    CAST(CASE WHEN st.id IS NULL THEN 0 ELSE 1 END AS bit) AS started,
+    (SELECT COALESCE(MAX(s.step_no), 0) + 1 FROM leasehold_episode_steps AS s
+     WHERE s.episode_id = r.episode_id) AS next_step_no,
+    e.actor_id, e.expectation_id, e.trigger_type, e.trigger_ref,
+    e.dedupe_key, e.attempts, e.max_attempts, e.source_stack,
+    e.source_env, e.payload, e.result, e.error_class,
+    e.error_detail, e.created_at, e.started_at, e.last_step_at,
+    e.trace_parent
 FROM @request AS r
-LEFT JOIN @granted AS g ON 1 = 1;
+LEFT JOIN @granted AS g ON 1 = 1
+LEFT JOIN @started AS st ON st.id = r.episode_id
+LEFT JOIN leasehold_episodes AS e ON e.id = st.id;
 
 -- name: ExpireTriggerRequests :many
 -- Expires the open requests of one env (and stack scope) due (run_after)
