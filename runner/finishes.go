@@ -22,11 +22,16 @@ const DefaultFinishBatch = 64
 // finish goes out at once, and under load a commit carries many. Each row
 // is fenced on its own grant (FinishEpisodes); a run whose row did not
 // match lost its lease. Completion is reported only after the commit.
+// When a full group waits behind the one in flight, another sender starts,
+// up to finishSenders groups in flight (their rows are disjoint runs).
 type finishGroup struct {
 	mu      sync.Mutex
 	queue   []*finishReq
-	sending bool
+	senders int
 }
+
+// finishSenders bounds the groups in flight at once.
+const finishSenders = 4
 
 type finishReq struct {
 	j    *job
@@ -42,8 +47,8 @@ func (n *Node) groupFinish(j *job, f episodes.Finish) error {
 	g := &n.finishes
 	g.mu.Lock()
 	g.queue = append(g.queue, req)
-	if !g.sending {
-		g.sending = true
+	if g.senders == 0 || (len(g.queue) >= n.cfg.FinishBatch && g.senders < finishSenders) {
+		g.senders++
 		n.runs.Go(n.sendFinishes) // counted with the runs: Drain waits for it
 	}
 	g.mu.Unlock()
@@ -58,7 +63,7 @@ func (n *Node) sendFinishes() {
 		g.mu.Lock()
 		k := min(len(g.queue), n.cfg.FinishBatch)
 		if k == 0 {
-			g.sending = false
+			g.senders--
 			g.mu.Unlock()
 			return
 		}

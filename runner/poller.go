@@ -216,34 +216,39 @@ const dispatchBatchMax = 64
 
 // dispatchAll hands reqs over and returns how many became local runs: in
 // one statement per dispatchBatchMax requests when the adapter batches,
-// else up to dispatchConcurrency at a time (each is fenced on its own
-// request claim, so their order does not matter).
+// else one per request; up to dispatchConcurrency statements at a time
+// (each row is fenced on its own request claim and the chunks are
+// disjoint, so their order does not matter).
 func (n *Node) dispatchAll(ctx context.Context, reqs []episodes.TriggerRequest) int {
-	if bd, ok := n.store.(batchDispatcher); ok && len(reqs) > 1 {
-		runs := 0
-		for chunk := range slices.Chunk(reqs, dispatchBatchMax) {
-			runs += n.dispatchBatch(ctx, bd, chunk)
-		}
-		return runs
+	size, bd := 1, batchDispatcher(nil)
+	if b, ok := n.store.(batchDispatcher); ok {
+		size, bd = dispatchBatchMax, b
 	}
-	if len(reqs) == 1 {
-		if n.dispatch(ctx, reqs[0]) {
+	handOver := func(chunk []episodes.TriggerRequest) int {
+		if len(chunk) > 1 {
+			return n.dispatchBatch(ctx, bd, chunk)
+		}
+		if n.dispatch(ctx, chunk[0]) {
 			return 1
 		}
 		return 0
+	}
+	switch {
+	case len(reqs) == 0:
+		return 0
+	case len(reqs) <= size:
+		return handOver(reqs)
 	}
 	var (
 		wg   sync.WaitGroup
 		ok   atomic.Int32
 		slot = make(chan struct{}, dispatchConcurrency)
 	)
-	for _, r := range reqs {
+	for chunk := range slices.Chunk(reqs, size) {
 		slot <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-slot }()
-			if n.dispatch(ctx, r) {
-				ok.Add(1)
-			}
+			ok.Add(int32(handOver(chunk)))
 		})
 	}
 	wg.Wait()
