@@ -38,11 +38,13 @@ test:
 ## bench: claim benchmarks, with pgbench running the same statement as the
 ## baseline in the same run; then handover after Drain versus after SIGKILL
 ## (the leaving node in a separate process); then one submitter with one
-## and with three workers (work flowing to free slots: throughput, shares).
+## and with three workers (work flowing to free slots: throughput, shares);
+## then the same episodes on SQLite and on Postgres, SQLite as a ratio.
 bench:
 	scripts/with-postgres.sh $(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count 1 ./adapters/postgres/
 	scripts/with-postgres.sh $(GO) test -run '^$$' -bench Handover -benchtime 3x -count 1 ./internal/handover/
 	scripts/with-postgres.sh $(GO) test -run '^$$' -bench 'Overflow|StatementsPerEpisode' -benchtime 2000x -count 1 ./runner/
+	scripts/with-postgres.sh $(GO) test -run '^$$' -bench EpisodesAgainstPostgres -benchtime 2000x -count 1 ./adapters/sqlite/
 
 ## bench-compare: leasehold against River (from the Go module proxy) tuned
 ## as its own `river bench` tunes it (FetchCooldown 2ms, FetchPollInterval
@@ -61,10 +63,17 @@ bench-compare:
 ## its own (needs the local PostgreSQL binaries). It reports the largest
 ## overlap between a run's local end and its lease's database expiry (must
 ## be negative). A 20 s version runs in make test. It runs in the package
-## directory so that a passing run's report is printed.
+## directory so that a passing run's report is printed. Then the same three
+## runs of the process faults (SIGKILL, SIGTERM) on one SQLite file
+## (TestChaosSQLite; a 15 s version runs in make test). CHAOS_DIALECT=postgres
+## or CHAOS_DIALECT=sqlite runs one of the two only.
 CHAOS_DURATION ?= 2m
+CHAOS_DIALECT ?= all
+CHAOS_RUN_all = ^TestChaos(SQLite)?$$
+CHAOS_RUN_postgres = ^TestChaos$$
+CHAOS_RUN_sqlite = ^TestChaosSQLite$$
 chaos:
-	cd internal/chaos && CHAOS=1 $(GO) test -race -count=3 -failfast -timeout 45m -run '^TestChaos$$' -chaos.duration=$(CHAOS_DURATION)
+	cd internal/chaos && CHAOS=1 $(GO) test -race -count=3 -failfast -timeout 45m -run '$(CHAOS_RUN_$(CHAOS_DIALECT))' -chaos.duration=$(CHAOS_DURATION)
 
 ## mutate: the SQL Server static checks' mutation suite: applies each of the
 ## labelled mutations in internal/mutate to a scratch copy of the module (the
@@ -74,16 +83,28 @@ chaos:
 mutate:
 	$(GO) run ./internal/mutate
 
-## demo: crash-recovery demo: three node processes share a throwaway schema,
-## one is SIGKILLed mid-episode, the summary shows nothing lost or duplicated.
+## demo: crash-recovery demo: three node processes share a throwaway
+## database, one is SIGKILLed mid-episode, the summary shows nothing lost or
+## duplicated. The database is a SQLite file in a temporary directory: needs
+## nothing but Go. `make demo DB=postgres` runs it on Postgres instead (a
+## throwaway schema; a throwaway server is started when none is reachable).
+DB ?= sqlite
 demo:
-	scripts/with-postgres.sh $(GO) run ./cmd/leasehold demo
+ifeq ($(DB),postgres)
+	scripts/with-postgres.sh $(GO) run ./cmd/leasehold demo -db postgres
+else ifeq ($(DB),sqlite)
+	$(GO) run ./cmd/leasehold demo
+else
+	$(error DB=$(DB): want sqlite (the default) or postgres)
+endif
 
-## generate: compile sql/queries/postgres into db/ with the pinned sqlc.
+## generate: compile sql/queries/postgres into db/ and sql/queries/sqlite
+## into db/sqlitedb with the pinned sqlc (both entries of sqlc.yaml).
 generate: $(SQLC)
 	$(SQLC) generate
 
-## verify: fail when db/ is stale against the SQL, or go.mod is untidy.
+## verify: fail when db/ or db/sqlitedb is stale against the SQL, or go.mod
+## is untidy.
 verify: $(SQLC)
 	$(SQLC) diff
 	$(SQLC) vet

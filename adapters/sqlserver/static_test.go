@@ -48,14 +48,18 @@ const (
 )
 
 // postgresOnly are the Postgres statements that have no SQL Server
-// counterpart on purpose, with the reason. Nothing else may be missing.
-var postgresOnly = map[string]string{
-	"ListenTriggerRequests": "LISTEN for the trigger-request insert trigger's NOTIFY: " +
-		"SQL Server has no LISTEN/NOTIFY, its pollers poll on their interval",
-	"DispatchTriggerRequests": "the batch hand-over: a set-based T-SQL grant, which TestStaticGrantShape " +
-		"does not yet accept (it checks grants keyed on one @key); SQL Server pollers send " +
-		"DispatchTriggerRequest per request, up to 8 at a time",
-}
+// counterpart on purpose, with the reason: the entries of the shared list
+// queries.DialectOnly that Postgres declares and SQL Server does not.
+// Nothing else may be missing.
+var postgresOnly = func() map[string]string {
+	out := map[string]string{}
+	for name, o := range queries.MissingFrom(queries.DialectSQLServer) {
+		if o.In(queries.DialectPostgres) {
+			out[name] = o.Why + ": " + o.Fallback
+		}
+	}
+	return out
+}()
 
 // TestStaticParse: every named batch, and every statement of every Up and
 // Down section of the migrations, parses as T-SQL made of the statement

@@ -46,7 +46,7 @@ type cliStore interface {
 
 // dbConn is an open, reachable database of either dialect.
 type dbConn struct {
-	dialect  string // "postgres" or "sqlserver"
+	dialect  string // "postgres", "sqlserver" or "sqlite"
 	store    cliStore
 	migrator func() (*goose.Provider, error)
 	// version reads the highest applied leasehold migration, 0 when none,
@@ -79,7 +79,8 @@ func exitCode(stderr io.Writer, cmd string, err error) int {
 
 // urlFlag adds the -url flag every database command takes.
 func urlFlag(fs *flag.FlagSet) *string {
-	return fs.String("url", "", "database URL: postgres://, postgresql:// or sqlserver://; the default is DATABASE_URL")
+	return fs.String("url", "", "database URL: postgres://, postgresql://, sqlserver://, or a SQLite file:\n"+
+		"sqlite:///abs/path.db, sqlite://rel/path.db, sqlite:path.db or file:path.db;\nthe default is DATABASE_URL")
 }
 
 // resolveURL returns the -url value, else DATABASE_URL.
@@ -103,8 +104,13 @@ func redact(raw string) string {
 }
 
 // openDB opens the database raw names, choosing the adapter by the URL's
-// scheme, and checks that it answers.
-func openDB(ctx context.Context, raw string) (*dbConn, error) {
+// scheme, and checks that it answers. A SQLite file that does not exist is
+// created only when create is set (migrate); the other commands report it as
+// a missing schema, creating nothing.
+func openDB(ctx context.Context, raw string, create bool) (*dbConn, error) {
+	if isSQLiteURL(raw) {
+		return openSQLite(ctx, raw, create)
+	}
 	u, err := url.Parse(raw)
 	if err != nil {
 		return nil, usagef("invalid database URL: %v", err)
@@ -171,11 +177,14 @@ func openDB(ctx context.Context, raw string) (*dbConn, error) {
 			close:    func() { _ = sqlDB.Close() },
 		}, nil
 	case "":
-		return nil, usagef("database URL %q has no scheme: use postgres://, postgresql:// or sqlserver://", redact(raw))
+		return nil, usagef("database URL %q has no scheme: use %s", redact(raw), urlSchemes)
 	default:
-		return nil, usagef("unknown database URL scheme %q: use postgres://, postgresql:// or sqlserver://", u.Scheme)
+		return nil, usagef("unknown database URL scheme %q: use %s", u.Scheme, urlSchemes)
 	}
 }
+
+// urlSchemes lists the URL forms openDB takes, for messages.
+const urlSchemes = "postgres://, postgresql://, sqlserver://, sqlite: or file:"
 
 // pgWhere names the Postgres database and search_path the tables are looked
 // up in, as configured (the server's default when the URL sets none).

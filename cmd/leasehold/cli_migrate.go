@@ -25,7 +25,8 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintln(w, "  status  list each migration's version, file and whether it is applied")
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "The URL's scheme chooses the dialect: postgres:// or postgresql:// (Postgres),")
-		fmt.Fprintln(w, "sqlserver:// (SQL Server). Versions are tracked in leasehold_schema_version.")
+		fmt.Fprintln(w, "sqlserver:// (SQL Server), sqlite: or file: (a SQLite file, created by migrate")
+		fmt.Fprintln(w, "when missing). Versions are tracked in leasehold_schema_version.")
 		fmt.Fprintln(w)
 		fs.PrintDefaults()
 	}
@@ -45,7 +46,7 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if err != nil {
 		return exitCode(stderr, cmd, err)
 	}
-	conn, err := openDB(ctx, raw)
+	conn, err := openDB(ctx, raw, true)
 	if err != nil {
 		return exitCode(stderr, cmd, err)
 	}

@@ -122,7 +122,7 @@ func openChecked(ctx context.Context, rawURL string, stderr io.Writer, cmd strin
 	if err != nil {
 		return nil, err
 	}
-	conn, err := openDB(ctx, raw)
+	conn, err := openDB(ctx, raw, false)
 	if err != nil {
 		return nil, err
 	}

@@ -98,7 +98,11 @@ func TestCLIUsageErrors(t *testing.T) {
 		{[]string{"sweep", "-dry-run", "-limit", "0"}, "leasehold sweep: -limit must be positive, got 0"},
 		{[]string{"demo", "now"}, "leasehold demo: unexpected arguments: now"},
 		{[]string{"version", "now"}, "leasehold version: unexpected arguments: now"},
-		{[]string{demoNodeCommand, "-id", "n"}, "leasehold demo-node: -schema and -id are required"},
+		{[]string{demoNodeCommand, "-id", "n"}, "leasehold demo-node: -id and -url are required, and -schema with a Postgres URL"},
+		{[]string{demoNodeCommand, "-id", "n", "-url", "postgres://x"}, "leasehold demo-node: -id and -url are required, and -schema with a Postgres URL"},
+		{[]string{"demo", "-db", "mysql"}, `leasehold demo: unknown -db "mysql": want sqlite or postgres`},
+		{[]string{"demo", "-db", "sqlite", "-url", "postgres://x"}, "leasehold demo: -url is for -db postgres: the SQLite demo makes its own file in a temporary directory"},
+		{[]string{"demo", "-url", "sqlite:x.db"}, "leasehold demo: the Postgres demo needs a postgres:// or postgresql:// URL, got sqlite:x.db (from -url)"},
 	} {
 		code, out, errOut := runMain(t, tc.args...)
 		require.Equal(t, 2, code, "%v: %s", tc.args, errOut)

@@ -19,9 +19,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
-
-	"github.com/leasehold/leasehold/adapters/postgres"
 )
 
 // fallbackURL is the Postgres URL when neither TEST_DATABASE_URL nor
@@ -31,8 +28,8 @@ const fallbackURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 // Demo timings.
 const (
 	demoNodes       = 3
-	victim          = "node-1"
-	killAfter       = 3 * time.Second  // look for a running billing episode of the victim from then on
+	victim          = "node-1"         // killed anyway when no node is seen running billing (see driveDemo)
+	killAfter       = 3 * time.Second  // look for a node running a billing episode from then on
 	killAnywayAfter = 13 * time.Second // kill it even if it never ran anything
 	demoDeadline    = 45 * time.Second // every billing episode done by then, or exit 1
 	pollEvery       = 100 * time.Millisecond
@@ -64,22 +61,36 @@ func defaultURLFrom() (url, from string) {
 	return fallbackURL, "the default"
 }
 
+// The demo's dialects: -db's values.
+const (
+	demoSQLite   = "sqlite"
+	demoPostgres = "postgres"
+)
+
 // runDemo is the demo command: see demo, which prints its progress and
 // summary on the process's stdout.
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	def, from := defaultURLFrom()
-	url := fs.String("url", "", "Postgres URL; the default is TEST_DATABASE_URL, else DATABASE_URL, else "+fallbackURL)
-	keep := fs.Bool("keep", false, "keep the demo's schema afterwards and print the 'leasehold ui' command that shows it")
+	dialect := fs.String("db", "", "sqlite or postgres; the default is sqlite, or postgres when -url is given")
+	url := fs.String("url", "", "Postgres URL (-db postgres); the default is TEST_DATABASE_URL, else DATABASE_URL, else "+fallbackURL)
+	keep := fs.Bool("keep", false, "keep the demo's database afterwards and print the 'leasehold ui' command that shows it")
 	fs.Usage = func() {
 		w := fs.Output()
-		fmt.Fprintln(w, "usage: leasehold demo [-url URL] [-keep]")
+		fmt.Fprintln(w, "usage: leasehold demo [-db sqlite|postgres] [-url URL] [-keep]")
 		fmt.Fprintln(w)
-		fmt.Fprintln(w, "Runs three leasehold nodes as separate processes in a throwaway schema (created")
-		fmt.Fprintln(w, "and dropped on the Postgres server at URL), SIGKILLs one of them while it runs")
-		fmt.Fprintln(w, "an episode, and shows from the database that its work was recovered exactly")
-		fmt.Fprintln(w, "once: nothing lost, nothing duplicated (exit code 1 otherwise). Postgres only.")
-		fmt.Fprintln(w, "With -keep the schema stays, so 'leasehold ui' can show the takeover.")
+		fmt.Fprintln(w, "Runs three leasehold nodes as separate processes on one throwaway database,")
+		fmt.Fprintln(w, "SIGKILLs one of them while it runs an episode, and shows from the database that")
+		fmt.Fprintln(w, "its work was recovered exactly once: nothing lost, nothing duplicated (exit")
+		fmt.Fprintln(w, "code 1 otherwise).")
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "The database is SQLite by default: a file in a new temporary directory,")
+		fmt.Fprintln(w, "removed afterwards, so the demo needs nothing but this binary. -db postgres,")
+		fmt.Fprintln(w, "or a -url (postgres:// or postgresql://), runs it on a Postgres server instead,")
+		fmt.Fprintln(w, "in a schema created and dropped there; without -url the server is")
+		fmt.Fprintln(w, "TEST_DATABASE_URL, else DATABASE_URL, else the local default below. The")
+		fmt.Fprintln(w, "environment never selects Postgres by itself. With -keep the file or schema")
+		fmt.Fprintln(w, "stays, so 'leasehold ui' can show the takeover.")
 		fmt.Fprintln(w)
 		fs.PrintDefaults()
 	}
@@ -90,14 +101,33 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := noArgs(pos); err != nil {
 		return exitCode(stderr, "demo", err)
 	}
-	if *url == "" {
-		*url = def
-	} else {
-		from = "-url"
+	switch {
+	case *dialect == "" && *url != "":
+		*dialect = demoPostgres
+	case *dialect == "":
+		*dialect = demoSQLite
 	}
-	fmt.Fprintf(stdout, "database %s (from %s)\n", redact(*url), from)
+	switch *dialect {
+	case demoSQLite:
+		if *url != "" {
+			return exitCode(stderr, "demo", usagef("-url is for -db postgres: the SQLite demo makes its own file in a temporary directory"))
+		}
+		fmt.Fprintln(stdout, "database SQLite (the default; -db postgres runs the demo on Postgres)")
+	case demoPostgres:
+		if *url == "" {
+			*url = def
+		} else {
+			from = "-url"
+		}
+		if !isPostgresURL(*url) {
+			return exitCode(stderr, "demo", usagef("the Postgres demo needs a postgres:// or postgresql:// URL, got %s (from %s)", redact(*url), from))
+		}
+		fmt.Fprintf(stdout, "database %s (from %s)\n", redact(*url), from)
+	default:
+		return exitCode(stderr, "demo", usagef("unknown -db %q: want sqlite or postgres", *dialect))
+	}
 	start := time.Now()
-	ok, err := demo(ctx, *url, *keep)
+	ok, err := demo(ctx, *dialect, *url, *keep)
 	if err != nil {
 		fmt.Fprintf(stderr, "\nleasehold demo: %v\n", err)
 		return 1
@@ -109,56 +139,49 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// demo creates a throwaway schema, runs the demo nodes in it, SIGKILLs one
-// mid-episode, waits for every billing episode to be done and prints the
-// summary. ok is false when something was lost or duplicated. The schema is
-// dropped whatever happens, unless keep is set and the demo got as far as
-// its summary.
-func demo(ctx context.Context, url string, keep bool) (ok bool, err error) {
+// isPostgresURL reports whether raw has a Postgres scheme.
+func isPostgresURL(raw string) bool {
+	scheme, _, _ := strings.Cut(raw, ":")
+	scheme = strings.ToLower(scheme)
+	return scheme == "postgres" || scheme == "postgresql"
+}
+
+// demo creates a throwaway database (openDemoDB), runs the demo nodes on
+// it, SIGKILLs one mid-episode, waits for every billing episode to be done
+// and prints the summary. ok is false when something was lost or
+// duplicated. The database is removed whatever happens, unless keep is set
+// and the demo got as far as its summary.
+func demo(ctx context.Context, dialect, url string, keep bool) (ok bool, err error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return false, fmt.Errorf("find own executable: %w", err)
 	}
-	admin, err := pgxpool.New(ctx, url)
-	if err != nil {
-		return false, fmt.Errorf("connect to %s: %w", redact(url), err)
-	}
-	defer admin.Close()
-	schema, err := createDemoSchema(ctx, admin)
+	d, err := openDemoDB(ctx, dialect, url)
 	if err != nil {
 		return false, err
 	}
-	fmt.Printf("schema %s on %s\n", schema, redact(url))
+	if d.where != "" {
+		fmt.Println(d.where)
+	}
 	reported := false
 	defer func() {
 		if keep && reported {
-			fmt.Printf("\nkept schema %s; see it in the dashboard with\n  leasehold ui -url '%s'\n", schema, redact(demoSchemaURL(url, schema)))
-			fmt.Printf("and drop it afterwards with DROP SCHEMA %s CASCADE\n", pgx.Identifier{schema}.Sanitize())
+			d.close()
+			fmt.Print(d.kept)
 			return
 		}
-		// Also after SIGINT: ctx is cancelled then, the drop still runs.
+		// Also after SIGINT: ctx is cancelled then, the removal still runs.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
-		if derr := dropDemoSchema(dctx, admin, schema); derr != nil {
+		if derr := d.remove(dctx); derr != nil {
 			err = errors.Join(err, derr)
-			return
 		}
-		fmt.Printf("dropped schema %s\n", schema)
 	}()
-
-	pool, err := openSchemaPool(ctx, url, schema, 4)
-	if err != nil {
-		return false, err
-	}
-	defer pool.Close()
-	if err := migrate(ctx, pool); err != nil {
-		return false, err
-	}
 
 	nodes := make([]*child, 0, demoNodes)
 	defer func() { stopChildren(nodes) }() // no-op for those already stopped
 	for i := 1; i <= demoNodes; i++ {
-		c, err := startChild(exe, url, schema, fmt.Sprintf("node-%d", i))
+		c, err := startChild(exe, d.nodeArgs, fmt.Sprintf("node-%d", i))
 		if err != nil {
 			return false, err
 		}
@@ -169,7 +192,7 @@ func demo(ctx context.Context, url string, keep bool) (ok bool, err error) {
 	}
 	fmt.Printf("started %d node processes (%s); each fires the same %d %s events\n", len(nodes), pids(nodes), demoEvents, billingEvent)
 
-	run, err := driveDemo(ctx, pool, nodes)
+	run, err := driveDemo(ctx, d.reads, nodes)
 	if err != nil {
 		return false, err
 	}
@@ -178,7 +201,7 @@ func demo(ctx context.Context, url string, keep bool) (ok bool, err error) {
 
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	ok, err = report(rctx, pool, schema, nodes, run)
+	ok, err = report(rctx, d.reads, d.name, nodes, run)
 	reported = err == nil
 	return ok && !run.timedOut, err
 }
@@ -230,13 +253,6 @@ func openSchemaPool(ctx context.Context, url, schema string, maxConns int32) (*p
 	return pool, nil
 }
 
-// migrate applies leasehold's migrations to the pool's schema.
-func migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	db := stdlib.OpenDBFromPool(pool)
-	defer db.Close()
-	return postgres.Migrate(ctx, db)
-}
-
 // child is one demo node process and what it reported on stdout.
 type child struct {
 	id     string
@@ -252,9 +268,10 @@ type child struct {
 	killed   bool
 }
 
-// startChild starts one demo node: this executable, subcommand demo-node.
-func startChild(exe, url, schema, id string) (*child, error) {
-	cmd := exec.Command(exe, demoNodeCommand, "-schema", schema, "-id", id, "-url", url)
+// startChild starts one demo node: this executable, subcommand demo-node,
+// with the arguments that lead it to the demo's database.
+func startChild(exe string, dbArgs []string, id string) (*child, error) {
+	cmd := exec.Command(exe, append([]string{demoNodeCommand, "-id", id}, dbArgs...)...)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -365,6 +382,7 @@ func pids(nodes []*child) string {
 
 // demoRun is what the driver observed, for the summary.
 type demoRun struct {
+	victim        string // the node SIGKILLed
 	killedAt      time.Duration
 	killedRunning []heldEpisode // episodes the victim was running or holding when killed
 	killedAnyway  bool
@@ -372,17 +390,16 @@ type demoRun struct {
 	timedOut      bool // not every billing episode was done by demoDeadline
 }
 
-// driveDemo kills the victim while it runs an episode, prints progress, and
-// returns once every billing episode is done, or at demoDeadline with
-// timedOut set.
-func driveDemo(ctx context.Context, pool *pgxpool.Pool, nodes []*child) (demoRun, error) {
+// driveDemo kills a node while it runs a billing episode, prints progress,
+// and returns once every billing episode is done, or at demoDeadline with
+// timedOut set. The node killed is the first of node-1, node-2, node-3 seen
+// running a billing episode from killAfter on: which node runs which
+// episode depends on who fires first and whose poller wakes first (on
+// SQLite the pollers poll, and one node can win every request for a
+// while), so a fixed victim could be idle. None seen by killAnywayAfter:
+// node-1, anyway.
+func driveDemo(ctx context.Context, db *demoDB, nodes []*child) (demoRun, error) {
 	var run demoRun
-	var victimNode *child
-	for _, c := range nodes {
-		if c.id == victim {
-			victimNode = c
-		}
-	}
 	t0 := time.Now()
 	tick := time.NewTicker(pollEvery)
 	defer tick.Stop()
@@ -397,29 +414,33 @@ func driveDemo(ctx context.Context, pool *pgxpool.Pool, nodes []*child) (demoRun
 		}
 		el := time.Since(t0)
 		if !killed && el >= killAfter {
-			held, err := victimHeld(ctx, pool, victim)
+			target, held, err := pickVictim(ctx, db, nodes)
 			if err != nil {
 				return run, err
 			}
-			running := false // mid-episode in billing, the work the demo waits for
-			for _, h := range held {
-				running = running || (h.status == "running" && h.actor == billingActor)
-			}
+			running := target != nil // mid-episode in billing, the work the demo waits for
 			if running || el >= killAnywayAfter {
-				if err := victimNode.kill(); err != nil {
+				if !running {
+					for _, c := range nodes {
+						if c.id == victim {
+							target = c
+						}
+					}
+				}
+				if err := target.kill(); err != nil {
 					return run, err
 				}
 				killed = true
-				run.killedAt, run.killedRunning, run.killedAnyway = el, held, !running
-				fmt.Printf("\nt=%4.1fs SIGKILL %s (pid %d)", el.Seconds(), victim, victimNode.cmd.Process.Pid)
+				run.victim, run.killedAt, run.killedRunning, run.killedAnyway = target.id, el, held, !running
+				fmt.Printf("\nt=%4.1fs SIGKILL %s (pid %d)", el.Seconds(), target.id, target.cmd.Process.Pid)
 				if running {
 					fmt.Printf(" while it held %s\n", describeHeld(held))
 				} else {
-					fmt.Printf(" anyway: no running billing episode of it seen in %v\n", killAnywayAfter)
+					fmt.Printf(" anyway: no running billing episode of any node seen in %v\n", killAnywayAfter)
 				}
 			}
 		}
-		counts, err := statusCounts(ctx, pool)
+		counts, err := statusCounts(ctx, db)
 		if err != nil {
 			return run, err
 		}
@@ -436,7 +457,7 @@ func driveDemo(ctx context.Context, pool *pgxpool.Pool, nodes []*child) (demoRun
 			return run, nil
 		}
 		if el >= demoDeadline {
-			missing, err := notDone(ctx, pool, billingActor)
+			missing, err := notDone(ctx, db, billingActor)
 			if err != nil {
 				return run, err
 			}
@@ -446,6 +467,26 @@ func driveDemo(ctx context.Context, pool *pgxpool.Pool, nodes []*child) (demoRun
 			return run, nil
 		}
 	}
+}
+
+// pickVictim returns the first live node, in order, that holds a running
+// billing episode, with the episodes it holds; nil if none does.
+func pickVictim(ctx context.Context, db *demoDB, nodes []*child) (*child, []heldEpisode, error) {
+	for _, c := range nodes {
+		if !c.alive() {
+			continue
+		}
+		held, err := victimHeld(ctx, db, c.id)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, h := range held {
+			if h.status == "running" && h.actor == billingActor {
+				return c, held, nil
+			}
+		}
+	}
+	return nil, nil, nil
 }
 
 // describeHeld names the victim's episodes at the moment of the kill.

@@ -1,6 +1,7 @@
 -- Read-only queries behind the demo's summary (leasehold demo). They decide
 -- nothing: the demo prints what the database recorded, so a reader can
--- check each claim of the summary against these statements.
+-- check each claim of the summary against these statements. The SQLite demo
+-- runs the same statements, in SQLite's SQL, from demo_report_sqlite.sql.
 
 -- name: DemoStatusCounts :many
 SELECT actor_id, status, count(*) FROM leasehold_episodes GROUP BY actor_id, status;
@@ -32,8 +33,8 @@ FROM leasehold_episodes WHERE status = 'done' GROUP BY 1, 2;
 SELECT e.id, e.actor_id, e.status, e.attempts, coalesce(e.owner_node, ''),
        coalesce(c.fence, 0), coalesce(c.grant_kind, ''),
        (SELECT count(*) FROM leasehold_episode_steps AS s WHERE s.episode_id = e.id),
-       coalesce((SELECT array_agg(DISTINCT s.fence ORDER BY s.fence)
-                 FROM leasehold_episode_steps AS s WHERE s.episode_id = e.id), '{}')
+       coalesce((SELECT array_to_string(array_agg(DISTINCT s.fence ORDER BY s.fence), ',')
+                 FROM leasehold_episode_steps AS s WHERE s.episode_id = e.id), '')
 FROM leasehold_episodes AS e
 LEFT JOIN leasehold_work_claims AS c ON c.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id)
 WHERE e.attempts > 0

@@ -4,11 +4,14 @@
 //
 // Commands:
 //
-//	demo      run three nodes as separate processes against a throwaway schema,
-//	          SIGKILL one of them mid-episode and show from the database that
-//	          its work was recovered exactly once.
+//	demo      run three nodes as separate processes on a throwaway database (a
+//	          SQLite file in a temporary directory; -db postgres for a schema on
+//	          Postgres), SIGKILL one of them mid-episode and show from the
+//	          database that its work was recovered exactly once.
 //	migrate   up|down|status: leasehold's schema migrations (-url or DATABASE_URL;
-//	          postgres://, postgresql:// or sqlserver://).
+//	          postgres://, postgresql://, sqlserver://, or a SQLite file:
+//	          sqlite:///abs/path.db, sqlite://rel/path.db, sqlite:path.db,
+//	          file:path.db).
 //	claims    ls: list work claims.
 //	episodes  ls: list episodes (filters: status, actor, error class, dedupe
 //	          key, stale); show ID: one episode in full, with its claim and

@@ -12,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/leasehold/leasehold/adapters/postgres"
 	"github.com/leasehold/leasehold/recovery"
 	"github.com/leasehold/leasehold/runner"
 	"github.com/leasehold/leasehold/telemetry"
@@ -128,13 +127,13 @@ func demoActors() []runner.Actor {
 // SIGTERM, SIGINT or when its stdin closes (the parent is gone).
 func runDemoNode(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet(demoNodeCommand, flag.ContinueOnError)
-	schema := fs.String("schema", "", "migrated schema to run in (required)")
+	schema := fs.String("schema", "", "migrated schema to run in (required with a Postgres URL)")
 	id := fs.String("id", "", "node identity (required)")
-	url := fs.String("url", defaultURL(), "Postgres URL")
+	url := fs.String("url", "", "the demo's database: a sqlite: URL, or a Postgres URL with -schema (required)")
 	every := fs.Duration("every", 250*time.Millisecond, "interval between fired events")
 	fs.Usage = func() {
 		w := fs.Output()
-		fmt.Fprintln(w, "usage: leasehold "+demoNodeCommand+" -schema S -id ID [-url URL] [-every D]")
+		fmt.Fprintln(w, "usage: leasehold "+demoNodeCommand+" -id ID -url URL [-schema S] [-every D]")
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "One node of 'leasehold demo', which starts it; not for use on its own.")
 		fmt.Fprintln(w)
@@ -145,8 +144,8 @@ func runDemoNode(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		return code
 	}
 	err := noArgs(pos)
-	if err == nil && (*schema == "" || *id == "") {
-		err = usagef("-schema and -id are required")
+	if err == nil && (*id == "" || *url == "" || (*schema == "" && !isSQLiteURL(*url))) {
+		err = usagef("-id and -url are required, and -schema with a Postgres URL")
 	}
 	if err != nil {
 		return exitCode(stderr, demoNodeCommand, err)
@@ -167,12 +166,11 @@ func demoNode(ctx context.Context, url, schema, id string, every time.Duration, 
 		cancel()
 	}()
 
-	pool, err := openSchemaPool(ctx, url, schema, 10)
+	store, closeStore, err := openDemoStore(ctx, url, schema)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	store := postgres.New(pool)
+	defer closeStore()
 	out := newProgressWriter(os.Stdout, id)
 
 	node, err := runner.NewNode(runner.Config{Store: store, Identity: id, Lease: demoLease, Logger: log, Observer: out})

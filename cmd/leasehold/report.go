@@ -2,18 +2,19 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"embed"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold/sql/queries"
 )
 
-// The summary reads the demo schema directly: this is an operator tool
-// inspecting its own throwaway schema, not a coordination decision.
+// The summary reads the demo's database directly: this is an operator tool
+// inspecting its own throwaway schema (Postgres) or file (SQLite), not a
+// coordination decision.
 
 // episodeStatuses orders statuses in progress lines.
 var episodeStatuses = []string{"queued", "running", "blocked", "done", "failed", "partially_failed", "canceled"}
@@ -33,8 +34,8 @@ func (c counts) line(actor string) string {
 }
 
 // statusCounts counts episodes by actor and status.
-func statusCounts(ctx context.Context, pool *pgxpool.Pool) (counts, error) {
-	rows, err := pool.Query(ctx, demoQuery("DemoStatusCounts"))
+func statusCounts(ctx context.Context, db *demoDB) (counts, error) {
+	rows, err := db.query(ctx, "DemoStatusCounts")
 	if err != nil {
 		return nil, fmt.Errorf("count episodes: %w", err)
 	}
@@ -67,8 +68,8 @@ type heldEpisode struct {
 
 // victimHeld lists the unfinished episodes whose claim node holds: the ones
 // it is running or has queued for a slot.
-func victimHeld(ctx context.Context, pool *pgxpool.Pool, node string) ([]heldEpisode, error) {
-	rows, err := pool.Query(ctx, demoQuery("DemoVictimHeld"), node)
+func victimHeld(ctx context.Context, db *demoDB, node string) ([]heldEpisode, error) {
+	rows, err := db.query(ctx, "DemoVictimHeld", node)
 	if err != nil {
 		return nil, fmt.Errorf("episodes held by %s: %w", node, err)
 	}
@@ -97,8 +98,8 @@ type episodeRow struct {
 }
 
 // notDone lists actor's episodes that are not done.
-func notDone(ctx context.Context, pool *pgxpool.Pool, actor string) ([]episodeRow, error) {
-	rows, err := pool.Query(ctx, demoQuery("DemoNotDone"), actor)
+func notDone(ctx context.Context, db *demoDB, actor string) ([]episodeRow, error) {
+	rows, err := db.query(ctx, "DemoNotDone", actor)
 	if err != nil {
 		return nil, fmt.Errorf("unfinished %s episodes: %w", actor, err)
 	}
@@ -143,8 +144,8 @@ type actorEpisodes struct {
 }
 
 // episodesPerActor counts episodes and distinct dedupe keys per actor.
-func episodesPerActor(ctx context.Context, pool *pgxpool.Pool) ([]actorEpisodes, error) {
-	rows, err := pool.Query(ctx, demoQuery("DemoEpisodesPerActor"))
+func episodesPerActor(ctx context.Context, db *demoDB) ([]actorEpisodes, error) {
+	rows, err := db.query(ctx, "DemoEpisodesPerActor")
 	if err != nil {
 		return nil, fmt.Errorf("episodes per actor: %w", err)
 	}
@@ -164,8 +165,8 @@ func episodesPerActor(ctx context.Context, pool *pgxpool.Pool) ([]actorEpisodes,
 }
 
 // doneByOwner counts done episodes by owner node, then actor.
-func doneByOwner(ctx context.Context, pool *pgxpool.Pool) (counts, error) {
-	rows, err := pool.Query(ctx, demoQuery("DemoDoneByOwner"))
+func doneByOwner(ctx context.Context, db *demoDB) (counts, error) {
+	rows, err := db.query(ctx, "DemoDoneByOwner")
 	if err != nil {
 		return nil, fmt.Errorf("done episodes per node: %w", err)
 	}
@@ -202,8 +203,8 @@ type recoveredEpisode struct {
 }
 
 // recoveredEpisodes lists the episodes recovery took over.
-func recoveredEpisodes(ctx context.Context, pool *pgxpool.Pool) ([]recoveredEpisode, error) {
-	rows, err := pool.Query(ctx, demoQuery("DemoRecoveredEpisodes"))
+func recoveredEpisodes(ctx context.Context, db *demoDB) ([]recoveredEpisode, error) {
+	rows, err := db.query(ctx, "DemoRecoveredEpisodes")
 	if err != nil {
 		return nil, fmt.Errorf("recovered episodes: %w", err)
 	}
@@ -211,7 +212,11 @@ func recoveredEpisodes(ctx context.Context, pool *pgxpool.Pool) ([]recoveredEpis
 	var out []recoveredEpisode
 	for rows.Next() {
 		var r recoveredEpisode
-		if err := rows.Scan(&r.id, &r.actor, &r.status, &r.attempts, &r.owner, &r.fence, &r.grantKind, &r.steps, &r.stepFences); err != nil {
+		var fences string
+		if err := rows.Scan(&r.id, &r.actor, &r.status, &r.attempts, &r.owner, &r.fence, &r.grantKind, &r.steps, &fences); err != nil {
+			return nil, fmt.Errorf("recovered episodes: %w", err)
+		}
+		if r.stepFences, err = parseFences(fences); err != nil {
 			return nil, fmt.Errorf("recovered episodes: %w", err)
 		}
 		out = append(out, r)
@@ -223,9 +228,9 @@ func recoveredEpisodes(ctx context.Context, pool *pgxpool.Pool) ([]recoveredEpis
 }
 
 // duplicateKeys counts dedupe keys that have more than one episode.
-func duplicateKeys(ctx context.Context, pool *pgxpool.Pool) (int, error) {
+func duplicateKeys(ctx context.Context, db *demoDB) (int, error) {
 	var n int
-	err := pool.QueryRow(ctx, demoQuery("DemoDuplicateKeys")).Scan(&n)
+	err := db.queryRow(ctx, "DemoDuplicateKeys").Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("duplicate dedupe keys: %w", err)
 	}
@@ -235,8 +240,8 @@ func duplicateKeys(ctx context.Context, pool *pgxpool.Pool) (int, error) {
 // overJournaled lists episodes whose journal is longer than one run of their
 // strategy can explain: a single fence with more steps than the strategy
 // has, or more steps in total without a recovery and a second fence.
-func overJournaled(ctx context.Context, pool *pgxpool.Pool) ([]episodeRow, error) {
-	rows, err := pool.Query(ctx, demoQuery("DemoOverJournaled"), billingActor, billingSteps, reporterActor, reporterSteps)
+func overJournaled(ctx context.Context, db *demoDB) ([]episodeRow, error) {
+	rows, err := db.query(ctx, "DemoOverJournaled", billingActor, billingSteps, reporterActor, reporterSteps)
 	if err != nil {
 		return nil, fmt.Errorf("over-journaled episodes: %w", err)
 	}
@@ -257,8 +262,8 @@ func overJournaled(ctx context.Context, pool *pgxpool.Pool) ([]episodeRow, error
 
 // report prints the summary from the database and the nodes' progress
 // lines. ok is true when nothing was lost or duplicated.
-func report(ctx context.Context, pool *pgxpool.Pool, schema string, nodes []*child, run demoRun) (ok bool, err error) {
-	fmt.Printf("== summary (schema %s) ==\n", schema)
+func report(ctx context.Context, db *demoDB, where string, nodes []*child, run demoRun) (ok bool, err error) {
+	fmt.Printf("== summary (%s) ==\n", where)
 
 	// Triggers, as the nodes reported them.
 	fires, eventSeen, eventCreated := 0, 0, 0
@@ -291,7 +296,7 @@ func report(ctx context.Context, pool *pgxpool.Pool, schema string, nodes []*chi
 		eventSeen, eventCreated, eventSeen-eventCreated)
 	fmt.Printf("  schedule windows seen: %d distinct (every 2s, ticked on every node)\n", len(windows))
 
-	perActor, err := episodesPerActor(ctx, pool)
+	perActor, err := episodesPerActor(ctx, db)
 	if err != nil {
 		return false, err
 	}
@@ -304,7 +309,7 @@ func report(ctx context.Context, pool *pgxpool.Pool, schema string, nodes []*chi
 		}
 	}
 
-	done, err := doneByOwner(ctx, pool)
+	done, err := doneByOwner(ctx, db)
 	if err != nil {
 		return false, err
 	}
@@ -323,8 +328,8 @@ func report(ctx context.Context, pool *pgxpool.Pool, schema string, nodes []*chi
 	if run.killedAnyway {
 		how = "anyway (no running billing episode seen)"
 	}
-	fmt.Printf("  killed: %s at t=%.1fs %s\n", victim, run.killedAt.Seconds(), how)
-	rec, err := recoveredEpisodes(ctx, pool)
+	fmt.Printf("  killed: %s at t=%.1fs %s\n", run.victim, run.killedAt.Seconds(), how)
+	rec, err := recoveredEpisodes(ctx, db)
 	if err != nil {
 		return false, err
 	}
@@ -344,14 +349,14 @@ func report(ctx context.Context, pool *pgxpool.Pool, schema string, nodes []*chi
 		}
 	}
 	if len(unrecovered) > 0 {
-		fmt.Printf("  held by %s at the kill but not recovered: %s\n", victim, strings.Join(unrecovered, ", "))
+		fmt.Printf("  held by %s at the kill but not recovered: %s\n", run.victim, strings.Join(unrecovered, ", "))
 	}
 
-	billingOpen, err := notDone(ctx, pool, billingActor)
+	billingOpen, err := notDone(ctx, db, billingActor)
 	if err != nil {
 		return false, err
 	}
-	reporterOpen, err := notDone(ctx, pool, reporterActor)
+	reporterOpen, err := notDone(ctx, db, reporterActor)
 	if err != nil {
 		return false, err
 	}
@@ -371,11 +376,11 @@ func report(ctx context.Context, pool *pgxpool.Pool, schema string, nodes []*chi
 	fmt.Printf("  reporter episodes failed:          %d (%s)\n", len(reporterLost), describeEpisodes(reporterLost))
 	fmt.Printf("  reporter in flight at stop:        %d (%s; handed over on SIGTERM, not lost)\n", len(inFlight), describeEpisodes(inFlight))
 
-	dupKeys, err := duplicateKeys(ctx, pool)
+	dupKeys, err := duplicateKeys(ctx, db)
 	if err != nil {
 		return false, err
 	}
-	over, err := overJournaled(ctx, pool)
+	over, err := overJournaled(ctx, db)
 	if err != nil {
 		return false, err
 	}
@@ -388,24 +393,68 @@ func report(ctx context.Context, pool *pgxpool.Pool, schema string, nodes []*chi
 	return lost == 0 && duplicated == 0, nil
 }
 
-//go:embed demo_report.sql
+// parseFences reads the comma-separated fences DemoRecoveredEpisodes lists
+// ("" for none).
+func parseFences(s string) ([]int64, error) {
+	if s == "" {
+		return nil, nil
+	}
+	parts := strings.Split(s, ",")
+	out := make([]int64, len(parts))
+	for i, p := range parts {
+		n, err := strconv.ParseInt(strings.TrimSpace(p), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("fence list %q: %w", s, err)
+		}
+		out[i] = n
+	}
+	return out, nil
+}
+
+// demoDB is the demo's database as the parent reads it: the summary's
+// statements of its dialect, run through database/sql.
+type demoDB struct {
+	dialect string // "postgres" or "sqlite"
+	db      *sql.DB
+}
+
+// query runs the named summary statement of the dialect.
+func (d *demoDB) query(ctx context.Context, name string, args ...any) (*sql.Rows, error) {
+	return d.db.QueryContext(ctx, demoQuery(d.dialect, name), args...)
+}
+
+// queryRow runs the named summary statement of the dialect for one row.
+func (d *demoDB) queryRow(ctx context.Context, name string, args ...any) *sql.Row {
+	return d.db.QueryRowContext(ctx, demoQuery(d.dialect, name), args...)
+}
+
+//go:embed demo_report.sql demo_report_sqlite.sql
 var demoReportSQL embed.FS
 
-// demoQueries are the summary's statements, loaded by name from
-// demo_report.sql so that every query the demo runs can be read in one file.
-var demoQueries = func() map[string]queries.Query {
-	qs, err := queries.Parse(demoReportSQL, "demo_report.sql")
-	if err != nil {
-		panic(fmt.Sprintf("demo_report.sql: %v", err)) // embedded at build time; a test loads it
+// demoReportFiles names each dialect's file of summary statements: the
+// same names and columns, each in its dialect's SQL.
+var demoReportFiles = map[string]string{"postgres": "demo_report.sql", "sqlite": "demo_report_sqlite.sql"}
+
+// demoQueries are the summary's statements per dialect, loaded by name from
+// the dialect's file so that every query the demo runs can be read in one
+// file.
+var demoQueries = func() map[string]map[string]queries.Query {
+	out := map[string]map[string]queries.Query{}
+	for dialect, file := range demoReportFiles {
+		qs, err := queries.Parse(demoReportSQL, file)
+		if err != nil {
+			panic(fmt.Sprintf("%s: %v", file, err)) // embedded at build time; a test loads it
+		}
+		out[dialect] = qs
 	}
-	return qs
+	return out
 }()
 
-// demoQuery returns the named summary statement.
-func demoQuery(name string) string {
-	q, ok := demoQueries[name]
+// demoQuery returns the named summary statement of dialect.
+func demoQuery(dialect, name string) string {
+	q, ok := demoQueries[dialect][name]
 	if !ok {
-		panic("demo_report.sql has no query " + name) // a programming error, caught by TestDemoReportQueries
+		panic(demoReportFiles[dialect] + " has no query " + name) // a programming error, caught by TestDemoReportQueries
 	}
 	return q.SQL
 }

@@ -25,6 +25,7 @@ import (
 
 	"github.com/leasehold/leasehold/adapters/postgres"
 	"github.com/leasehold/leasehold/claims"
+	"github.com/leasehold/leasehold/sql/queries"
 )
 
 const (
@@ -71,27 +72,49 @@ func TestChaos(t *testing.T) {
 	r.say("wall time %.1fs", time.Since(began).Seconds())
 }
 
-// TestChaosQueries checks that every statement of chaos.sql is used and
-// that every statement the Go code names exists.
+// TestChaosQueries checks that every statement of chaos.sql and of
+// chaos_sqlite.sql is used and that every statement the Go code names
+// exists: the names given to query in chaos.sql, those given to
+// sqliteQuery in chaos_sqlite.sql, and the driver's reads (reads.QueryRow
+// and reads.Query, by name) in both.
 func TestChaosQueries(t *testing.T) {
-	used := map[string]bool{}
+	pg, lite := map[string]bool{}, map[string]bool{}
 	files, err := os.ReadDir(".")
 	require.NoError(t, err)
+	patterns := []struct {
+		re *regexp.Regexp
+		in []map[string]bool
+	}{
+		{regexp.MustCompile(`\bquery\("(\w+)"\)`), []map[string]bool{pg}},
+		{regexp.MustCompile(`\bsqliteQuery\("(\w+)"\)`), []map[string]bool{lite}},
+		{regexp.MustCompile(`\.(?:QueryRow|Query)\([\w.]+, "(\w+)"`), []map[string]bool{pg, lite}},
+	}
 	for _, f := range files {
 		if !strings.HasSuffix(f.Name(), "_test.go") {
 			continue
 		}
 		src, err := os.ReadFile(f.Name())
 		require.NoError(t, err)
-		for _, m := range regexp.MustCompile(`query\("(\w+)"\)`).FindAllStringSubmatch(string(src), -1) {
-			used[m[1]] = true
+		for _, p := range patterns {
+			for _, m := range p.re.FindAllStringSubmatch(string(src), -1) {
+				for _, used := range p.in {
+					used[m[1]] = true
+				}
+			}
 		}
 	}
-	for name := range used {
-		require.Contains(t, chaosQueries, name)
-	}
-	for name := range chaosQueries {
-		require.True(t, used[name], "%s is never used", name)
+	for _, d := range []struct {
+		file string
+		used map[string]bool
+		qs   map[string]queries.Query
+	}{{"chaos.sql", pg, chaosQueries}, {"chaos_sqlite.sql", lite, sqliteQueries}} {
+		for name := range d.used {
+			_, ok := d.qs[name]
+			require.True(t, ok, "%s has no statement %s", d.file, name)
+		}
+		for name := range d.qs {
+			require.True(t, d.used[name], "%s: %s is never used", d.file, name)
+		}
 	}
 }
 
@@ -103,7 +126,7 @@ type chaosRun struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	srv     *pgServer
-	pool    *pgxpool.Pool // direct to the server: the driver's reads
+	db      reads // direct to the database: the driver's reads
 	proxies []*proxy
 	cl      *cluster
 	book    *triggerBook
@@ -202,22 +225,30 @@ func (r *chaosRun) problem(format string, args ...any) {
 func (r *chaosRun) setup() {
 	t := r.t
 	r.srv = startServer(t)
-	r.pool = newDatabase(t, r.ctx, r.srv)
+	r.db = pgReads{newDatabase(t, r.ctx, r.srv)}
 	r.histDir = historyDir(t)
 
 	for range r.cfg.workers {
 		r.proxies = append(r.proxies, newProxy(t, r.srv.Addr()))
 	}
+	r.startCluster(func(slot int) []string {
+		return []string{envURL + "=" + r.srv.urlAt(r.proxies[slot].Addr(), schema)}
+	})
+}
+
+// startCluster starts the workers, each with the run's settings and the
+// database settings of its slot (dbEnv), and waits until all are ready.
+func (r *chaosRun) startCluster(dbEnv func(slot int) []string) {
+	t := r.t
 	exe, err := os.Executable()
 	require.NoError(t, err)
 	r.cl = newCluster(exe, r.cfg.workers, r.book, func(slot int, id string) []string {
-		return []string{
+		return append([]string{
 			envWorker + "=" + id,
-			envURL + "=" + r.srv.urlAt(r.proxies[slot].Addr(), schema),
 			envLease + "=" + strconv.FormatInt(r.cfg.lease.Milliseconds(), 10),
 			envSweep + "=" + strconv.FormatInt(r.cfg.sweep.Milliseconds(), 10),
 			envHistory + "=" + filepath.Join(r.histDir, id+".jsonl"),
-		}
+		}, dbEnv(slot)...)
 	})
 	// Runs first at the end: no worker, fault or watcher outlives the test.
 	t.Cleanup(func() {
@@ -302,7 +333,11 @@ func (r *chaosRun) drive() {
 	r.stopFire = stop
 	r.fireNew.Store(true)
 	r.firing.Go(func() { r.fireLoop(fireCtx) })
-	r.injectFaults()
+	if r.cfg.dialect == dialectSQLite {
+		r.injectProcessFaults()
+	} else {
+		r.injectFaults()
+	}
 	r.fireNew.Store(false)
 	r.book.close()
 }
@@ -675,7 +710,7 @@ func (r *chaosRun) freeze(start time.Time) bool {
 			detail: fmt.Sprintf("inside its finish transaction of episode %d (grant fence %d), for %v, then SIGCONT", x.ep, x.g.fence, hold)})
 		r.mu.Unlock()
 		r.pause(hold)
-		steps, writes, err := grantWrites(r.ctx, r.pool, x.g)
+		steps, writes, err := grantWrites(r.ctx, r.db, x.g)
 		fz.mu.Lock()
 		fz.stepsBefore, fz.writesBefore = steps, writes
 		if err != nil {
@@ -690,10 +725,10 @@ func (r *chaosRun) freeze(start time.Time) bool {
 }
 
 // grantWrites counts g's journal steps and ledger writes (GrantWrites).
-func grantWrites(ctx context.Context, pool *pgxpool.Pool, g grant) (steps, writes int64, err error) {
+func grantWrites(ctx context.Context, db reads, g grant) (steps, writes int64, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	err = pool.QueryRow(ctx, query("GrantWrites"), g.key, g.fence).Scan(&steps, &writes)
+	err = db.QueryRow(ctx, "GrantWrites", g.key, g.fence).Scan(&steps, &writes)
 	return steps, writes, err
 }
 
@@ -713,7 +748,7 @@ func (r *chaosRun) watchFrozen(fz *freeze) {
 		for time.Since(fz.at) < settleTimeout {
 			var owner, state, status string
 			var fence int64
-			err := r.pool.QueryRow(r.ctx, query("GrantOfKey"), fz.g.key).Scan(&owner, &fence, &state, &status)
+			err := r.db.QueryRow(r.ctx, "GrantOfKey", fz.g.key).Scan(&owner, &fence, &state, &status)
 			if err == nil {
 				fz.mu.Lock()
 				if fence > fz.g.fence && fz.takenBy.fence == 0 {
@@ -754,10 +789,10 @@ func (r *chaosRun) restartPostgres(start time.Time) {
 func (r *chaosRun) mark(id string) (since time.Time, held int64) {
 	ctx, cancel := context.WithTimeout(r.ctx, 2*time.Second)
 	defer cancel()
-	if err := r.pool.QueryRow(ctx, query("DatabaseNow")).Scan(&since); err != nil {
+	if err := r.db.QueryRow(ctx, "DatabaseNow").Scan(&since); err != nil {
 		return time.Time{}, -1
 	}
-	if err := r.pool.QueryRow(ctx, query("HeldBy"), id, since).Scan(&held); err != nil {
+	if err := r.db.QueryRow(ctx, "HeldBy", id, since).Scan(&held); err != nil {
 		return since, -1
 	}
 	return since, held
@@ -775,11 +810,11 @@ func (r *chaosRun) watchTakeover(kind, id string, at, since time.Time, held int6
 		for {
 			var err error
 			if since.IsZero() {
-				err = r.pool.QueryRow(r.ctx, query("DatabaseNow")).Scan(&since)
+				err = r.db.QueryRow(r.ctx, "DatabaseNow").Scan(&since)
 			}
 			var n int64
 			if err == nil {
-				err = r.pool.QueryRow(r.ctx, query("HeldBy"), id, since).Scan(&n)
+				err = r.db.QueryRow(r.ctx, "HeldBy", id, since).Scan(&n)
 			}
 			if err == nil && held < 0 {
 				held = n
@@ -840,7 +875,7 @@ func (r *chaosRun) settle() {
 	defer tick.Stop()
 	var open int64
 	for {
-		err := r.pool.QueryRow(r.ctx, query("Unsettled")).Scan(&open)
+		err := r.db.QueryRow(r.ctx, "Unsettled").Scan(&open)
 		if err == nil && open == 0 {
 			break
 		}
@@ -880,7 +915,7 @@ type invariant struct {
 func (r *chaosRun) check() {
 	t := r.t
 	ctx := r.ctx
-	rows, err := r.pool.Query(ctx, query("EpisodeAudit"))
+	rows, err := r.db.Query(ctx, "EpisodeAudit")
 	require.NoError(t, err)
 	var eps []audit
 	for rows.Next() {
@@ -892,14 +927,14 @@ func (r *chaosRun) check() {
 	}
 	require.NoError(t, rows.Err())
 	var stray, open int64
-	require.NoError(t, r.pool.QueryRow(ctx, query("StrayLedgerRows")).Scan(&stray))
-	require.NoError(t, r.pool.QueryRow(ctx, query("Unsettled")).Scan(&open))
+	require.NoError(t, r.db.QueryRow(ctx, "StrayLedgerRows").Scan(&stray))
+	require.NoError(t, r.db.QueryRow(ctx, "Unsettled").Scan(&open))
 	type claimRow struct {
 		key, state, owner string
 		live              bool
 	}
 	var claimsOpen []claimRow
-	crows, err := r.pool.Query(ctx, query("OpenClaims"))
+	crows, err := r.db.Query(ctx, "OpenClaims")
 	require.NoError(t, err)
 	for crows.Next() {
 		var c claimRow
@@ -907,7 +942,7 @@ func (r *chaosRun) check() {
 		claimsOpen = append(claimsOpen, c)
 	}
 	require.NoError(t, crows.Err())
-	ends := grantEnds(t, ctx, r.pool)
+	ends := grantEnds(t, ctx, r.db)
 
 	r.mu.Lock()
 	faults, takeovers, problems := slices.Clone(r.faults), slices.Clone(r.takeovers), slices.Clone(r.problems)
@@ -926,9 +961,14 @@ func (r *chaosRun) check() {
 	for _, f := range faults {
 		byKind[f.kind]++
 	}
-	r.say("faults injected: %d SIGKILL, %d SIGTERM (drain), %d Postgres restart, %d cut-off, %d slow answers (%d then cut; answers %v late), %d SIGSTOP inside a transaction; %d worker processes in all",
-		byKind["SIGKILL"], byKind["SIGTERM"], byKind["pg-restart"], byKind["cut"], byKind["slow"]+byKind["slow+cut"], byKind["slow+cut"],
-		r.cfg.lease/2, len(freezes), len(procs))
+	if r.cfg.dialect == dialectSQLite {
+		r.say("faults injected: %d SIGKILL, %d SIGTERM (drain), all %d workers on one SQLite file; %d worker processes in all",
+			byKind["SIGKILL"], byKind["SIGTERM"], r.cfg.workers, len(procs))
+	} else {
+		r.say("faults injected: %d SIGKILL, %d SIGTERM (drain), %d Postgres restart, %d cut-off, %d slow answers (%d then cut; answers %v late), %d SIGSTOP inside a transaction; %d worker processes in all",
+			byKind["SIGKILL"], byKind["SIGTERM"], byKind["pg-restart"], byKind["cut"], byKind["slow"]+byKind["slow+cut"], byKind["slow+cut"],
+			r.cfg.lease/2, len(freezes), len(procs))
+	}
 	slices.SortFunc(faults, func(a, b fault) int { return int(a.at - b.at) })
 	for _, f := range faults {
 		line := fmt.Sprintf("  %6.1fs %-10s %-12s", f.at.Seconds(), f.kind, f.target)
@@ -1131,30 +1171,25 @@ func (r *chaosRun) check() {
 			slowed[f.target] = true
 		}
 	}
-	ov := overlaps(ends, procs, slowed)
-	r.say("overlap of a run's last activity with its lease's end on the database (must be negative): %s", ov.worst())
-	for _, l := range ov.lines() {
-		r.say("%s", l)
-	}
-	add("every run stopped before its lease ended on the database (overlap < 0)", ov.worst(), ov.bad)
-
-	bad = nil
-	txBound := claims.TxBound(r.cfg.lease)
-	freezeBound := r.cfg.lease + r.cfg.sweep + txBound + freezeSlack
-	var slowestFreeze time.Duration
-	for _, fz := range freezes {
-		took, problem := r.checkFreeze(fz, freezeBound)
-		slowestFreeze = max(slowestFreeze, took)
-		if problem != "" {
-			bad = append(bad, problem)
+	if r.cfg.dialect == dialectSQLite {
+		ov := overlaps(ends, procs, slowed, sqliteClockResolution)
+		r.say("overlap of a run's last activity with its lease's end on the database (must be below %v, the resolution of SQLite's clock): %s", sqliteClockResolution, ov.worst())
+		for _, l := range ov.lines() {
+			r.say("%s", l)
 		}
+		add(fmt.Sprintf("every run stopped before its lease ended on the database (overlap < %v, the clock's resolution)", sqliteClockResolution), ov.worst(), ov.bad)
+	} else {
+		ov := overlaps(ends, procs, slowed, 0)
+		r.say("overlap of a run's last activity with its lease's end on the database (must be negative): %s", ov.worst())
+		for _, l := range ov.lines() {
+			r.say("%s", l)
+		}
+		add("every run stopped before its lease ended on the database (overlap < 0)", ov.worst(), ov.bad)
 	}
-	if len(freezes) == 0 {
-		bad = append(bad, "no worker was frozen inside a transaction (no SIGSTOP applied)")
+
+	if r.cfg.dialect != dialectSQLite { // SQLite: process faults only, no SIGSTOP
+		r.checkFreezes(freezes, add)
 	}
-	add(fmt.Sprintf("a holder SIGSTOPped inside its finish transaction was taken over within lease + sweep + TxBound + %v, by another grant, and wrote nothing once resumed", freezeSlack),
-		fmt.Sprintf("%d freezes, slowest takeover %.2fs (bound %.2fs: lease %v, sweep %v, TxBound %v)",
-			len(freezes), slowestFreeze.Seconds(), freezeBound.Seconds(), r.cfg.lease, r.cfg.sweep, txBound), bad)
 
 	bad = nil
 	for _, p := range procs {
@@ -1184,6 +1219,28 @@ func (r *chaosRun) check() {
 	}
 }
 
+// checkFreezes checks every SIGSTOP inside a finish transaction (there must
+// be one at least) and adds the invariant.
+func (r *chaosRun) checkFreezes(freezes []*freeze, add func(name, counts string, bad []string)) {
+	var bad []string
+	txBound := claims.TxBound(r.cfg.lease)
+	freezeBound := r.cfg.lease + r.cfg.sweep + txBound + freezeSlack
+	var slowestFreeze time.Duration
+	for _, fz := range freezes {
+		took, problem := r.checkFreeze(fz, freezeBound)
+		slowestFreeze = max(slowestFreeze, took)
+		if problem != "" {
+			bad = append(bad, problem)
+		}
+	}
+	if len(freezes) == 0 {
+		bad = append(bad, "no worker was frozen inside a transaction (no SIGSTOP applied)")
+	}
+	add(fmt.Sprintf("a holder SIGSTOPped inside its finish transaction was taken over within lease + sweep + TxBound + %v, by another grant, and wrote nothing once resumed", freezeSlack),
+		fmt.Sprintf("%d freezes, slowest takeover %.2fs (bound %.2fs: lease %v, sweep %v, TxBound %v)",
+			len(freezes), slowestFreeze.Seconds(), freezeBound.Seconds(), r.cfg.lease, r.cfg.sweep, txBound), bad)
+}
+
 // grantEnd is one GrantEnds row: grant g of owner, superseded by next.
 type grantEnd struct {
 	g          grant
@@ -1195,8 +1252,8 @@ type grantEnd struct {
 }
 
 // grantEnds reads every superseded grant the trigger recorded.
-func grantEnds(t *testing.T, ctx context.Context, pool *pgxpool.Pool) []grantEnd {
-	rows, err := pool.Query(ctx, query("GrantEnds"))
+func grantEnds(t *testing.T, ctx context.Context, db reads) []grantEnd {
+	rows, err := db.Query(ctx, "GrantEnds")
 	require.NoError(t, err)
 	var out []grantEnd
 	for rows.Next() {
@@ -1249,8 +1306,12 @@ func (g overlapGroup) String() string {
 }
 
 // overlaps computes the overlap of every superseded grant in ends whose run
-// one of procs reported; slowed are the workers that had slow answers.
-func overlaps(ends []grantEnd, procs []*proc, slowed map[string]bool) overlapStats {
+// one of procs reported; slowed are the workers that had slow answers. An
+// overlap is a violation from resolution on: the database clock's
+// resolution, 0 for Postgres (microseconds); SQLite's clock is read in
+// whole milliseconds, truncated, so a release at 12.7 ms is recorded at
+// 12 ms and a run's last activity at 12.4 ms, before it, shows +0.4 ms.
+func overlaps(ends []grantEnd, procs []*proc, slowed map[string]bool, resolution time.Duration) overlapStats {
 	byID := make(map[string]*proc, len(procs))
 	for _, p := range procs {
 		byID[p.id] = p
@@ -1288,7 +1349,7 @@ func overlaps(ends []grantEnd, procs []*proc, slowed map[string]bool) overlapSta
 		if slowed[e.owner] {
 			st.slow.add(o, e)
 		}
-		if o >= 0 {
+		if o >= resolution {
 			line := fmt.Sprintf("%s fence %d of %s (%s, lease until %s) was still active %v after its lease ended; then granted to %s (%s)",
 				e.g.key, e.g.fence, e.owner, e.state, e.leaseUntil.Format("15:04:05.000"), o, e.next, e.nextKind)
 			if stopped, resumed := p.pauseWindow(); !stopped.IsZero() && !first.Before(stopped) && e.leaseUntil.Before(resumed) {
@@ -1356,7 +1417,7 @@ func (fz *freeze) outcome() string {
 // grant's, and what is wrong, if anything: not taken over within bound, not
 // finished by a later grant, or a write of the frozen grant after SIGCONT.
 func (r *chaosRun) checkFreeze(fz *freeze, bound time.Duration) (time.Duration, string) {
-	steps, writes, err := grantWrites(r.ctx, r.pool, fz.g)
+	steps, writes, err := grantWrites(r.ctx, r.db, fz.g)
 	fz.mu.Lock()
 	defer fz.mu.Unlock()
 	what := fmt.Sprintf("episode %d frozen in %s's finish transaction (fence %d)", fz.ep, fz.p.id, fz.g.fence)
@@ -1395,7 +1456,7 @@ func (r *chaosRun) checkFreeze(fz *freeze, bound time.Duration) (time.Duration, 
 // shows work flowing to free slots) and how many attempts failed
 // transiently and ran again (RetryEpisode).
 func (r *chaosRun) reportShares() {
-	rows, err := r.pool.Query(r.ctx, query("DoneBySlot"))
+	rows, err := r.db.Query(r.ctx, "DoneBySlot")
 	require.NoError(r.t, err)
 	var parts []string
 	for rows.Next() {
@@ -1406,7 +1467,7 @@ func (r *chaosRun) reportShares() {
 	}
 	require.NoError(r.t, rows.Err())
 	var attempts, episodes int64
-	require.NoError(r.t, r.pool.QueryRow(r.ctx, query("RetriedAttempts")).Scan(&attempts, &episodes))
+	require.NoError(r.t, r.db.QueryRow(r.ctx, "RetriedAttempts").Scan(&attempts, &episodes))
 	r.say("done episodes by worker slot: %s; attempts failed transiently and retried: %d (of %d episodes)",
 		strings.Join(parts, ", "), attempts, episodes)
 }

@@ -136,7 +136,7 @@ func TestFrozenInTransaction(t *testing.T) {
 	require.Greater(t, done.fence, x.g.fence, "the episode was finished by the frozen grant")
 	require.Equal(t, "done", status)
 
-	stepsBefore, writesBefore, err := grantWrites(ctx, pool, x.g)
+	stepsBefore, writesBefore, err := grantWrites(ctx, pgReads{pool}, x.g)
 	require.NoError(t, err)
 	resume()
 	select {
@@ -149,7 +149,7 @@ func TestFrozenInTransaction(t *testing.T) {
 	// A's runner may retry the finish, and its heartbeat notices the lost
 	// lease: give it a lease to write anything it would.
 	time.Sleep(cfg.lease)
-	steps, writes, err := grantWrites(ctx, pool, x.g)
+	steps, writes, err := grantWrites(ctx, pgReads{pool}, x.g)
 	require.NoError(t, err)
 	require.Equal(t, stepsBefore, steps, "journal steps of the frozen grant landed after SIGCONT")
 	require.Equal(t, writesBefore, writes, "ledger writes of the frozen grant landed after SIGCONT")
@@ -178,13 +178,13 @@ func TestFrozenInTransaction(t *testing.T) {
 
 	// The frozen run stopped before its lease ended: its activity before the
 	// SIGSTOP, against the end of its grant on the database.
-	ov := overlaps(grantEnds(t, ctx, pool), cl.procs(), nil)
+	ov := overlaps(grantEnds(t, ctx, pgReads{pool}), cl.procs(), nil, 0)
 	t.Logf("overlap: %s", ov.worst())
 	require.Empty(t, ov.bad)
 
 	// And porcupine's verdict on both workers' claims history: A's frozen
 	// finish, B's takeover, A's failed commit.
-	rep, _, err := checkHistories(ctx, pool, histDir)
+	rep, _, err := checkHistories(ctx, pgReads{pool}, histDir)
 	t.Logf("claims history: %v", rep)
 	require.NoError(t, err)
 	require.Zero(t, cl.historyFailed.Load())

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasehold/leasehold/claims"
@@ -235,7 +234,7 @@ func (r *chaosRun) checkHistory() (counts string, bad []string) {
 	if n := r.cl.historyFailed.Load(); n > 0 {
 		bad = append(bad, fmt.Sprintf("%d workers failed to write their history: it is incomplete", n))
 	}
-	rep, files, err := checkHistories(r.ctx, r.pool, r.histDir)
+	rep, files, err := checkHistories(r.ctx, r.db, r.histDir)
 	r.say("claims history of %d worker processes, %v", files, rep)
 	if err != nil {
 		bad = append(bad, err.Error())
@@ -248,7 +247,7 @@ func (r *chaosRun) checkHistory() (counts string, bad []string) {
 // resolves the keys of the operations that name only their episode
 // (ClaimKeys), and checks the whole for linearizability. A failed check
 // keeps the whole history in a file beside porcupine's visualization.
-func checkHistories(ctx context.Context, pool *pgxpool.Pool, dir string) (claimhistory.Report, int, error) {
+func checkHistories(ctx context.Context, db reads, dir string) (claimhistory.Report, int, error) {
 	paths, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
 	if err == nil && len(paths) == 0 {
 		err = fmt.Errorf("no worker history in %s", dir)
@@ -261,7 +260,7 @@ func checkHistories(ctx context.Context, pool *pgxpool.Pool, dir string) (claimh
 		return claimhistory.Report{}, len(paths), err
 	}
 	keyOf := map[int64]string{}
-	rows, err := pool.Query(ctx, query("ClaimKeys"))
+	rows, err := db.Query(ctx, "ClaimKeys")
 	if err != nil {
 		return claimhistory.Report{}, len(paths), err
 	}

@@ -21,6 +21,7 @@ var (
 	flagDuration = flag.Duration("chaos.duration", 0, "how long faults are injected (default 20s, or 2m with CHAOS=1)")
 	flagWorkers  = flag.Int("chaos.workers", 4, "worker processes")
 	flagSeed     = flag.Uint64("chaos.seed", 0, "seed of the fault schedule; 0 picks one (it is printed)")
+	flagEvery    = flag.Duration("chaos.every", 0, "one new trigger per this (default 15ms, or 100ms on SQLite)")
 )
 
 func TestMain(m *testing.M) {
@@ -40,6 +41,7 @@ type config struct {
 	fireEvery time.Duration // one new trigger per tick
 	fanout    int           // workers each trigger is sent to
 	loud      bool          // CHAOS=1: the report goes to stdout too
+	dialect   string        // "" (Postgres, TestChaos) or dialectSQLite (TestChaosSQLite)
 }
 
 const (
@@ -66,6 +68,9 @@ func loadConfig(seed uint64) config {
 	}
 	if *flagSeed != 0 {
 		c.seed = *flagSeed
+	}
+	if *flagEvery > 0 {
+		c.fireEvery = *flagEvery
 	}
 	return c
 }

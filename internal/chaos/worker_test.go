@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -34,9 +35,12 @@ import (
 // Worker-process settings, passed through the environment.
 const (
 	envWorker = "LEASEHOLD_CHAOS_WORKER" // the node identity; set: this process is a worker
-	envURL    = "LEASEHOLD_CHAOS_URL"    // Postgres through this worker's proxy, search_path set
+	envURL    = "LEASEHOLD_CHAOS_URL"    // Postgres through this worker's proxy, search_path set; or the SQLite file's path
 	envLease  = "LEASEHOLD_CHAOS_LEASE_MS"
 	envSweep  = "LEASEHOLD_CHAOS_SWEEP_MS"
+	// envDialect is dialectSQLite for a worker of TestChaosSQLite; unset:
+	// Postgres.
+	envDialect = "LEASEHOLD_CHAOS_DIALECT"
 )
 
 // The one actor every worker registers.
@@ -112,28 +116,24 @@ func worker() int {
 	out := &lines{}
 	ctx := context.Background()
 
-	cfg, err := pgxpool.ParseConfig(os.Getenv(envURL))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "chaos worker:", err)
-		return 2
+	var be backend
+	var err error
+	if os.Getenv(envDialect) == dialectSQLite {
+		be, err = openSQLite(ctx, os.Getenv(envURL), time.Duration(leaseMS)*time.Millisecond)
+	} else {
+		be, err = openPostgres(ctx, os.Getenv(envURL), time.Duration(leaseMS)*time.Millisecond)
 	}
-	cfg.MaxConns = 16
-	cfg.ConnConfig.ConnectTimeout = 2 * time.Second
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaos worker:", err)
 		return 1
 	}
-	// Never closed: the process exits instead, and Close would wait for a
-	// connection frozen by a cut.
-	store := postgres.New(pool)
 	hist, err := openHistory(os.Getenv(envHistory), out)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaos worker: history:", err)
 		return 1
 	}
 	rec := claimhistory.NewRecorder(id, hist)
-	recorded := newRecordingStore(store, rec)
+	recorded := newRecordingStore(be.store, rec)
 	node, err := runner.NewNode(runner.Config{
 		Store: spyStore{recorded, out}, Identity: id, Lease: time.Duration(leaseMS) * time.Millisecond,
 		EventJitter: 20 * time.Millisecond, Logger: log, Observer: out, // spreads the wins
@@ -142,12 +142,11 @@ func worker() int {
 		// A request a dead poller claimed is claimable again after
 		// ClaimLease: one lease, so its work is a live worker's within
 		// lease + sweep, like a dead worker's claims.
-		Poll:         runner.PollConfig{Interval: 250 * time.Millisecond, ClaimLease: time.Duration(leaseMS) * time.Millisecond},
-		TriggerWaker: postgres.NewNotifier(pool),
+		Poll: be.poll, TriggerWaker: be.waker,
 	})
 	fin := &freezer{}
 	if err == nil {
-		err = node.Register(chaosActor(pool, out, rec, fin, time.Duration(leaseMS)*time.Millisecond))
+		err = node.Register(chaosActor(be.ledger, out, rec, fin, time.Duration(leaseMS)*time.Millisecond))
 	}
 	if err == nil {
 		err = node.Start(ctx)
@@ -190,6 +189,85 @@ func worker() int {
 	return 0
 }
 
+// backend is what a worker needs of its database: the adapter for the node
+// and the sweeper, the poller's settings and waker, and the strategy's own
+// transactions (the ledger).
+type backend struct {
+	store  nodeStore
+	poll   runner.PollConfig
+	waker  runner.TriggerWaker // nil: the poller polls
+	ledger ledgerDB
+}
+
+// openPostgres connects to url (this worker's proxy, search_path set): the
+// poller is woken by NOTIFY and polls every 250 ms besides.
+func openPostgres(ctx context.Context, url string, lease time.Duration) (backend, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return backend{}, err
+	}
+	cfg.MaxConns = 16
+	cfg.ConnConfig.ConnectTimeout = 2 * time.Second
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return backend{}, err
+	}
+	// Never closed: the process exits instead, and Close would wait for a
+	// connection frozen by a cut.
+	return backend{
+		store:  postgres.New(pool),
+		poll:   runner.PollConfig{Interval: 250 * time.Millisecond, ClaimLease: lease},
+		waker:  postgres.NewNotifier(pool),
+		ledger: pgLedger{pool},
+	}, nil
+}
+
+// ledgerDB is where the strategy writes its side effect, in one transaction
+// of its own on the worker's database.
+type ledgerDB interface {
+	begin(ctx context.Context) (ledgerTx, error)
+	// transient: the transaction failed for a reason worth trying again (a
+	// lost connection, a server shutting down, a busy database); anything
+	// else (a SQL error) is a bug and fails the episode.
+	transient(err error) bool
+}
+
+// ledgerTx is one such transaction.
+type ledgerTx interface {
+	store() runner.TxStore // the adapter bound to the transaction
+	insertLedger(ctx context.Context, episode int64, owner string, fence int64, trigger string) error
+	commit(ctx context.Context) error
+	rollback()
+}
+
+// pgLedger: a pgx transaction and postgres.New(tx).
+type pgLedger struct{ pool *pgxpool.Pool }
+
+func (l pgLedger) begin(ctx context.Context) (ledgerTx, error) {
+	tx, err := l.pool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return pgTx{tx, postgres.New(tx)}, nil
+}
+
+func (pgLedger) transient(err error) bool { return transient(err) }
+
+type pgTx struct {
+	tx pgx.Tx
+	st *postgres.Store
+}
+
+func (t pgTx) store() runner.TxStore { return t.st }
+
+func (t pgTx) insertLedger(ctx context.Context, episode int64, owner string, fence int64, trigger string) error {
+	_, err := t.tx.Exec(ctx, query("InsertLedger"), episode, owner, fence, trigger)
+	return err
+}
+
+func (t pgTx) commit(ctx context.Context) error { return t.tx.Commit(ctx) }
+func (t pgTx) rollback()                        { _ = t.tx.Rollback(context.Background()) }
+
 // commands runs the commands read from stdin until it closes.
 func commands(node *runner.Node, fin *freezer, out *lines) {
 	sc := bufio.NewScanner(os.Stdin)
@@ -227,9 +305,9 @@ var errTransient = errors.New("chaos: transient failure, retried")
 
 // chaosActor is the actor every worker registers: restart recovery, so
 // every orphan is re-run, and attempts high enough never to run out.
-func chaosActor(pool *pgxpool.Pool, out *lines, rec *claimhistory.Recorder, fin *freezer, lease time.Duration) runner.Actor {
+func chaosActor(ledger ledgerDB, out *lines, rec *claimhistory.Recorder, fin *freezer, lease time.Duration) runner.Actor {
 	return runner.Actor{ID: actorID, MaxConcurrent: maxConcurrent, Expectations: []runner.Expectation{{
-		ID: expectationID, Trigger: runner.Event{Name: eventName}, Strategy: apply{pool, out, rec, fin, lease + lease/4},
+		ID: expectationID, Trigger: runner.Event{Name: eventName}, Strategy: apply{ledger, out, rec, fin, lease + lease/4},
 		Recovery: runner.RecoveryRestart, MaxAttempts: 1000,
 		Retry: runner.RetryPolicy{Backoff: 50 * time.Millisecond, MaxBackoff: 400 * time.Millisecond},
 	}}}
@@ -242,7 +320,7 @@ func chaosActor(pool *pgxpool.Pool, out *lines, rec *claimhistory.Recorder, fin 
 // run's activity ended, which the driver compares with its lease's end on
 // the database.
 type apply struct {
-	pool *pgxpool.Pool
+	db   ledgerDB
 	out  *lines
 	rec  *claimhistory.Recorder // each Hold and finish in the transaction
 	fin  *freezer
@@ -302,7 +380,7 @@ func (a apply) finish(ctx context.Context, r *runner.Run) error {
 			return nil
 		case errors.Is(err, claims.ErrLeaseLost):
 			return fmt.Errorf("ledger of episode %d: %w", r.EpisodeID(), err)
-		case ctx.Err() != nil || !transient(err):
+		case ctx.Err() != nil || !a.db.transient(err):
 			return fmt.Errorf("ledger of episode %d: %w", r.EpisodeID(), err)
 		}
 		if err := pause(ctx, backoff); err != nil {
@@ -313,12 +391,12 @@ func (a apply) finish(ctx context.Context, r *runner.Run) error {
 }
 
 func (a apply) finishOnce(ctx context.Context, r *runner.Run, t claims.Token, trigger string) error {
-	tx, err := a.pool.Begin(ctx)
+	tx, err := a.db.begin(ctx)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = tx.Rollback(context.Background()) }()
-	store := postgres.New(tx)
+	defer tx.rollback()
+	store := tx.store()
 	hold := a.rec.Call(claimhistory.Op{Kind: claimhistory.KindHold, Source: "Run.Hold", Key: t.Key, Episode: r.EpisodeID(), Owner: t.Owner, Fence: t.Fence})
 	err = r.Hold(ctx, store)
 	if errors.Is(err, claims.ErrLeaseLost) {
@@ -329,7 +407,7 @@ func (a apply) finishOnce(ctx context.Context, r *runner.Run, t claims.Token, tr
 	if err != nil {
 		return err
 	}
-	if _, err := tx.Exec(ctx, query("InsertLedger"), r.EpisodeID(), t.Owner, t.Fence, trigger); err != nil {
+	if err := tx.insertLedger(ctx, r.EpisodeID(), t.Owner, t.Fence, trigger); err != nil {
 		return err
 	}
 	done := episodes.Finish{Status: episodes.StatusDone}
@@ -349,7 +427,7 @@ func (a apply) finishOnce(ctx context.Context, r *runner.Run, t claims.Token, tr
 		a.out.printf("intx %s %d %d", t.Key, t.Fence, r.EpisodeID())
 		time.Sleep(time.Until(until)) // not ctx: a frozen holder notices nothing
 	}
-	err = tx.Commit(ctx)
+	err = tx.commit(ctx)
 	call.ReturnErr(err)
 	if frozen {
 		result := "ok"
@@ -418,11 +496,19 @@ func (s spyStore) failed(statement string, err error) {
 	if err == nil || errors.Is(err, claims.ErrLeaseLost) || errors.Is(err, claims.ErrNotOwner) || errors.Is(err, claims.ErrRetryable) {
 		return
 	}
-	what := "connection"
+	s.out.printf("event write_failed %s %s", statement, errWhat(err))
+}
+
+// errWhat names a failed write's cause for the report: its SQLSTATE
+// (Postgres), its result code (SQLite), or "connection".
+func errWhat(err error) string {
 	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) {
-		what = "SQLSTATE-" + pgErr.Code
+		return "SQLSTATE-" + pgErr.Code
 	}
-	s.out.printf("event write_failed %s %s", statement, what)
+	if code, ok := sqliteCode(err); ok {
+		return fmt.Sprintf("SQLITE-%d", code)
+	}
+	return "connection"
 }
 
 // lines writes the worker's answers and telemetry to stdout, one per line.

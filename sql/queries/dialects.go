@@ -1,0 +1,141 @@
+package queries
+
+import (
+	"embed"
+	"slices"
+	"strings"
+)
+
+// The dialects, by the name of their folder under sql/queries.
+const (
+	DialectPostgres  = "postgres"
+	DialectSQLServer = "sqlserver"
+	DialectSQLite    = "sqlite"
+)
+
+// Dialects lists every dialect leasehold ships.
+var Dialects = []string{DialectPostgres, DialectSQLServer, DialectSQLite}
+
+// Only is a statement that some dialects declare and the others cannot:
+// the one exception to "every dialect declares the same statements with the
+// same kinds", which sql/queries/parity_test.go checks.
+type Only struct {
+	Name     string   // the statement's "-- name:"
+	Dialects []string // the dialects that declare it
+	Why      string   // why the others cannot
+	Fallback string   // what the others do instead
+	// PartOf, for a statement that is one step of an operation the other
+	// dialects run as one statement (see part), names that operation's
+	// statements, which every dialect declares.
+	PartOf []string
+}
+
+// In reports whether dialect declares the statement.
+func (o Only) In(dialect string) bool { return slices.Contains(o.Dialects, dialect) }
+
+// DialectOnly is the list of statements that exist in some dialects only,
+// each with its reason and the fallback elsewhere. Every other statement
+// exists, under the same name and kind, in every dialect.
+var DialectOnly = []Only{
+	{
+		Name:     "ListenTriggerRequests",
+		Dialects: []string{DialectPostgres},
+		Why: "LISTEN for the trigger-request insert trigger's NOTIFY (migration 00002): " +
+			"SQL Server and SQLite have no LISTEN/NOTIFY, and an SQLite trigger cannot reach another process",
+		Fallback: "pollers poll on their interval, which on Postgres is the fallback for a lost notification too",
+	},
+	{
+		Name:     "DispatchTriggerRequests",
+		Dialects: []string{DialectPostgres, DialectSQLite},
+		Why: "the batch hand-over: on SQL Server a set-based T-SQL grant, which TestStaticGrantShape " +
+			"does not yet accept (it checks grants keyed on one @key)",
+		Fallback: "SQL Server pollers send DispatchTriggerRequest per request, up to 8 at a time",
+	},
+	{
+		Name:     "BoundTransaction",
+		Dialects: []string{DialectPostgres, DialectSQLServer},
+		Why: "a server-side bound on a transaction's lock waits and idle time: SQLite has no lock timeout " +
+			"per transaction and nothing that ends an idle transaction",
+		Fallback: "SQLite: busy_timeout (adapters/sqlite.BusyTimeout, set by Open on every connection) bounds " +
+			"every wait for the database write lock, after which the statement fails SQLITE_BUSY " +
+			"(claims.ErrRetryable, nothing applied); a process frozen inside a write transaction is not ended, " +
+			"so writers keep failing retryably until it exits or resumes",
+	},
+	{
+		Name:     "BoundLockWait",
+		Dialects: []string{DialectPostgres, DialectSQLServer},
+		Why:      "a per-statement lock timeout sent with each takeover: SQLite's busy_timeout is a connection setting",
+		Fallback: "SQLite: the connection's busy_timeout bounds each takeover's wait for the write lock, as for every statement",
+	},
+	{
+		Name:     "MaintenanceDue",
+		Dialects: []string{DialectSQLite},
+		Why: "a read before Maintain's BEGIN IMMEDIATE, so that a maintenance run with nothing to do does not " +
+			"take SQLite's one write lock, which stops every writer of the file while held; a run on Postgres " +
+			"or SQL Server locks only the rows it changes",
+		Fallback: "Postgres and SQL Server run Maintain's statements directly",
+	},
+
+	// The steps of SQLite's multi-statement operations.
+	part("AppendStepLease", "AppendStep"),
+	part("AppendStepEpisode", "AppendStep"),
+	part("CancelEpisodeTarget", "CancelEpisode"),
+	part("CancelEpisodeFence", "CancelEpisode"),
+	part("CancelEpisodeRequest", "CancelEpisode"),
+	part("ClaimForRecoveryGrant", "ClaimForRecovery"),
+	part("CreateEpisodeGrant", "CreateEpisode"),
+	part("CreateDeferredEpisodeRequest", "CreateDeferredEpisode"),
+	part("CreateDeferredEpisodesRequests", "CreateDeferredEpisodes"),
+	part("DispatchTriggerRequestGrant", "DispatchTriggerRequest", "DispatchTriggerRequests"),
+	part("DispatchTriggerRequestStart", "DispatchTriggerRequest", "DispatchTriggerRequests"),
+	part("ExpireTriggerRequestsCancel", "ExpireTriggerRequests"),
+	part("FindingLeaseHeld", "UpdateFinding", "ClearFinding"),
+	part("FinishEpisodeClaim", "FinishEpisode"),
+	part("FinishEpisodeStep", "FinishEpisode"),
+	part("FinishEpisodesClaims", "FinishEpisodes"),
+	part("FinishEpisodesSteps", "FinishEpisodes"),
+	part("ReopenTriggerRequest", "RetryEpisode", "RequeueEpisode", "RequeueOrphan"),
+	part("RequeueOrphanTarget", "RequeueOrphan"),
+	part("RequeueOrphanFence", "RequeueOrphan"),
+	part("RetryEpisodeClaim", "RetryEpisode"),
+}
+
+// part is a statement of SQLite alone that is one step of the operations
+// of, each of which SQLite runs as several statements in one BEGIN IMMEDIATE
+// transaction (the transaction in Go, every deciding condition in the
+// statements) where Postgres and SQL Server run one statement: SQLite has
+// no data-modifying CTEs, sqlc's SQLite grammar no UPDATE ... FROM, and no
+// statement writes two tables. The write lock, held from BEGIN IMMEDIATE
+// to COMMIT, makes the steps one decision, as the single statement is
+// elsewhere.
+func part(name string, of ...string) Only {
+	return Only{
+		Name:     name,
+		Dialects: []string{DialectSQLite},
+		Why:      "one step of " + strings.Join(of, ", ") + ", which SQLite runs as several statements in one BEGIN IMMEDIATE transaction",
+		Fallback: "Postgres and SQL Server do this step inside " + strings.Join(of, ", ") + " itself",
+		PartOf:   of,
+	}
+}
+
+// MissingFrom returns, by statement name, the DialectOnly entries that
+// dialect does not declare.
+func MissingFrom(dialect string) map[string]Only {
+	out := map[string]Only{}
+	for _, o := range DialectOnly {
+		if !o.In(dialect) {
+			out[o.Name] = o
+		}
+	}
+	return out
+}
+
+//go:embed sqlite/*.sql
+var sqliteFiles embed.FS
+
+// SQLite returns the statements of sql/queries/sqlite by name. The SQLite
+// adapter runs them through the code sqlc generated (package db/sqlitedb);
+// this is for the parity checks and tools.
+func SQLite() (map[string]Query, error) {
+	return Parse(sqliteFiles, "sqlite/*.sql")
+}
