@@ -184,7 +184,7 @@ func TestFrozenInTransaction(t *testing.T) {
 
 	// And porcupine's verdict on both workers' claims history: A's frozen
 	// finish, B's takeover, A's failed commit.
-	rep, _, err := checkHistories(ctx, pgReads{pool}, histDir)
+	rep, _, _, err := checkHistories(ctx, pgReads{pool}, histDir)
 	t.Logf("claims history: %v", rep)
 	require.NoError(t, err)
 	require.Zero(t, cl.historyFailed.Load())

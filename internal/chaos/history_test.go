@@ -7,8 +7,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -234,8 +236,9 @@ func (r *chaosRun) checkHistory() (counts string, bad []string) {
 	if n := r.cl.historyFailed.Load(); n > 0 {
 		bad = append(bad, fmt.Sprintf("%d workers failed to write their history: it is incomplete", n))
 	}
-	rep, files, err := checkHistories(r.ctx, r.db, r.histDir)
+	rep, files, grants, err := checkHistories(r.ctx, r.db, r.histDir)
 	r.say("claims history of %d worker processes, %v", files, rep)
+	r.say("grants by statement: %s", grants)
 	if err != nil {
 		bad = append(bad, err.Error())
 	}
@@ -247,37 +250,55 @@ func (r *chaosRun) checkHistory() (counts string, bad []string) {
 // resolves the keys of the operations that name only their episode
 // (ClaimKeys), and checks the whole for linearizability. A failed check
 // keeps the whole history in a file beside porcupine's visualization.
-func checkHistories(ctx context.Context, db reads, dir string) (claimhistory.Report, int, error) {
+func checkHistories(ctx context.Context, db reads, dir string) (rep claimhistory.Report, files int, grants string, err error) {
 	paths, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
 	if err == nil && len(paths) == 0 {
 		err = fmt.Errorf("no worker history in %s", dir)
 	}
 	if err != nil {
-		return claimhistory.Report{}, 0, err
+		return claimhistory.Report{}, 0, "", err
 	}
 	ops, err := claimhistory.ReadFiles(paths...)
 	if err != nil {
-		return claimhistory.Report{}, len(paths), err
+		return claimhistory.Report{}, len(paths), "", err
 	}
 	keyOf := map[int64]string{}
 	rows, err := db.Query(ctx, "ClaimKeys")
 	if err != nil {
-		return claimhistory.Report{}, len(paths), err
+		return claimhistory.Report{}, len(paths), "", err
 	}
 	for rows.Next() {
 		var id int64
 		var key string
 		if err := rows.Scan(&id, &key); err != nil {
 			rows.Close()
-			return claimhistory.Report{}, len(paths), err
+			return claimhistory.Report{}, len(paths), "", err
 		}
 		keyOf[id] = key
 	}
 	if err := rows.Err(); err != nil {
-		return claimhistory.Report{}, len(paths), err
+		return claimhistory.Report{}, len(paths), "", err
 	}
 	claimhistory.ResolveKeys(ops, keyOf)
+	grants = grantsBySource(ops)
 
-	rep, err := claimhistory.Check(ops, claimhistory.Options{})
-	return rep, len(paths), err
+	rep, err = claimhistory.Check(ops, claimhistory.Options{})
+	return rep, len(paths), grants, err
+}
+
+// grantsBySource counts the grants in ops by the statement that made them,
+// for the report: which grant paths the run exercised.
+func grantsBySource(ops []claimhistory.Op) string {
+	n := map[string]int{}
+	for _, op := range ops {
+		if op.Kind == claimhistory.KindAcquire && op.Outcome == claimhistory.Granted {
+			n[op.Source]++
+		}
+	}
+	names := slices.Sorted(maps.Keys(n))
+	parts := make([]string, len(names))
+	for i, name := range names {
+		parts[i] = fmt.Sprintf("%s %d", name, n[name])
+	}
+	return strings.Join(parts, ", ")
 }
