@@ -51,7 +51,7 @@ bench:
 ## 20ms), on the same Postgres: three workloads (broadcast, single, and a
 ## bulk burn-down of 20,000 units per round), 3 rounds each, alternating,
 ## plus claim acquire against pgbench; in its own module (bench/compare) so
-## the library never depends on River. 3.5 to 5 minutes on 2 cores.
+## the library never depends on River. About 2 minutes on 2 cores.
 ## COMPARE_FLAGS adds or overrides flags (go -C bench/compare run . -h).
 bench-compare:
 	scripts/with-postgres.sh $(GO) -C bench/compare run . -workload all -river-config tuned $(COMPARE_FLAGS)
