@@ -695,8 +695,7 @@ WITH expired AS (
     UPDATE leasehold_episodes AS e
     SET status = 'canceled', phase = NULL, error_class = 'trigger_expired',
         finished_at = now()
-    FROM expired
-    WHERE e.id = expired.episode_id
+    WHERE e.id = ANY (ARRAY(SELECT expired.episode_id FROM expired))
       AND e.status = 'queued'
       AND NOT EXISTS (
           SELECT 1 FROM leasehold_work_claims AS c
@@ -705,9 +704,9 @@ WITH expired AS (
             AND c.lease_until > now())
     RETURNING e.id
 )
-SELECT expired.id, expired.episode_id, (canceled.id IS NOT NULL)::boolean AS episode_canceled
+SELECT expired.id, expired.episode_id,
+    (expired.episode_id IN (SELECT canceled.id FROM canceled))::boolean AS episode_canceled
 FROM expired
-LEFT JOIN canceled ON canceled.id = expired.episode_id
 `
 
 type ExpireTriggerRequestsParams struct {
@@ -730,6 +729,12 @@ type ExpireTriggerRequestsRow struct {
 // expired request never leaves an episode queued forever. An episode whose
 // claim is live (a node took it) is left to that node. all_envs (database
 // maintenance) ignores source_env and source_stack.
+//
+// Plan: the episodes are reached by primary key through an array of the
+// expired requests' episode ids, and the answer tests membership in the
+// canceled set (a hashed subplan), never a join between the two sets, which
+// the planner may run as a nested loop (measured: 10.7 s for 10,000 stale
+// requests after an outage).
 func (q *Queries) ExpireTriggerRequests(ctx context.Context, db DBTX, arg ExpireTriggerRequestsParams) ([]ExpireTriggerRequestsRow, error) {
 	rows, err := db.Query(ctx, expireTriggerRequests,
 		arg.AllEnvs,

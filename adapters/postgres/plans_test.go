@@ -13,30 +13,44 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasehold/leasehold/adapters/postgres"
+	"github.com/leasehold/leasehold/db"
 	"github.com/leasehold/leasehold/episodes"
 	"github.com/leasehold/leasehold/internal/pgtest"
 )
 
-// capturing passes statements through to the pool and keeps the last
-// Query's text and arguments, so the test can EXPLAIN exactly what the
-// adapter sent.
+// capturing passes statements through to conn and keeps the last Query's
+// text and arguments, so the test can EXPLAIN exactly what the adapter
+// sent. It has no SendBatch, so takeovers send plain statements.
 type capturing struct {
-	pool *pgxpool.Pool // not embedded: no SendBatch, so takeovers send plain statements
+	conn db.DBTX
 	sql  string
 	args []any
 }
 
 func (c *capturing) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	c.sql, c.args = sql, args
-	return c.pool.Query(ctx, sql, args...)
+	return c.conn.Query(ctx, sql, args...)
 }
 
 func (c *capturing) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	return c.pool.QueryRow(ctx, sql, args...)
+	return c.conn.QueryRow(ctx, sql, args...)
 }
 
 func (c *capturing) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	return c.pool.Exec(ctx, sql, args...)
+	return c.conn.Exec(ctx, sql, args...)
+}
+
+// dryRun runs call on a Store inside a transaction it rolls back, and
+// returns what the statement call sent, so that the database is as it was
+// when the statement is explained.
+func dryRun(t *testing.T, pool *pgxpool.Pool, call func(s *postgres.Store) error) *capturing {
+	t.Helper()
+	tx, err := pool.Begin(t.Context())
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(t.Context()) }()
+	c := &capturing{conn: tx}
+	require.NoError(t, call(postgres.New(c)))
+	return c
 }
 
 // TestHandOverPlansReachRowsByKey: on a fresh, never analyzed schema (the
@@ -62,44 +76,24 @@ func TestHandOverPlansReachRowsByKey(t *testing.T) {
 		require.NoError(t, err)
 	}
 
-	explain := func(c *capturing) {
-		t.Helper()
-		tx, err := pool.Begin(ctx)
-		require.NoError(t, err)
-		defer func() { _ = tx.Rollback(ctx) }()
-		var plan []map[string]any
-		require.NoError(t, tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+c.sql, c.args...).Scan(&plan))
-		var worst float64
-		var walk func(n map[string]any)
-		walk = func(n map[string]any) {
-			if r, ok := n["Rows Removed by Join Filter"].(float64); ok {
-				worst = max(worst, r)
-			}
-			for _, p := range asNodes(n["Plans"]) {
-				walk(p)
-			}
-		}
-		walk(plan[0]["Plan"].(map[string]any))
-		js, _ := json.MarshalIndent(plan, "", " ")
-		require.Less(t, worst, 5_000.0, "a join filter compared too many rows:\n%s", js)
-	}
-
-	claim := &capturing{pool: pool}
-	reqs, err := postgres.New(claim).ClaimTriggerRequests(ctx, episodes.RequestQuery{
+	reqs, err := s.ClaimTriggerRequests(ctx, episodes.RequestQuery{
 		Owner: "poller", Lease: time.Minute, ActorIDs: []string{"a"}, Limit: 500,
 	})
 	require.NoError(t, err)
 	require.Len(t, reqs, 500)
-	explain(claim)
-
-	dispatch := &capturing{pool: pool}
-	ds, err := postgres.New(dispatch).DispatchTriggerRequests(ctx, "poller", reqs[:64], time.Minute)
-	require.NoError(t, err)
-	require.Len(t, ds, 64)
-	// The same statement for the next 64, explained (and rolled back).
-	_, err = postgres.New(dispatch).DispatchTriggerRequests(ctx, "poller", reqs[64:128], time.Minute)
-	require.NoError(t, err)
-	explain(dispatch)
+	claim := dryRun(t, pool, func(s *postgres.Store) error {
+		_, err := s.ClaimTriggerRequests(ctx, episodes.RequestQuery{
+			Owner: "poller-2", Lease: time.Minute, ActorIDs: []string{"a"}, Limit: 500,
+		})
+		return err
+	})
+	requireRowsByKey(t, pool, claim)
+	dispatch := dryRun(t, pool, func(s *postgres.Store) error {
+		ds, err := s.DispatchTriggerRequests(ctx, "poller", reqs[:64], time.Minute)
+		require.Len(t, ds, 64)
+		return err
+	})
+	requireRowsByKey(t, pool, dispatch)
 }
 
 func asNodes(v any) []map[string]any {
@@ -111,4 +105,58 @@ func asNodes(v any) []map[string]any {
 		}
 	}
 	return out
+}
+
+// TestExpiryPlanReachesRowsByKey: expiring 10,000 stale requests at once
+// (maintenance's RequestTTL after an outage) reaches their episodes by key.
+func TestExpiryPlanReachesRowsByKey(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Schema(t)
+	ctx := t.Context()
+	s := postgres.New(pool)
+	items := make([]episodes.BatchItem, 10_000)
+	for i := range items {
+		items[i] = episodes.BatchItem{DedupeKey: fmt.Sprintf("event:a:e:%d", i)}
+	}
+	for i := 0; i < len(items); i += 500 {
+		_, err := s.CreateDeferredEpisodes(ctx, episodes.DeferredBatch{
+			New:        episodes.New{ActorID: "a", ExpectationID: "e", TriggerType: episodes.TriggerEvent, MaxAttempts: 3},
+			SourceNode: "trigger-node", Items: items[i : i+500],
+		})
+		require.NoError(t, err)
+	}
+	pgtest.Exec(t, pool, `UPDATE leasehold_trigger_requests SET run_after = run_after - interval '2 hours'`)
+	expire := dryRun(t, pool, func(s *postgres.Store) error {
+		expired, err := s.ExpireTriggerRequests(ctx, episodes.ExpireQuery{TTL: time.Hour, AllEnvs: true})
+		require.Len(t, expired, 10_000)
+		return err
+	})
+	requireRowsByKey(t, pool, expire)
+}
+
+// requireRowsByKey runs EXPLAIN ANALYZE on the statement c captured last
+// (rolled back) and fails when a join filter of its plan compared more
+// than 5,000 rows: a CTE joined with a whole table, or with another large
+// CTE, in a nested loop.
+func requireRowsByKey(t *testing.T, pool *pgxpool.Pool, c *capturing) {
+	t.Helper()
+	ctx := t.Context()
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	var plan []map[string]any
+	require.NoError(t, tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+c.sql, c.args...).Scan(&plan))
+	var worst float64
+	var walk func(n map[string]any)
+	walk = func(n map[string]any) {
+		if r, ok := n["Rows Removed by Join Filter"].(float64); ok {
+			worst = max(worst, r)
+		}
+		for _, p := range asNodes(n["Plans"]) {
+			walk(p)
+		}
+	}
+	walk(plan[0]["Plan"].(map[string]any))
+	js, _ := json.MarshalIndent(plan, "", " ")
+	require.Less(t, worst, 5_000.0, "a join filter compared too many rows:\n%s", js)
 }

@@ -69,6 +69,9 @@ var dialectDifferences = []difference{
 	{"ClaimTriggerRequests", "any(array((SELECT FROM ))) = id",
 		"Postgres's UPDATE reaches the picked rows by primary key through an array of the picked CTE's ids (a plan choice: a join against the CTE can become a " +
 			"nested loop over every open request); T-SQL updates the READPAST-picked rows of its own CTE directly"},
+	{"ExpireTriggerRequests", "any(array((SELECT FROM ))) = id",
+		"Postgres's episode UPDATE reaches the expired requests' episodes by primary key through an array (a plan choice, as in ClaimTriggerRequests); " +
+			"T-SQL joins its @expired table variable"},
 	{"DispatchTriggerRequest", "(SELECT FROM ) = id",
 		"Postgres reads the episode by the request CTE's episode id in the episode CTE (a scalar subquery, for a primary-key lookup); T-SQL joins @request in the SELECT that reads @claim_key " +
 			"(its start UPDATE's WHERE id = (SELECT episode_id FROM @request) matches the other)"},
