@@ -12,8 +12,9 @@
 #      temp dir, stopped and deleted when this script exits (also on failure,
 #      Ctrl-C and SIGTERM).
 # DATABASE_URL is never read: a developer's own database is not used for
-# tests or the demo unless named in TEST_DATABASE_URL. internal/pgtest and
-# `leasehold demo` follow the same order (TEST_DATABASE_URL first).
+# tests or the Postgres demo unless named in TEST_DATABASE_URL. internal/pgtest
+# and `leasehold demo -db postgres` follow the same order (TEST_DATABASE_URL
+# first); the default demo runs on SQLite and needs no server.
 #
 # Environment:
 #   TEST_DATABASE_URL               use this server; fail if it is unreachable.
