@@ -37,11 +37,11 @@ func runBatchDispatch(t *testing.T, newBackend func(t *testing.T) DeferredBacken
 		b := newBackend(t)
 		bd := batch(t, b)
 		ids := map[string]int64{}
-		for _, k := range []string{"run-1", "run-2", "lapsed", "held", "canceled"} {
+		for _, k := range []string{"run-1", "run-2", "lapsed", "reclaimed", "held", "canceled"} {
 			ids[k] = deferEpisode(t, b, "event:a:e:"+k, "", "").Episode.ID
 		}
 		reqs := claimRequests(t, b, "poller-1", "", "", 10)
-		require.Len(t, reqs, 5)
+		require.Len(t, reqs, 6)
 		byEpisode := map[int64]episodes.TriggerRequest{}
 		for _, r := range reqs {
 			byEpisode[r.EpisodeID] = r
@@ -51,6 +51,12 @@ func runBatchDispatch(t *testing.T, newBackend func(t *testing.T) DeferredBacken
 		// request closed) before the hand-over.
 		b.LapseRequestClaim(t, byEpisode[ids["lapsed"]].ID)
 		require.Len(t, claimRequests(t, b, "poller-2", "", "", 10), 1)
+		// One lapses and the same poller claims it again: the batch still
+		// carries the old claim's fence, which must hand nothing over.
+		b.LapseRequestClaim(t, byEpisode[ids["reclaimed"]].ID)
+		again := claimRequests(t, b, "poller-1", "", "", 10)
+		require.Len(t, again, 1)
+		require.Equal(t, byEpisode[ids["reclaimed"]].Fence+1, again[0].Fence)
 		_, err := b.Store.Acquire(ctx(t), claims.AcquireParams{Key: "event:a:e:held", Owner: "recoverer", Lease: time.Minute, WorkType: "episode"})
 		require.NoError(t, err)
 		_, err = b.Store.CancelEpisode(ctx(t), ids["canceled"], nil)
@@ -65,6 +71,7 @@ func runBatchDispatch(t *testing.T, newBackend func(t *testing.T) DeferredBacken
 			got[d.EpisodeID] = d
 		}
 		require.NotContains(t, got, ids["lapsed"], "a lapsed request claim hands nothing over")
+		require.NotContains(t, got, ids["reclaimed"], "nor does an earlier claim of the same poller (its fence)")
 		require.NotContains(t, got, ids["canceled"], "a closed request hands nothing over")
 		require.Contains(t, got, ids["held"])
 		require.Zero(t, got[ids["held"]].Claim.Fence, "a live claim elsewhere is never stolen")
@@ -85,13 +92,19 @@ func runBatchDispatch(t *testing.T, newBackend func(t *testing.T) DeferredBacken
 			require.NoError(t, b.Store.AppendStep(ctx(t), ids[k], d.Claim.Token, d.NextStep, nil, time.Minute), "the grant runs the episode")
 		}
 
-		again, err := bd.DispatchTriggerRequests(ctx(t), "poller-1", reqs, time.Minute)
+		repeat, err := bd.DispatchTriggerRequests(ctx(t), "poller-1", reqs, time.Minute)
 		require.NoError(t, err)
-		require.Empty(t, again, "a request is handed over once")
+		require.Empty(t, repeat, "a request is handed over once")
 		// run-1, run-2 and held by the hand-over, canceled by the cancel;
-		// the lapsed one is still poller-2's.
+		// the lapsed one is still poller-2's, the reclaimed one poller-1's
+		// under its new fence, which hands it over.
 		require.Len(t, listRequests(t, b, "", episodes.RequestCompleted), 4)
-		require.Len(t, listRequests(t, b, "", episodes.RequestClaimed), 1)
+		require.Len(t, listRequests(t, b, "", episodes.RequestClaimed), 2)
+		ds, err = bd.DispatchTriggerRequests(ctx(t), "poller-1", again, time.Minute)
+		require.NoError(t, err)
+		require.Len(t, ds, 1)
+		require.True(t, ds[0].Started)
+		require.Equal(t, ids["reclaimed"], ds[0].EpisodeID)
 	})
 
 	t.Run("ConcurrentPollersBatchDispatchEachRequestOnce", func(t *testing.T) {

@@ -190,6 +190,30 @@ func RunEpisodes(t *testing.T, newBackend func(t *testing.T) EpisodesBackend) {
 		require.ErrorIs(t, err, claims.ErrNotOwner, "the finish ended the claim too")
 	})
 
+	t.Run("ZombieOfTheSameNodeIsRejectedByItsFence", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		// A -> A: the same node's earlier grant differs from its current one
+		// only in the fence, which alone must refuse it.
+		ep, old := running(t, b, "k", "node-a")
+		b.ExpireClaim(t, "k")
+		cur := acquire(t, b, "k", "node-a")
+		require.Equal(t, old.Fence+1, cur.Fence)
+		next, err := b.Store.StartEpisode(ctx(t), ep.ID, cur.Token)
+		require.NoError(t, err)
+		_, err = b.Store.StartEpisode(ctx(t), ep.ID, old.Token)
+		require.ErrorIs(t, err, claims.ErrLeaseLost)
+		require.ErrorIs(t, b.Store.AppendStep(ctx(t), ep.ID, old.Token, next, json.RawMessage(`"old"`), time.Minute), claims.ErrLeaseLost)
+		require.ErrorIs(t, b.Store.FinishEpisode(ctx(t), ep.ID, old.Token, episodes.Finish{Status: episodes.StatusFailed}), claims.ErrLeaseLost)
+		require.Equal(t, episodes.StatusRunning, get(t, b, ep.ID).Status, "the refused finish changed nothing")
+		require.NoError(t, b.Store.AppendStep(ctx(t), ep.ID, cur.Token, next, json.RawMessage(`"cur"`), time.Minute))
+		require.NoError(t, b.Store.FinishEpisode(ctx(t), ep.ID, cur.Token, episodes.Finish{Status: episodes.StatusDone}))
+		steps, err := b.Store.ListSteps(ctx(t), ep.ID)
+		require.NoError(t, err)
+		require.Len(t, steps, 1)
+		require.Equal(t, cur.Fence, steps[0].Fence)
+	})
+
 	t.Run("FinishJournalsTheLastStepUnderTheFence", func(t *testing.T) {
 		t.Parallel()
 		b := newBackend(t)
