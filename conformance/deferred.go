@@ -147,6 +147,24 @@ func RunDeferred(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		require.Equal(t, "live-poller", d.Claim.Owner)
 	})
 
+	t.Run("AnEarlierClaimOfTheSamePollerCannotHandOver", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		res := deferEpisode(t, b, "event:a:e:1", "", "")
+		first := claimRequests(t, b, "poller", "", "", 10)
+		require.Len(t, first, 1)
+		b.LapseRequestClaim(t, first[0].ID)
+		second := claimRequests(t, b, "poller", "", "", 10)
+		require.Len(t, second, 1)
+		require.Equal(t, first[0].Fence+1, second[0].Fence)
+		_, err := b.Store.DispatchTriggerRequest(ctx(t), first[0], time.Minute)
+		require.ErrorIs(t, err, claims.ErrLeaseLost, "the request claim's fence, not only its owner, decides")
+		d, err := b.Store.DispatchTriggerRequest(ctx(t), second[0], time.Minute)
+		require.NoError(t, err)
+		require.Equal(t, res.Episode.ID, d.EpisodeID)
+		require.True(t, d.Started)
+	})
+
 	t.Run("ConcurrentPollersDispatchEachRequestOnce", func(t *testing.T) {
 		t.Parallel()
 		b := newBackend(t)
@@ -246,6 +264,37 @@ func RunDeferred(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		require.False(t, d.Started, "and the episode is not started")
 		require.Equal(t, episodes.StatusQueued, get(t, EpisodesBackend{Store: b.Store}, held.Episode.ID).Status)
 		require.Equal(t, episodes.RequestCompleted, listRequests(t, b, "", "")[0].Status)
+	})
+
+	t.Run("DispatchNeverRunsFinishedWorkAgain", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		// The request is claimed, then its episode runs to the end under a
+		// grant made another way; the hand-over that comes after must
+		// neither grant the finished claim nor start the episode again.
+		d := deferEpisode(t, b, "event:a:e:done", "", "")
+		reqs := claimRequests(t, b, "poller", "", "", 10)
+		require.Len(t, reqs, 1)
+		c, err := b.Store.Acquire(ctx(t), claims.AcquireParams{Key: "event:a:e:done", Owner: "other", Lease: time.Minute, WorkType: "episode"})
+		require.NoError(t, err)
+		_, err = b.Store.StartEpisode(ctx(t), d.Episode.ID, c.Token)
+		require.NoError(t, err)
+		require.NoError(t, b.Store.FinishEpisode(ctx(t), d.Episode.ID, c.Token, episodes.Finish{Status: episodes.StatusDone}))
+
+		got, err := b.Store.DispatchTriggerRequest(ctx(t), reqs[0], time.Minute)
+		require.NoError(t, err)
+		require.Zero(t, got.Claim.Fence, "a finished episode's claim is never granted again")
+		require.False(t, got.Started)
+		ep := get(t, EpisodesBackend{Store: b.Store}, d.Episode.ID)
+		require.Equal(t, episodes.StatusDone, ep.Status)
+		require.Equal(t, "other", ep.OwnerNode)
+		_, err = b.Store.Renew(ctx(t), c.Token, time.Minute)
+		require.ErrorIs(t, err, claims.ErrNotOwner, "the claim stays done")
+
+		// A completed request whose old claim time has passed is never
+		// claimed again.
+		b.LapseRequestClaim(t, reqs[0].ID)
+		require.Empty(t, claimRequests(t, b, "poller-2", "", "", 10), "completed requests are never claimed")
 	})
 
 	t.Run("DeferredEpisodeOnAFinishedKeyIsNotAnOrphan", func(t *testing.T) {
