@@ -157,6 +157,18 @@ func RunEpisodes(t *testing.T, newBackend func(t *testing.T) EpisodesBackend) {
 		require.Equal(t, episodes.StatusRunning, got.Status)
 		require.Equal(t, "node-a", got.OwnerNode)
 		require.NotNil(t, got.StartedAt)
+
+		// Finished, it is never started again, even under a new grant of
+		// its key; archived, neither.
+		require.NoError(t, b.Store.FinishEpisode(ctx(t), ep.ID, c.Token, episodes.Finish{Status: episodes.StatusDone}))
+		again := acquire(t, b, "k", "node-a")
+		_, err = b.Store.StartEpisode(ctx(t), ep.ID, again.Token)
+		require.Error(t, err, "a finished episode is never started again")
+		require.Equal(t, episodes.StatusDone, get(t, b, ep.ID).Status)
+		b.Archive(t, ep.ID)
+		_, err = b.Store.StartEpisode(ctx(t), ep.ID, again.Token)
+		require.Error(t, err, "nor an archived one")
+		require.Equal(t, episodes.StatusDone, get(t, b, ep.ID).Status)
 	})
 
 	t.Run("ZombieJournalIsRejectedAfterSteal", func(t *testing.T) {

@@ -338,6 +338,17 @@ func runFlow(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		require.NoError(t, err)
 		require.Equal(t, next, d.NextStep)
 
+		// That run dies too. A sweeper that listed the orphan before the
+		// first requeue (attempts 0) requeues nothing: the listed attempt
+		// was requeued once already; one that lists it now (attempts 1)
+		// requeues it.
+		b.ExpireClaim(t, "event:a:e:orphan")
+		_, err = b.Store.RequeueOrphan(ctx(t), o.Episode.ID, 0, "slow-sweeper", time.Minute)
+		require.ErrorIs(t, err, claims.ErrBusy, "each listed attempt is requeued at most once")
+		again, err := b.Store.RequeueOrphan(ctx(t), o.Episode.ID, 1, "sweeper", time.Minute)
+		require.NoError(t, err)
+		require.EqualValues(t, 2, again.Attempts)
+
 		// Out of attempts: never requeued (recovery fails it instead).
 		n = flowEpisode("event:a:e:last")
 		n.Owner, n.Lease, n.Start, n.MaxAttempts = "dead", time.Minute, true, 1
