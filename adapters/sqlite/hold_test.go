@@ -49,6 +49,7 @@ func TestHoldClaimCurrentAndLostGrants(t *testing.T) {
 	for name, tok := range map[string]claims.Token{
 		"stolen":      old.Token,
 		"wrong owner": {Key: "k", Owner: "a", Fence: cur.Fence},
+		"older fence": {Key: "k", Owner: "b", Fence: cur.Fence - 1},
 		"no such key": {Key: "nope", Owner: "b", Fence: 1},
 	} {
 		tx, err := db.BeginTx(t.Context(), nil)
