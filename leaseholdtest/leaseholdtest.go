@@ -3,19 +3,23 @@
 // migrated schema, one strategy run through a real node, assertions on
 // the episodes a trigger created, and database time moved forward (a
 // lease expired, a delayed or retrying episode made due) instead of
-// waited for. Postgres only; the statements that move time are in
-// testkit.sql.
+// waited for. It works on Postgres (Schema) and on an SQLite file
+// (SQLite), which needs no server: every helper takes either database. The
+// statements that move time are in testkit.sql and testkit_sqlite.sql.
 //
 // It is for tests: import it from _test.go files only.
 package leaseholdtest
 
 import (
 	"context"
+	"database/sql"
 	"embed"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"reflect"
 	"testing"
 	"time"
@@ -23,6 +27,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold/adapters/postgres"
+	"github.com/leasehold/leasehold/adapters/sqlite"
 	"github.com/leasehold/leasehold/episodes"
 	"github.com/leasehold/leasehold/inspect"
 	"github.com/leasehold/leasehold/internal/pgtest"
@@ -31,8 +36,29 @@ import (
 	"github.com/leasehold/leasehold/telemetry"
 )
 
-//go:embed testkit.sql
+//go:embed testkit.sql testkit_sqlite.sql
 var kit embed.FS
+
+// Database is what the kit's helpers take: the pool Schema returns, or the
+// *sql.DB SQLite returns.
+type Database interface {
+	*pgxpool.Pool | *sql.DB
+}
+
+// store is what the kit needs of the adapter of its database.
+type store interface {
+	runner.Store
+	GetEpisode(ctx context.Context, id int64) (episodes.Episode, error)
+	InspectEpisodes(ctx context.Context, q inspect.EpisodeQuery) ([]episodes.Episode, error)
+}
+
+// storeOf returns db's adapter; db is a Database.
+func storeOf(db any) store {
+	if d, ok := db.(*sql.DB); ok {
+		return sqlite.New(d)
+	}
+	return postgres.New(db.(*pgxpool.Pool))
+}
 
 // TB is the part of testing.TB the kit uses; a *testing.T or *testing.B
 // is one.
@@ -62,6 +88,35 @@ func Schema(t TB, url string) *pgxpool.Pool {
 	return pool
 }
 
+// SQLite returns a *sql.DB (sqlite.Open: WAL, busy_timeout, BEGIN
+// IMMEDIATE) on a new, migrated SQLite file in a temporary directory,
+// closed and removed when the test ends: no database server needed.
+func SQLite(t TB) *sql.DB {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "leaseholdtest-*")
+	if err != nil {
+		t.Fatalf("leaseholdtest: %v", err)
+	}
+	ctx := context.Background()
+	db, err := sqlite.Open(ctx, filepath.Join(dir, "leasehold.db"))
+	if err == nil {
+		if err = sqlite.Migrate(ctx, db); err != nil {
+			_ = db.Close()
+		}
+	}
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		t.Fatalf("leaseholdtest: a migrated SQLite file: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := db.Close(); err != nil {
+			t.Logf("leaseholdtest: %v", err)
+		}
+		_ = os.RemoveAll(dir)
+	})
+	return db
+}
+
 func orDefault(url string) string {
 	if url == "" {
 		return pgtest.URL()
@@ -70,11 +125,11 @@ func orDefault(url string) string {
 }
 
 // Run runs one episode of strategy s with payload on a node of its own
-// against pool's schema (no cluster, no schedule), waits until it ends
+// against db (no cluster, no schedule), waits until it ends
 // (a minute at most) and returns the episode as the database left it:
 // its status, error class, result and attempts. exp may set Recovery,
 // MaxAttempts, Budget and Retry; its ID and Trigger are the kit's.
-func Run(t TB, pool *pgxpool.Pool, s runner.Strategy, payload any, exp runner.Expectation) episodes.Episode {
+func Run[D Database](t TB, db D, s runner.Strategy, payload any, exp runner.Expectation) episodes.Episode {
 	t.Helper()
 	ended := make(chan struct{}, 1)
 	obs := observer(func(e telemetry.Event) {
@@ -86,7 +141,8 @@ func Run(t TB, pool *pgxpool.Pool, s runner.Strategy, payload any, exp runner.Ex
 			}
 		}
 	})
-	node, err := runner.NewNode(runner.Config{Store: postgres.New(pool), Identity: "leaseholdtest",
+	st := storeOf(db)
+	node, err := runner.NewNode(runner.Config{Store: st, Identity: "leaseholdtest",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Observer: obs})
 	if err != nil {
 		t.Fatalf("leaseholdtest: node: %v", err)
@@ -109,7 +165,7 @@ func Run(t TB, pool *pgxpool.Pool, s runner.Strategy, payload any, exp runner.Ex
 	case <-time.After(time.Minute):
 		t.Fatalf("leaseholdtest: episode %d did not end within a minute", out.EpisodeID)
 	}
-	ep, err := postgres.New(pool).GetEpisode(ctx, out.EpisodeID)
+	ep, err := st.GetEpisode(ctx, out.EpisodeID)
 	if err != nil {
 		t.Fatalf("leaseholdtest: read episode %d: %v", out.EpisodeID, err)
 	}
@@ -130,9 +186,9 @@ type Want struct {
 
 // Fired requires that a trigger created at least one live episode that
 // matches w, and returns them, newest first.
-func Fired(t TB, pool *pgxpool.Pool, w Want) []episodes.Episode {
+func Fired[D Database](t TB, db D, w Want) []episodes.Episode {
 	t.Helper()
-	got, err := fired(pool, w)
+	got, err := fired(storeOf(db), w)
 	if err != nil {
 		t.Fatalf("leaseholdtest: %v", err)
 	}
@@ -142,12 +198,11 @@ func Fired(t TB, pool *pgxpool.Pool, w Want) []episodes.Episode {
 	return got
 }
 
-func fired(pool *pgxpool.Pool, w Want) ([]episodes.Episode, error) {
+func fired(store store, w Want) ([]episodes.Episode, error) {
 	if w.Actor == "" {
 		return nil, fmt.Errorf("Want.Actor is required")
 	}
 	ctx := context.Background()
-	store := postgres.New(pool)
 	list, err := store.InspectEpisodes(ctx, inspect.EpisodeQuery{ActorID: w.Actor, DedupeKey: w.DedupeKey, Limit: 1000})
 	if err != nil {
 		return nil, err
@@ -185,9 +240,9 @@ func fired(pool *pgxpool.Pool, w Want) ([]episodes.Episode, error) {
 // ExpireLease makes the lease on claim key (an episode's dedupe key, or
 // episode:{id}) past on the database clock, as if its holder died a second
 // ago: recovery treats it as an orphan at once.
-func ExpireLease(t TB, pool *pgxpool.Pool, key string) {
+func ExpireLease[D Database](t TB, db D, key string) {
 	t.Helper()
-	if n := exec(t, pool, "ExpireLease", key); n == 0 {
+	if n := exec(t, db, "ExpireLease", key); n == 0 {
 		t.Fatalf("leaseholdtest: no claimed lease on %q to expire", key)
 	}
 }
@@ -195,22 +250,44 @@ func ExpireLease(t TB, pool *pgxpool.Pool, key string) {
 // MakeDue makes episode id's open trigger request due now: a delayed run,
 // or a retry waiting out its backoff, is taken by the next poll (call
 // node.PollNow to poll at once).
-func MakeDue(t TB, pool *pgxpool.Pool, id int64) {
+func MakeDue[D Database](t TB, db D, id int64) {
 	t.Helper()
-	if n := exec(t, pool, "MakeDue", id); n == 0 {
+	if n := exec(t, db, "MakeDue", id); n == 0 {
 		t.Fatalf("leaseholdtest: episode %d has no pending trigger request to make due", id)
 	}
 }
 
-func exec(t TB, pool *pgxpool.Pool, name string, args ...any) int64 {
+// postgresKit and sqliteKit return the kit statement called name, in its
+// dialect.
+var (
+	postgresKit = func(name string) (string, error) { return queries.Statement(kit, "testkit.sql", name)() }
+	sqliteKit   = func(name string) (string, error) { return queries.Statement(kit, "testkit_sqlite.sql", name)() }
+)
+
+func exec(t TB, db any, name string, args ...any) int64 {
 	t.Helper()
-	q, err := queries.Statement(kit, "*.sql", name)()
-	if err != nil {
-		t.Fatalf("leaseholdtest: %v", err)
+	ctx := context.Background()
+	var (
+		n   int64
+		err error
+		q   string
+	)
+	switch d := db.(type) {
+	case *sql.DB:
+		if q, err = sqliteKit(name); err == nil {
+			var res sql.Result
+			if res, err = d.ExecContext(ctx, q, args...); err == nil {
+				n, err = res.RowsAffected()
+			}
+		}
+	case *pgxpool.Pool:
+		if q, err = postgresKit(name); err == nil {
+			tag, terr := d.Exec(ctx, q, args...)
+			n, err = tag.RowsAffected(), terr
+		}
 	}
-	tag, err := pool.Exec(context.Background(), q, args...)
 	if err != nil {
 		t.Fatalf("leaseholdtest: %s: %v", name, err)
 	}
-	return tag.RowsAffected()
+	return n
 }
