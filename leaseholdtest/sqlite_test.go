@@ -87,6 +87,9 @@ func TestKitOnSQLite(t *testing.T) {
 	require.Len(t, held, 1)
 	require.Equal(t, out[0].EpisodeID, held[0].ID)
 	require.Eventually(t, func() bool {
+		// When the first run still held the actor's slot, the episode was
+		// created available: a poll takes it.
+		_, _ = node.PollOnce(ctx)
 		ep, err := sqlite.New(db).GetEpisode(ctx, held[0].ID)
 		return err == nil && ep.Status == episodes.StatusRunning
 	}, 10*time.Second, 10*time.Millisecond)
