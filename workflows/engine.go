@@ -351,10 +351,11 @@ func (e *Engine) FinishEpisode(ctx context.Context, tx runner.TxStore, ep episod
 
 // finishInCallerTx is FinishEpisode inside the caller's transaction tx,
 // which must be a store bound to it that runs the workflow statements too
-// (postgres.New(tx), sqlserver's Store.WithTx(tx)). The step's end and the
-// workflow's advance are written in tx with the episode's finish. A
-// definition change found while advancing parks the instance instead, in
-// tx, when the store can roll the advance back to a savepoint (Postgres);
+// (postgres.New(tx), sqlserver's or sqlite's Store.WithTx(tx)). The step's
+// end and the workflow's advance are written in tx with the episode's
+// finish. A definition change found while advancing parks the instance
+// instead, in tx, when the store can roll the advance back to a savepoint
+// (Postgres, SQLite);
 // on SQL Server, which has none for a caller's transaction, the finish
 // fails with the conflict, tx must be rolled back, and the run's own
 // finish (return Done from the strategy) parks it as usual.
@@ -410,7 +411,8 @@ func (e *Engine) finishInCallerTx(ctx context.Context, tx runner.TxStore, ep epi
 }
 
 // supportsSavepoint: the store begins a nested transaction inside the
-// caller's (a pgx.Tx gives a savepoint), rather than refusing.
+// caller's (a savepoint of a pgx.Tx, or of SQLite's *sql.Tx), rather than
+// refusing.
 func supportsSavepoint(tx runner.TxStore) bool {
 	s, ok := tx.(interface{ Savepoints() bool })
 	return ok && s.Savepoints()

@@ -32,6 +32,15 @@ func (s *Store) InTx(ctx context.Context, fn func(workflows.Tx) error) error {
 	return s.inTx(ctx, func(tx *Store) error { return fn(tx) })
 }
 
+// Savepoints reports whether InTx nests inside the Store's own transaction:
+// true when the Store is bound to a caller's *sql.Tx (WithTx), where InTx
+// runs in a SAVEPOINT, so the workflow engine can park an instance on a
+// definition conflict in the caller's transaction, as on Postgres.
+func (s *Store) Savepoints() bool {
+	_, inTx := s.conn.(*sql.Tx)
+	return inTx
+}
+
 func toInstance(r sqlitedb.LeaseholdWorkflowInstance) workflows.Instance {
 	in := workflows.Instance{
 		ID: r.ID, WorkflowID: r.WorkflowID, Subject: r.Subject, Env: r.Env, SourceStack: r.SourceStack,
