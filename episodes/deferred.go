@@ -184,3 +184,21 @@ func (b DeferredBatch) Episode(i int, id int64, createdAt time.Time) Episode {
 	n.DedupeKey, n.TriggerRef, n.Payload, n.TraceParent = it.DedupeKey, it.TriggerRef, it.Payload, it.TraceParent
 	return n.Queued(id, createdAt)
 }
+
+// HandOverItems encodes reqs for DispatchTriggerRequests' items argument:
+// a JSON array of {"id", "fence"}, each request's own claim. Every request
+// must be claimed by owner, the poller sending the batch.
+func HandOverItems(owner string, reqs []TriggerRequest) ([]byte, error) {
+	type item struct {
+		ID    int64 `json:"id"`
+		Fence int64 `json:"fence"`
+	}
+	items := make([]item, len(reqs))
+	for i, r := range reqs {
+		if r.Owner != owner {
+			return nil, fmt.Errorf("episodes: request %d is claimed by %s, not by the sending node %s", r.ID, r.Owner, owner)
+		}
+		items[i] = item{ID: r.ID, Fence: r.Fence}
+	}
+	return json.Marshal(items)
+}

@@ -257,12 +257,18 @@ func MakeDue[D Database](t TB, db D, id int64) {
 	}
 }
 
-// postgresKit and sqliteKit return the kit statement called name, in its
-// dialect.
-var (
-	postgresKit = func(name string) (string, error) { return queries.Statement(kit, "testkit.sql", name)() }
-	sqliteKit   = func(name string) (string, error) { return queries.Statement(kit, "testkit_sqlite.sql", name)() }
-)
+// kitSQL holds the kit's statements by dialect and name, each file parsed
+// on first use (queries.Statement).
+var kitSQL = map[string]map[string]func() (string, error){
+	"postgres": {
+		"ExpireLease": queries.Statement(kit, "testkit.sql", "ExpireLease"),
+		"MakeDue":     queries.Statement(kit, "testkit.sql", "MakeDue"),
+	},
+	"sqlite": {
+		"ExpireLease": queries.Statement(kit, "testkit_sqlite.sql", "ExpireLease"),
+		"MakeDue":     queries.Statement(kit, "testkit_sqlite.sql", "MakeDue"),
+	},
+}
 
 func exec(t TB, db any, name string, args ...any) int64 {
 	t.Helper()
@@ -274,14 +280,14 @@ func exec(t TB, db any, name string, args ...any) int64 {
 	)
 	switch d := db.(type) {
 	case *sql.DB:
-		if q, err = sqliteKit(name); err == nil {
+		if q, err = kitSQL["sqlite"][name](); err == nil {
 			var res sql.Result
 			if res, err = d.ExecContext(ctx, q, args...); err == nil {
 				n, err = res.RowsAffected()
 			}
 		}
 	case *pgxpool.Pool:
-		if q, err = postgresKit(name); err == nil {
+		if q, err = kitSQL["postgres"][name](); err == nil {
 			tag, terr := d.Exec(ctx, q, args...)
 			n, err = tag.RowsAffected(), terr
 		}

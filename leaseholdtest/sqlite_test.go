@@ -37,13 +37,15 @@ func TestKitOnSQLite(t *testing.T) {
 	t.Parallel()
 	db := leaseholdtest.SQLite(t)
 	ctx := context.Background()
-	ran := make(chan int64, 4)
+	ran, holding := make(chan int64, 4), make(chan int64, 1)
 	block := make(chan struct{})
 	t.Cleanup(func() { close(block) })
 	node, err := runner.NewNode(runner.Config{Store: sqlite.New(db), Identity: "app", NoJitter: true,
 		Poll: runner.PollConfig{Interval: time.Hour}})
 	require.NoError(t, err)
-	require.NoError(t, node.Register(runner.Actor{ID: "billing", Expectations: []runner.Expectation{{
+	// Two slots: the held episode finds one free whether or not the first
+	// run has let go of its own, so it runs here at once.
+	require.NoError(t, node.Register(runner.Actor{ID: "billing", MaxConcurrent: 2, Expectations: []runner.Expectation{{
 		ID: "invoice", Trigger: runner.Event{Name: "order.placed"},
 		Strategy: stepFunc(func(_ context.Context, r *runner.Run) (runner.StepResult, error) {
 			ran <- r.Episode.ID
@@ -52,6 +54,7 @@ func TestKitOnSQLite(t *testing.T) {
 	}, {
 		ID: "hold", Trigger: runner.Event{Name: "order.held"}, Recovery: runner.RecoveryRestart,
 		Strategy: stepFunc(func(ctx context.Context, r *runner.Run) (runner.StepResult, error) {
+			holding <- r.Episode.ID
 			select {
 			case <-block:
 			case <-ctx.Done():
@@ -86,13 +89,12 @@ func TestKitOnSQLite(t *testing.T) {
 	held := leaseholdtest.Fired(t, db, leaseholdtest.Want{Actor: "billing", Expectation: "hold"})
 	require.Len(t, held, 1)
 	require.Equal(t, out[0].EpisodeID, held[0].ID)
-	require.Eventually(t, func() bool {
-		// When the first run still held the actor's slot, the episode was
-		// created available: a poll takes it.
-		_, _ = node.PollOnce(ctx)
-		ep, err := sqlite.New(db).GetEpisode(ctx, held[0].ID)
-		return err == nil && ep.Status == episodes.StatusRunning
-	}, 10*time.Second, 10*time.Millisecond)
+	select {
+	case id := <-holding:
+		require.Equal(t, held[0].ID, id)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the held episode did not start")
+	}
 	leaseholdtest.ExpireLease(t, db, held[0].ClaimKey())
 	orphans, err := sqlite.New(db).ListOrphans(ctx, episodes.OrphanQuery{StaleAfter: time.Hour, Limit: 10})
 	require.NoError(t, err)

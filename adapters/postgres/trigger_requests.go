@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -97,20 +96,9 @@ func (s *Store) DispatchTriggerRequests(ctx context.Context, owner string, reqs 
 	if len(reqs) == 0 {
 		return nil, nil
 	}
-	type item struct {
-		ID    int64 `json:"id"`
-		Fence int64 `json:"fence"`
-	}
-	items := make([]item, len(reqs))
-	for i, r := range reqs {
-		if r.Owner != owner {
-			return nil, fmt.Errorf("postgres: DispatchTriggerRequests: request %d is claimed by %q, not %q", r.ID, r.Owner, owner)
-		}
-		items[i] = item{ID: r.ID, Fence: r.Fence}
-	}
-	js, err := json.Marshal(items)
+	js, err := episodes.HandOverItems(owner, reqs)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("postgres: DispatchTriggerRequests: %w", err)
 	}
 	sent := time.Now()
 	rows, err := s.q.DispatchTriggerRequests(ctx, s.takeover(ctx), db.DispatchTriggerRequestsParams{

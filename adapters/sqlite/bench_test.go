@@ -94,10 +94,12 @@ func episodesPerSecond(b *testing.B, newStore func(i int) runner.Store, nodes, n
 		}
 	}
 	wg.Wait()
+	deadline := time.NewTimer(time.Minute)
+	defer deadline.Stop()
 	for range n {
 		select {
 		case <-sig.Ended():
-		case <-time.After(time.Minute):
+		case <-deadline.C:
 			b.Fatalf("%d episodes did not end within a minute", n)
 		}
 	}

@@ -190,20 +190,9 @@ func (s *Store) DispatchTriggerRequests(ctx context.Context, owner string, reqs 
 	if len(reqs) == 0 {
 		return nil, nil
 	}
-	type item struct {
-		ID    int64 `json:"id"`
-		Fence int64 `json:"fence"`
-	}
-	items := make([]item, len(reqs))
-	for i, r := range reqs {
-		if r.Owner != owner {
-			return nil, fmt.Errorf("sqlite: DispatchTriggerRequests: request %d is claimed by %q, not %q", r.ID, r.Owner, owner)
-		}
-		items[i] = item{ID: r.ID, Fence: r.Fence}
-	}
-	js, err := json.Marshal(items)
+	js, err := episodes.HandOverItems(owner, reqs)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("sqlite: DispatchTriggerRequests: %w", err)
 	}
 	var out []episodes.Dispatched
 	sent := time.Now()
