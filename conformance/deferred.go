@@ -22,6 +22,8 @@ type DeferredStore interface {
 	ClaimTriggerRequests(ctx context.Context, q episodes.RequestQuery) ([]episodes.TriggerRequest, error)
 	DispatchTriggerRequest(ctx context.Context, r episodes.TriggerRequest, lease time.Duration) (episodes.Dispatched, error)
 	ExpireTriggerRequests(ctx context.Context, q episodes.ExpireQuery) ([]episodes.Expired, error)
+	ReleaseTriggerRequests(ctx context.Context, owner string, reqs []episodes.TriggerRequest) ([]int64, error)
+	NextTriggerRequestDue(ctx context.Context, q episodes.RequestQuery) (time.Duration, bool, error)
 	ListTriggerRequests(ctx context.Context, q episodes.RequestListQuery) ([]episodes.RequestInfo, error)
 	RetryEpisode(ctx context.Context, id int64, t claims.Token, r episodes.Retry) (episodes.Retried, error)
 	// Work that flows (flow.go): cluster-wide cancel and retry, and
@@ -412,6 +414,7 @@ func RunDeferred(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 
 	runFlow(t, newBackend)
 	runBatchDispatch(t, newBackend)
+	runRequestGiveBack(t, newBackend)
 
 	t.Run("ExpiryCancelsUnclaimedEpisodesInScope", func(t *testing.T) {
 		t.Parallel()

@@ -844,3 +844,110 @@ func (q *Queries) ListenTriggerRequests(ctx context.Context, db DBTX) error {
 	_, err := db.Exec(ctx, listenTriggerRequests)
 	return err
 }
+
+const nextTriggerRequestDue = `-- name: NextTriggerRequestDue :one
+SELECT coalesce(ceil(extract(epoch FROM (min(d.due) - now())) * 1000), -1)::bigint AS wait_ms
+FROM (
+    SELECT min(r.run_after) AS due
+    FROM leasehold_trigger_requests AS r
+    WHERE r.status = 'pending'
+      AND r.run_after > now()
+      AND r.source_env = $1::text
+      AND ($2::text = '' OR r.source_stack IN ($2::text, ''))
+      AND r.actor_id = ANY ($3::text[])
+    UNION ALL
+    SELECT min(r.claim_until)
+    FROM leasehold_trigger_requests AS r
+    WHERE r.status = 'claimed'
+      AND r.claim_until > now()
+      AND r.source_env = $1::text
+      AND ($2::text = '' OR r.source_stack IN ($2::text, ''))
+      AND r.actor_id = ANY ($3::text[])
+) AS d
+`
+
+type NextTriggerRequestDueParams struct {
+	SourceEnv   string
+	SourceStack string
+	ActorIds    []string
+}
+
+// How long until the next open request of a poller's scope (source_env,
+// source_stack, actor_ids, as ClaimTriggerRequests) becomes claimable, in
+// milliseconds on the database clock: the earliest run_after of a pending
+// request that is not due yet (a delayed run, a retry's backoff), or the
+// claim_until of a claimed one whose poller may still let it lapse. -1 when
+// there is none.
+//
+// A read that decides nothing: the poller sleeps that long (at most its
+// interval) instead of until its next tick, and ClaimTriggerRequests
+// re-checks due-ness on the database clock when it wakes, so a timer that
+// fires early claims nothing and asks again, and one that fires late only
+// starts the work late. The partial index leasehold_trigger_requests_due_idx
+// (source_env, run_after) serves the pending branch.
+func (q *Queries) NextTriggerRequestDue(ctx context.Context, db DBTX, arg NextTriggerRequestDueParams) (int64, error) {
+	row := db.QueryRow(ctx, nextTriggerRequestDue, arg.SourceEnv, arg.SourceStack, arg.ActorIds)
+	var wait_ms int64
+	err := row.Scan(&wait_ms)
+	return wait_ms, err
+}
+
+const releaseTriggerRequests = `-- name: ReleaseTriggerRequests :many
+WITH input AS (
+    SELECT (j ->> 'id')::bigint AS id, (j ->> 'fence')::bigint AS fence
+    FROM jsonb_array_elements($1::jsonb) AS j
+), released AS (
+    UPDATE leasehold_trigger_requests AS r
+    SET status      = 'pending',
+        claimed_by  = NULL,
+        claimed_at  = NULL,
+        claim_until = NULL
+    FROM input
+    WHERE r.id = input.id
+      AND r.claimed_by = $2::text
+      AND r.fence = input.fence
+      AND r.status = 'claimed'
+    RETURNING r.id
+)
+SELECT released.id
+FROM released
+CROSS JOIN (SELECT pg_notify('leasehold_trigger_requests', '') AS woken) AS notify
+ORDER BY released.id
+`
+
+type ReleaseTriggerRequestsParams struct {
+	Items     []byte
+	OwnerNode string
+}
+
+// Gives claimed requests back that their poller will not hand over (it is
+// draining, or a hand-over failed): each becomes pending again, due as it
+// was, so another poller claims it at once instead of after the claim
+// lease. items is a JSON array of {"id", "fence"}, the poller's claims.
+//
+// Guarantee: fenced per row on the request claim (id, claimed_by, fence,
+// claimed), as the hand-over is: a claim that lapsed and was taken by
+// another poller (fence + 1), or one already handed over (completed), is
+// left alone. The fence is kept: the next claim bumps it, so the releasing
+// poller's claim can never hand the request over afterwards. The ids
+// released come back. It wakes the LISTENing pollers as an insert does,
+// so work given back by a leaving node starts on another at once.
+func (q *Queries) ReleaseTriggerRequests(ctx context.Context, db DBTX, arg ReleaseTriggerRequestsParams) ([]int64, error) {
+	rows, err := db.Query(ctx, releaseTriggerRequests, arg.Items, arg.OwnerNode)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []int64{}
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}

@@ -3,6 +3,7 @@ package episodes
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/leasehold/leasehold/claims"
@@ -201,4 +202,17 @@ func HandOverItems(owner string, reqs []TriggerRequest) ([]byte, error) {
 		items[i] = item{ID: r.ID, Fence: r.Fence}
 	}
 	return json.Marshal(items)
+}
+
+// DueWait converts NextTriggerRequestDue's answer, milliseconds until the
+// next request becomes claimable on the database clock (-1: none), to a
+// wait and whether there is one.
+func DueWait(ms int64) (time.Duration, bool) {
+	switch {
+	case ms < 0:
+		return 0, false
+	case ms > int64(math.MaxInt64/time.Millisecond):
+		return time.Duration(math.MaxInt64), true
+	}
+	return time.Duration(ms) * time.Millisecond, true
 }

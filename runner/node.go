@@ -40,6 +40,7 @@ const (
 	EventRequestSkipped    = "trigger_request.skipped"    // completed, but the episode was not ours to run
 	EventRequestLost       = "trigger_request.lost"       // our request claim lapsed; another poller has it
 	EventRequestExpired    = "trigger_request.expired"    // Count: requests expired by this poller
+	EventRequestReleased   = "trigger_request.released"   // Count: claimed requests this poller gave back unhanded (draining, a failed hand-over)
 )
 
 // Errors callers branch on.
@@ -81,6 +82,16 @@ type Store interface {
 	ClaimTriggerRequests(ctx context.Context, q episodes.RequestQuery) ([]episodes.TriggerRequest, error)
 	DispatchTriggerRequest(ctx context.Context, r episodes.TriggerRequest, lease time.Duration) (episodes.Dispatched, error)
 	ExpireTriggerRequests(ctx context.Context, q episodes.ExpireQuery) ([]episodes.Expired, error)
+	// ReleaseTriggerRequests gives back requests owner claimed and will not
+	// hand over (a drain, a failed hand-over), each fenced on its own
+	// request claim, so that another poller takes them at once; it returns
+	// the ids released.
+	ReleaseTriggerRequests(ctx context.Context, owner string, reqs []episodes.TriggerRequest) ([]int64, error)
+	// NextTriggerRequestDue is how long until the next request of a
+	// poller's scope (q's Env, Stack and ActorIDs) becomes claimable, on
+	// the database clock; false when none waits. The poller sleeps until
+	// then rather than until its next interval.
+	NextTriggerRequestDue(ctx context.Context, q episodes.RequestQuery) (time.Duration, bool, error)
 
 	// Membership (advisory): the node's row, refreshed with the heartbeat.
 	membership.Store

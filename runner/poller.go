@@ -19,8 +19,14 @@ import (
 // claims requests while the node is in mode full, and only for the actors
 // that are full here.
 type PollConfig struct {
-	// Interval between polls, default 5s. With a TriggerWaker it is only
-	// the fallback for missed wake-ups.
+	// Interval between polls, default 5s: the fallback for what nothing
+	// wakes the poller for. The poller also wakes when a request is written
+	// (a TriggerWaker's notification), when a slot frees here while due
+	// work waits, and when the next request of its scope falls due: after
+	// each poll it asks the database how long until then
+	// (NextTriggerRequestDue) and sleeps no longer, so a delayed run, a
+	// retry's backoff or a recovery requeue starts at its due time on the
+	// database clock, not on the next interval.
 	Interval time.Duration
 	// Batch is how many requests one statement claims, default 16.
 	Batch int
@@ -85,6 +91,11 @@ func (n *Node) deferTrigger(ctx context.Context, ne episodes.New, delay time.Dur
 		return Outcome{ExpectationID: ne.ExpectationID, EpisodeID: res.ExistingID, Duplicate: true}, nil
 	}
 	n.emit(ctx, n.aboutNew(ne, res.Episode.ID, telemetry.Event{Name: EventDeferred, Key: res.Episode.ClaimKey(), Attempt: 1}))
+	if delay > 0 && n.cfg.TriggerWaker == nil {
+		// Nothing notifies this node's poller of a request it wrote: let it
+		// learn the new due time now rather than on its next interval.
+		n.pollWake()
+	}
 	return Outcome{ExpectationID: ne.ExpectationID, EpisodeID: res.Episode.ID, Deferred: true}, nil
 }
 
@@ -108,20 +119,27 @@ func (n *Node) pollWake() {
 	}
 }
 
-// poll runs until ctx is done: on every wake-up or interval it claims the
-// requests this node may run and hands each to a local run.
+// poll runs until ctx is done: on every wake-up it claims the requests
+// this node may run and hands each to a local run, then sleeps until the
+// next request of its scope falls due (the database says how long), its
+// interval at most, or a wake-up.
 func (n *Node) poll(ctx context.Context) {
-	t := time.NewTicker(n.cfg.Poll.Interval)
+	t := time.NewTimer(n.cfg.Poll.Interval)
 	defer t.Stop()
 	var lastExpiry time.Time
 	for {
+		wait := n.cfg.Poll.Interval
 		if n.Mode() == ModeFull {
 			if n.cfg.Poll.TTL > 0 && time.Since(lastExpiry) >= min(n.cfg.Poll.TTL/4, time.Minute) {
 				n.expireRequests(ctx)
 				lastExpiry = time.Now()
 			}
 			n.pollOnce(ctx)
+			if due, ok := n.nextDue(ctx); ok {
+				wait = min(wait, due)
+			}
 		}
+		t.Reset(wait) // no stale tick survives Reset (Go 1.23 timers)
 		select {
 		case <-ctx.Done():
 			return
@@ -129,6 +147,52 @@ func (n *Node) poll(ctx context.Context) {
 		case <-n.pollCh:
 		}
 	}
+}
+
+// nextDue is how long until the next request falls due that this poller
+// could run now: for the actors that are full here and have a free slot
+// (an actor whose slots are taken is polled again when one frees). False
+// when there is none, or the read failed (the interval then bounds the
+// wait).
+func (n *Node) nextDue(ctx context.Context) (time.Duration, bool) {
+	var actorIDs []string
+	for _, id := range n.pollActors() {
+		if n.actors[id].exec.free() > 0 {
+			actorIDs = append(actorIDs, id)
+		}
+	}
+	if len(actorIDs) == 0 {
+		return 0, false
+	}
+	stack, env := n.pollScope()
+	var (
+		wait time.Duration
+		ok   bool
+	)
+	err := n.retryingUntil(ctx, func(wctx context.Context) (err error) {
+		wait, ok, err = n.store.NextTriggerRequestDue(wctx, episodes.RequestQuery{Env: env, Stack: stack, ActorIDs: actorIDs})
+		return err
+	})
+	if err != nil {
+		if ctx.Err() == nil {
+			n.log.WarnContext(ctx, "leasehold: reading the next due trigger request failed; polling on the interval", slog.Any("error", err))
+		}
+		return 0, false
+	}
+	return wait, ok
+}
+
+// pollActors lists, sorted, the actors this node runs in mode full now.
+func (n *Node) pollActors() []string {
+	m := n.modes.Load()
+	var actorIDs []string
+	for id := range n.actors {
+		if m.of(id) == ModeFull {
+			actorIDs = append(actorIDs, id)
+		}
+	}
+	slices.Sort(actorIDs)
+	return actorIDs
 }
 
 func (n *Node) pollScope() (stack, env string) {
@@ -144,23 +208,20 @@ func (n *Node) pollScope() (stack, env string) {
 
 // PollOnce claims and dispatches the due trigger requests this node may
 // run now, for each actor that is full here at most as many as the actor
-// has free slots (so available work goes to the nodes with capacity rather
-// than waiting in one node's slot queue), batch after batch until none is
-// left or the slots are taken, and returns how many it dispatched to local
-// runs. The poller calls it on every wake-up (a request written, a slot
-// freed here) and interval; tests and operators may.
+// has free slots, batch after batch until none is left or the slots are
+// taken, and returns how many it dispatched to local runs. The slots are
+// reserved before the claim (slots), so every request claimed has a slot
+// to start in the moment it is handed over: available work goes to the
+// nodes with capacity and never waits in a full node's memory, and a local
+// trigger that meanwhile finds the slots taken creates its episode
+// available to the cluster. The poller calls it on every wake-up (a
+// request written, a slot freed here, a request falling due) and
+// interval; tests and operators may.
 func (n *Node) PollOnce(ctx context.Context) (int, error) {
 	if n.Mode() != ModeFull {
 		return 0, nil
 	}
-	m := n.modes.Load()
-	var actorIDs []string
-	for id := range n.actors {
-		if m.of(id) == ModeFull {
-			actorIDs = append(actorIDs, id)
-		}
-	}
-	slices.Sort(actorIDs)
+	actorIDs := n.pollActors()
 	stack, env := n.pollScope()
 	dispatched := 0
 	// backlog: some actor's due work may not all have been taken (its slots
@@ -171,11 +232,13 @@ func (n *Node) PollOnce(ctx context.Context) (int, error) {
 	for _, id := range actorIDs {
 		as := n.actors[id]
 		for ctx.Err() == nil && !n.stopping() {
-			limit := min(as.exec.free(), n.cfg.Poll.Batch)
+			limit := as.exec.reserveUpTo(n.cfg.Poll.Batch)
 			if limit == 0 {
 				backlog = true
 				break
 			}
+			sl := &slots{exec: as.exec}
+			sl.left.Store(int32(limit))
 			var reqs []episodes.TriggerRequest
 			err := n.retryingUntil(ctx, func(wctx context.Context) (err error) {
 				reqs, err = n.store.ClaimTriggerRequests(wctx, episodes.RequestQuery{
@@ -185,16 +248,44 @@ func (n *Node) PollOnce(ctx context.Context) (int, error) {
 				return err
 			})
 			if err != nil {
+				sl.giveBack()
 				backlog = true
 				return dispatched, fmt.Errorf("claim trigger requests: %w", err)
 			}
-			dispatched += n.dispatchAll(ctx, reqs)
+			dispatched += n.dispatchAll(ctx, reqs, sl)
+			sl.giveBack()
 			if len(reqs) < limit {
 				break
 			}
 		}
 	}
 	return dispatched, nil
+}
+
+// slots are free slots of one actor that the poller reserved before
+// claiming (executor.reserveUpTo): a hand-over's run starts in one of them
+// at once. What the hand-overs did not use is given back.
+type slots struct {
+	exec *executor
+	left atomic.Int32
+}
+
+// take uses one reserved slot; false when none is left.
+func (s *slots) take() bool {
+	for {
+		v := s.left.Load()
+		if v <= 0 {
+			return false
+		}
+		if s.left.CompareAndSwap(v, v-1) {
+			return true
+		}
+	}
+}
+
+// giveBack returns the slots not used to the executor.
+func (s *slots) giveBack() {
+	s.exec.giveBack(int(s.left.Swap(0)))
 }
 
 // dispatchConcurrency bounds the hand-overs one poll sends at once when
@@ -219,16 +310,16 @@ const dispatchBatchMax = 64
 // else one per request; up to dispatchConcurrency statements at a time
 // (each row is fenced on its own request claim and the chunks are
 // disjoint, so their order does not matter).
-func (n *Node) dispatchAll(ctx context.Context, reqs []episodes.TriggerRequest) int {
+func (n *Node) dispatchAll(ctx context.Context, reqs []episodes.TriggerRequest, sl *slots) int {
 	size, bd := 1, batchDispatcher(nil)
 	if b, ok := n.store.(batchDispatcher); ok {
 		size, bd = dispatchBatchMax, b
 	}
 	handOver := func(chunk []episodes.TriggerRequest) int {
 		if len(chunk) > 1 {
-			return n.dispatchBatch(ctx, bd, chunk)
+			return n.dispatchBatch(ctx, bd, chunk, sl)
 		}
-		if n.dispatch(ctx, chunk[0]) {
+		if n.dispatch(ctx, chunk[0], sl) {
 			return 1
 		}
 		return 0
@@ -257,10 +348,11 @@ func (n *Node) dispatchAll(ctx context.Context, reqs []episodes.TriggerRequest) 
 
 // dispatchBatch is dispatch for all of reqs in one DispatchTriggerRequests
 // statement; a request missing from its answer lapsed to another poller.
-func (n *Node) dispatchBatch(ctx context.Context, bd batchDispatcher, reqs []episodes.TriggerRequest) int {
+func (n *Node) dispatchBatch(ctx context.Context, bd batchDispatcher, reqs []episodes.TriggerRequest, sl *slots) int {
 	n.intake.RLock()
 	defer n.intake.RUnlock()
 	if n.stopping() {
+		n.giveBackRequests(ctx, reqs)
 		return 0
 	}
 	var ds []episodes.Dispatched
@@ -270,8 +362,9 @@ func (n *Node) dispatchBatch(ctx context.Context, bd batchDispatcher, reqs []epi
 		return err
 	})
 	if err != nil {
-		n.log.WarnContext(ctx, "leasehold: trigger request hand-over failed; the requests are claimable again after their claim lease",
+		n.log.WarnContext(ctx, "leasehold: trigger request hand-over failed; giving the requests back",
 			slog.Int("requests", len(reqs)), slog.Any("error", err))
+		n.giveBackRequests(ctx, reqs)
 		return 0
 	}
 	byRequest := make(map[int64]episodes.Dispatched, len(ds))
@@ -285,7 +378,7 @@ func (n *Node) dispatchBatch(ctx context.Context, bd batchDispatcher, reqs []epi
 		if !ours {
 			err = claims.ErrLeaseLost
 		}
-		if n.accept(ctx, r, d, err) {
+		if n.accept(ctx, r, d, err, sl) {
 			runs++
 		}
 	}
@@ -300,13 +393,14 @@ func (n *Node) pollOnce(ctx context.Context) {
 
 // dispatch hands one claimed request to a local run: DispatchTriggerRequest
 // completes it, grants the episode's work claim to this node and starts the
-// episode under that grant in one statement; the run is then submitted to
-// its actor's slots like any other. A request this node cannot take any
-// more (stopping) is left to lapse.
-func (n *Node) dispatch(ctx context.Context, r episodes.TriggerRequest) bool {
+// episode under that grant in one statement; the run then starts in a slot
+// the poller reserved. A request this node cannot take any more (it is
+// stopping) is given back, fenced, for another poller to take at once.
+func (n *Node) dispatch(ctx context.Context, r episodes.TriggerRequest, sl *slots) bool {
 	n.intake.RLock()
 	defer n.intake.RUnlock()
 	if n.stopping() {
+		n.giveBackRequests(ctx, []episodes.TriggerRequest{r})
 		return false
 	}
 	var d episodes.Dispatched
@@ -316,14 +410,40 @@ func (n *Node) dispatch(ctx context.Context, r episodes.TriggerRequest) bool {
 		d, err = n.store.DispatchTriggerRequest(wctx, r, n.gate.Lease())
 		return err
 	})
-	return n.accept(ctx, r, d, err)
+	if err != nil && !errors.Is(err, claims.ErrLeaseLost) {
+		// Perhaps applied, perhaps not: the give-back is fenced on the
+		// claimed request, so it undoes only a hand-over that did not land.
+		defer n.giveBackRequests(ctx, []episodes.TriggerRequest{r})
+	}
+	return n.accept(ctx, r, d, err, sl)
+}
+
+// giveBackRequests releases this poller's claims on reqs
+// (ReleaseTriggerRequests, each fenced on its own request claim), so that
+// another poller takes them now rather than after the claim lease. Bounded
+// as every node-level write is (WriteTimeout, the drain's hard stop); a
+// failure leaves the claims to lapse.
+func (n *Node) giveBackRequests(ctx context.Context, reqs []episodes.TriggerRequest) {
+	var released []int64
+	err := n.retrying(nil, func(wctx context.Context) (err error) {
+		released, err = n.store.ReleaseTriggerRequests(wctx, n.id, reqs)
+		return err
+	})
+	if err != nil {
+		n.log.WarnContext(ctx, "leasehold: giving trigger requests back failed; they are claimable again after their claim lease",
+			slog.Int("requests", len(reqs)), slog.Any("error", err))
+		return
+	}
+	if len(released) > 0 {
+		n.emit(ctx, telemetry.Event{Name: EventRequestReleased, Owner: n.id, Count: len(released)})
+	}
 }
 
 // accept acts on one hand-over's answer, under the intake lock: a started
-// episode under this node's grant is submitted to its actor's slots; a
-// grant it cannot run is given back. It reports whether a run was
+// episode under this node's grant starts in one of the slots sl reserved;
+// a grant it cannot run is given back. It reports whether a run was
 // submitted.
-func (n *Node) accept(ctx context.Context, r episodes.TriggerRequest, d episodes.Dispatched, err error) bool {
+func (n *Node) accept(ctx context.Context, r episodes.TriggerRequest, d episodes.Dispatched, err error, sl *slots) bool {
 	switch {
 	case errors.Is(err, claims.ErrLeaseLost):
 		n.emit(ctx, telemetry.Event{Name: EventRequestLost, Key: requestKey(r), Owner: n.id, Fence: r.Fence})
@@ -358,7 +478,13 @@ func (n *Node) accept(ctx context.Context, r episodes.TriggerRequest, d episodes
 	}
 	runCtx, unhold := n.hb.Hold(n.base, claim)
 	j := &job{ep: ep, exp: e, claim: claim, ctx: runCtx, unhold: unhold, started: true, nextStep: d.NextStep}
-	as.exec.submit(j)
+	if sl != nil && sl.exec == as.exec && sl.take() {
+		as.exec.startReserved(j)
+	} else {
+		// Not reached: a poll claims no more than it reserved, for the
+		// request's own actor. Kept so that a run is never dropped.
+		as.exec.submit(j)
+	}
 	n.emit(ctx, n.about(j, telemetry.Event{Name: EventRequestDispatched}))
 	return true
 }

@@ -79,6 +79,34 @@ func (x *executor) reserve() bool {
 	return true
 }
 
+// reserveUpTo takes up to n free slots for work the poller is about to
+// claim and hand over here, and returns how many it took; none while jobs
+// wait for a slot, as reserve.
+func (x *executor) reserveUpTo(n int) int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if len(x.queue) > 0 {
+		return 0
+	}
+	k := max(0, min(n, x.max-x.active))
+	x.active += k
+	return k
+}
+
+// giveBack returns k slots that reserveUpTo took and the poll did not use,
+// to waiting jobs first. Unlike unreserve it does not wake the poller: the
+// poll that reserved them has just looked for work.
+func (x *executor) giveBack(k int) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for ; k > 0 && len(x.queue) > 0 && !x.node.stopping(); k-- {
+		j := x.queue[0]
+		x.queue = x.queue[1:]
+		x.node.runs.Go(func() { x.work(j) })
+	}
+	x.active -= k
+}
+
 // startReserved runs j in the slot reserve took.
 func (x *executor) startReserved(j *job) {
 	x.node.jobs.Add(1)

@@ -214,3 +214,39 @@ func (s *Store) CreateDeferredEpisodes(ctx context.Context, b episodes.DeferredB
 	}
 	return out, nil
 }
+
+// ReleaseTriggerRequests runs ReleaseTriggerRequests: owner's claims on
+// reqs given back, each fenced on its own request claim, and the pollers
+// woken. It returns the ids released; a request missing from them was not
+// this poller's any more (its claim lapsed, or it was handed over).
+func (s *Store) ReleaseTriggerRequests(ctx context.Context, owner string, reqs []episodes.TriggerRequest) ([]int64, error) {
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	js, err := episodes.HandOverItems(owner, reqs)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: ReleaseTriggerRequests: %w", err)
+	}
+	ids, err := s.q.ReleaseTriggerRequests(ctx, s.conn, db.ReleaseTriggerRequestsParams{Items: js, OwnerNode: owner})
+	if err != nil {
+		return nil, dbError("ReleaseTriggerRequests", err)
+	}
+	return ids, nil
+}
+
+// NextTriggerRequestDue runs NextTriggerRequestDue for q's scope (Env,
+// Stack, ActorIDs): how long until its next request becomes claimable on
+// the database clock; false when none is waiting.
+func (s *Store) NextTriggerRequestDue(ctx context.Context, q episodes.RequestQuery) (time.Duration, bool, error) {
+	if len(q.ActorIDs) == 0 {
+		return 0, false, nil
+	}
+	ms, err := s.q.NextTriggerRequestDue(ctx, s.conn, db.NextTriggerRequestDueParams{
+		SourceEnv: q.Env, SourceStack: q.Stack, ActorIds: q.ActorIDs,
+	})
+	if err != nil {
+		return 0, false, dbError("NextTriggerRequestDue", err)
+	}
+	wait, ok := episodes.DueWait(ms)
+	return wait, ok, nil
+}

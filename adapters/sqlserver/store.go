@@ -231,7 +231,9 @@ var resultColumns = map[string][]string{
 		"dedupe_key", "attempts", "max_attempts", "source_stack", "source_env", "payload", "result",
 		"error_class", "error_detail", "created_at", "started_at", "last_step_at", "trace_parent",
 	},
-	"ExpireTriggerRequests": {"id", "episode_id", "episode_canceled"},
+	"ExpireTriggerRequests":  {"id", "episode_id", "episode_canceled"},
+	"ReleaseTriggerRequests": {"id"},
+	"NextTriggerRequestDue":  {"wait_ms"},
 	"ListTriggerRequests": {
 		"id", "episode_id", "actor_id", "expectation_id", "source_node", "source_stack",
 		"source_env", "status", "claimed_by", "fence", "opts", "created_at", "claimed_at",

@@ -269,3 +269,57 @@ func (s *Store) CreateDeferredEpisodes(ctx context.Context, b episodes.DeferredB
 	}
 	return out, nil
 }
+
+// ReleaseTriggerRequests runs ReleaseTriggerRequests: owner's claims on
+// reqs given back, each fenced on its own request claim (@items, a JSON
+// array of {"id", "fence"}). It returns the ids released; a request
+// missing from them was not this poller's any more.
+func (s *Store) ReleaseTriggerRequests(ctx context.Context, owner string, reqs []episodes.TriggerRequest) ([]int64, error) {
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	js, err := episodes.HandOverItems(owner, reqs)
+	if err != nil {
+		return nil, fmt.Errorf("sqlserver: ReleaseTriggerRequests: %w", err)
+	}
+	rows, err := s.query(ctx, "ReleaseTriggerRequests",
+		sql.Named("items", string(js)),
+		sql.Named("owner_node", owner),
+	)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int64, 0, len(rows.rows))
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		out = append(out, id)
+	}
+	return out, nil
+}
+
+// NextTriggerRequestDue runs NextTriggerRequestDue for q's scope (Env,
+// Stack, ActorIDs as one JSON array): how long until its next request
+// becomes claimable on the database clock; false when none is waiting.
+func (s *Store) NextTriggerRequestDue(ctx context.Context, q episodes.RequestQuery) (time.Duration, bool, error) {
+	if len(q.ActorIDs) == 0 {
+		return 0, false, nil
+	}
+	actors, err := json.Marshal(q.ActorIDs)
+	if err != nil {
+		return 0, false, fmt.Errorf("sqlserver: NextTriggerRequestDue: %w", err)
+	}
+	var ms int64
+	err = s.queryRow(ctx, "NextTriggerRequestDue",
+		sql.Named("source_env", q.Env),
+		sql.Named("source_stack", q.Stack),
+		sql.Named("actor_ids", string(actors)),
+	).Scan(&ms)
+	if err != nil {
+		return 0, false, err
+	}
+	wait, ok := episodes.DueWait(ms)
+	return wait, ok, nil
+}

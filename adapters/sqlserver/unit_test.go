@@ -424,6 +424,8 @@ func TestUnitParamsMatchPostgres(t *testing.T) {
 	_, _ = s.ClaimTriggerRequests(ctx, episodes.RequestQuery{Owner: "a", Lease: time.Second, ActorIDs: []string{"x", `y"z`}, Limit: 5})
 	_, _ = s.DispatchTriggerRequest(ctx, episodes.TriggerRequest{ID: 1, Owner: "a", Fence: 2}, time.Second)
 	_, _ = s.ExpireTriggerRequests(ctx, episodes.ExpireQuery{Env: "rc", TTL: time.Hour})
+	_, _ = s.ReleaseTriggerRequests(ctx, "a", []episodes.TriggerRequest{{ID: 1, Owner: "a", Fence: 2}})
+	_, _, _ = s.NextTriggerRequestDue(ctx, episodes.RequestQuery{Env: "rc", ActorIDs: []string{"x"}})
 	_, _ = s.ListTriggerRequests(ctx, episodes.RequestListQuery{Env: "rc", Limit: 10})
 	_, _ = s.RaiseFinding(ctx, tk, 1, findings.Raise{Key: "f", Class: "c", Data: json.RawMessage(`{"n":1}`)})
 	_, _ = s.UpdateFinding(ctx, tk, 1, "f", findings.Update{Severity: "high"})

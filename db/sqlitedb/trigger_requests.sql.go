@@ -780,3 +780,104 @@ func (q *Queries) ListTriggerRequests(ctx context.Context, db DBTX, arg ListTrig
 	}
 	return items, nil
 }
+
+const nextTriggerRequestDue = `-- name: NextTriggerRequestDue :one
+SELECT CAST(coalesce(min(d.due) - CAST(round(unixepoch('subsec') * 1000) AS INTEGER), -1) AS INTEGER) AS wait_ms
+FROM (
+    SELECT r.run_after AS due
+    FROM leasehold_trigger_requests AS r
+    WHERE r.status = 'pending'
+      AND r.run_after > CAST(round(unixepoch('subsec') * 1000) AS INTEGER)
+      AND r.source_env = CAST(?1 AS TEXT)
+      AND (CAST(?2 AS TEXT) = '' OR r.source_stack IN (CAST(?2 AS TEXT), ''))
+      AND r.actor_id IN (SELECT a.value FROM json_each(?3) AS a)
+    UNION ALL
+    SELECT r.claim_until
+    FROM leasehold_trigger_requests AS r
+    WHERE r.status = 'claimed'
+      AND r.claim_until > CAST(round(unixepoch('subsec') * 1000) AS INTEGER)
+      AND r.source_env = CAST(?1 AS TEXT)
+      AND (CAST(?2 AS TEXT) = '' OR r.source_stack IN (CAST(?2 AS TEXT), ''))
+      AND r.actor_id IN (SELECT a.value FROM json_each(?3) AS a)
+) AS d
+`
+
+type NextTriggerRequestDueParams struct {
+	SourceEnv   string
+	SourceStack string
+	ActorIds    interface{}
+}
+
+// How long until the next open request of a poller's scope (source_env,
+// source_stack, actor_ids as a JSON array, as ClaimTriggerRequests) becomes
+// claimable, in milliseconds on the database clock: the earliest run_after
+// of a pending request that is not due yet (a delayed run, a retry's
+// backoff), or the claim_until of a claimed one whose poller may still let
+// it lapse. -1 when there is none.
+//
+// A read that decides nothing and takes no write lock: the poller sleeps
+// that long (at most its interval) instead of until its next tick, and
+// ClaimTriggerRequests re-checks due-ness on the database clock when it
+// wakes, so a timer that fires early claims nothing and asks again.
+func (q *Queries) NextTriggerRequestDue(ctx context.Context, db DBTX, arg NextTriggerRequestDueParams) (int64, error) {
+	row := db.QueryRowContext(ctx, nextTriggerRequestDue, arg.SourceEnv, arg.SourceStack, arg.ActorIds)
+	var wait_ms int64
+	err := row.Scan(&wait_ms)
+	return wait_ms, err
+}
+
+const releaseTriggerRequests = `-- name: ReleaseTriggerRequests :many
+UPDATE leasehold_trigger_requests
+SET status      = 'pending',
+    claimed_by  = NULL,
+    claimed_at  = NULL,
+    claim_until = NULL
+WHERE id IN (SELECT k.value ->> '$.id' FROM json_each(?1) AS k)
+  AND claimed_by = CAST(?2 AS TEXT)
+  AND status = 'claimed'
+  AND EXISTS (SELECT 1 FROM json_each(?1) AS j
+              WHERE j.value ->> '$.id' = leasehold_trigger_requests.id
+                AND j.value ->> '$.fence' = leasehold_trigger_requests.fence)
+RETURNING id
+`
+
+type ReleaseTriggerRequestsParams struct {
+	Items     interface{}
+	OwnerNode string
+}
+
+// Gives claimed requests back that their poller will not hand over (it is
+// draining, or a hand-over failed): each becomes pending again, due as it
+// was, so another poller claims it at once instead of after the claim
+// lease. items is a JSON array of {"id", "fence"}, the poller's claims.
+//
+// Guarantee: one statement under the write lock, each request released
+// only under its own row's condition: its id and fence in one item,
+// claimed_by owner_node, status claimed (as the hand-over's). A claim that
+// lapsed and was taken by another poller (fence + 1), or one already handed
+// over (completed), is left alone. The fence is kept: the next claim bumps
+// it, so the releasing poller's claim can never hand the request over
+// afterwards. The ids released come back. There is no NOTIFY here: the
+// other processes' pollers find the request on their next poll.
+func (q *Queries) ReleaseTriggerRequests(ctx context.Context, db DBTX, arg ReleaseTriggerRequestsParams) ([]int64, error) {
+	rows, err := db.QueryContext(ctx, releaseTriggerRequests, arg.Items, arg.OwnerNode)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []int64{}
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}

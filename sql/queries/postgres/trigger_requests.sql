@@ -397,3 +397,70 @@ LIMIT sqlc.arg(max_rows)::integer;
 -- leasehold_trigger_requests sends at commit. A wake-up only: pollers still
 -- claim with ClaimTriggerRequests, and poll on an interval as a fallback.
 LISTEN leasehold_trigger_requests;
+
+-- name: ReleaseTriggerRequests :many
+-- Gives claimed requests back that their poller will not hand over (it is
+-- draining, or a hand-over failed): each becomes pending again, due as it
+-- was, so another poller claims it at once instead of after the claim
+-- lease. items is a JSON array of {"id", "fence"}, the poller's claims.
+--
+-- Guarantee: fenced per row on the request claim (id, claimed_by, fence,
+-- claimed), as the hand-over is: a claim that lapsed and was taken by
+-- another poller (fence + 1), or one already handed over (completed), is
+-- left alone. The fence is kept: the next claim bumps it, so the releasing
+-- poller's claim can never hand the request over afterwards. The ids
+-- released come back. It wakes the LISTENing pollers as an insert does,
+-- so work given back by a leaving node starts on another at once.
+WITH input AS (
+    SELECT (j ->> 'id')::bigint AS id, (j ->> 'fence')::bigint AS fence
+    FROM jsonb_array_elements(sqlc.arg(items)::jsonb) AS j
+), released AS (
+    UPDATE leasehold_trigger_requests AS r
+    SET status      = 'pending',
+        claimed_by  = NULL,
+        claimed_at  = NULL,
+        claim_until = NULL
+    FROM input
+    WHERE r.id = input.id
+      AND r.claimed_by = sqlc.arg(owner_node)::text
+      AND r.fence = input.fence
+      AND r.status = 'claimed'
+    RETURNING r.id
+)
+SELECT released.id
+FROM released
+CROSS JOIN (SELECT pg_notify('leasehold_trigger_requests', '') AS woken) AS notify
+ORDER BY released.id;
+
+-- name: NextTriggerRequestDue :one
+-- How long until the next open request of a poller's scope (source_env,
+-- source_stack, actor_ids, as ClaimTriggerRequests) becomes claimable, in
+-- milliseconds on the database clock: the earliest run_after of a pending
+-- request that is not due yet (a delayed run, a retry's backoff), or the
+-- claim_until of a claimed one whose poller may still let it lapse. -1 when
+-- there is none.
+--
+-- A read that decides nothing: the poller sleeps that long (at most its
+-- interval) instead of until its next tick, and ClaimTriggerRequests
+-- re-checks due-ness on the database clock when it wakes, so a timer that
+-- fires early claims nothing and asks again, and one that fires late only
+-- starts the work late. The partial index leasehold_trigger_requests_due_idx
+-- (source_env, run_after) serves the pending branch.
+SELECT coalesce(ceil(extract(epoch FROM (min(d.due) - now())) * 1000), -1)::bigint AS wait_ms
+FROM (
+    SELECT min(r.run_after) AS due
+    FROM leasehold_trigger_requests AS r
+    WHERE r.status = 'pending'
+      AND r.run_after > now()
+      AND r.source_env = sqlc.arg(source_env)::text
+      AND (sqlc.arg(source_stack)::text = '' OR r.source_stack IN (sqlc.arg(source_stack)::text, ''))
+      AND r.actor_id = ANY (sqlc.arg(actor_ids)::text[])
+    UNION ALL
+    SELECT min(r.claim_until)
+    FROM leasehold_trigger_requests AS r
+    WHERE r.status = 'claimed'
+      AND r.claim_until > now()
+      AND r.source_env = sqlc.arg(source_env)::text
+      AND (sqlc.arg(source_stack)::text = '' OR r.source_stack IN (sqlc.arg(source_stack)::text, ''))
+      AND r.actor_id = ANY (sqlc.arg(actor_ids)::text[])
+) AS d;

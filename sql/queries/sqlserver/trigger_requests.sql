@@ -468,3 +468,72 @@ FROM leasehold_trigger_requests AS r
 WHERE r.source_env = @source_env
   AND (@status = N'' OR r.status = @status)
 ORDER BY r.id DESC;
+
+-- name: ReleaseTriggerRequests :many
+-- Gives claimed requests back that their poller will not hand over (it is
+-- draining, or a hand-over failed): each becomes pending again, due as it
+-- was, so another poller claims it at once instead of after the claim
+-- lease. @items is an nvarchar(max) JSON array of {"id", "fence"}, the
+-- poller's claims, read with OPENJSON.
+--
+-- Guarantee: fenced per row on the request claim (id, @owner_node, fence,
+-- claimed), as the hand-over is: the join pairs each row with its own
+-- item's fence, so a claim that lapsed and was taken by another poller
+-- (fence + 1), or one already handed over (completed), is left alone. The
+-- fence is kept: the next claim bumps it, so the releasing poller's claim
+-- can never hand the request over afterwards. UPDLOCK, ROWLOCK: the rows
+-- are re-checked under their update locks. The ids released come back.
+SET NOCOUNT ON;
+UPDATE r
+SET status      = N'pending',
+    claimed_by  = NULL,
+    claimed_at  = NULL,
+    claim_until = NULL
+OUTPUT inserted.id
+FROM leasehold_trigger_requests AS r WITH (UPDLOCK, ROWLOCK)
+JOIN OPENJSON(@items) WITH (
+    id    bigint '$.id',
+    fence bigint '$.fence'
+) AS i ON i.id = r.id
+WHERE r.claimed_by = @owner_node
+  AND r.fence = i.fence
+  AND r.status = N'claimed';
+
+-- name: NextTriggerRequestDue :one
+-- How long until the next open request of a poller's scope (@source_env,
+-- @source_stack, @actor_ids as a JSON array, as ClaimTriggerRequests)
+-- becomes claimable, in milliseconds on the database clock: the earliest
+-- run_after of a pending request that is not due yet (a delayed run, a
+-- retry's backoff), or the claim_until of a claimed one whose poller may
+-- still let it lapse. -1 when there is none.
+--
+-- A read that decides nothing, so no lock hint: the poller sleeps that long
+-- (at most its interval) instead of until its next tick, and
+-- ClaimTriggerRequests re-checks due-ness on the database clock when it
+-- wakes, so a timer that fires early claims nothing and asks again.
+SELECT CAST(COALESCE(DATEDIFF_BIG(millisecond, SYSUTCDATETIME(), MIN(d.due)) + 1, -1) AS bigint) AS wait_ms
+FROM (
+    SELECT r.run_after AS due
+    FROM leasehold_trigger_requests AS r
+    WHERE r.status = N'pending'
+      AND r.run_after > SYSUTCDATETIME()
+      AND r.source_env = @source_env
+      AND (@source_stack = N'' OR r.source_stack IN (@source_stack, N''))
+      AND r.actor_id IN (
+            SELECT a.actor_id
+            FROM OPENJSON(@actor_ids) WITH (
+                actor_id nvarchar(255) COLLATE Latin1_General_100_BIN2 '$'
+            ) AS a)
+    UNION ALL
+    SELECT r.claim_until
+    FROM leasehold_trigger_requests AS r
+    WHERE r.status = N'claimed'
+      AND r.claim_until > SYSUTCDATETIME()
+      AND r.source_env = @source_env
+      AND (@source_stack = N'' OR r.source_stack IN (@source_stack, N''))
+      AND r.actor_id IN (
+            SELECT a.actor_id
+            FROM OPENJSON(@actor_ids) WITH (
+                actor_id nvarchar(255) COLLATE Latin1_General_100_BIN2 '$'
+            ) AS a)
+) AS d;

@@ -1,0 +1,250 @@
+package runner_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasehold/leasehold/episodes"
+	"github.com/leasehold/leasehold/internal/nodetest"
+	"github.com/leasehold/leasehold/internal/pgtest"
+	"github.com/leasehold/leasehold/runner"
+	"github.com/leasehold/leasehold/telemetry"
+)
+
+// claimHook is a runner.Store whose ClaimTriggerRequests, once armed, runs
+// before (ahead of the claim) and after (on the claimed requests) once, so
+// a test can act at the exact point between a poller's claim and its
+// hand-over. polled is closed by the first call (the poll every node makes
+// when it starts), which tests wait for before they write requests.
+type claimHook struct {
+	runner.Store
+	polled     chan struct{}
+	polledOnce sync.Once
+	armed      atomic.Bool
+	before     func()
+	after      func([]episodes.TriggerRequest)
+}
+
+func newClaimHook() *claimHook { return &claimHook{polled: make(chan struct{})} }
+
+func (h *claimHook) ClaimTriggerRequests(ctx context.Context, q episodes.RequestQuery) ([]episodes.TriggerRequest, error) {
+	h.polledOnce.Do(func() { close(h.polled) })
+	fire := h.armed.CompareAndSwap(true, false)
+	if fire && h.before != nil {
+		h.before()
+	}
+	reqs, err := h.Store.ClaimTriggerRequests(ctx, q)
+	if fire && h.after != nil {
+		h.after(reqs)
+	}
+	return reqs, err
+}
+
+// Due work starts at its due time, not on the poller's next interval: three
+// nodes polling every 5 s (the default) with a notifier run delayed
+// episodes and retried attempts within a small margin of run_after. Lag is
+// the request's hand-over (finished_at) minus its run_after, both on the
+// database clock. Before pollers slept until the next due request, a 1 s
+// backoff retried 3.6 s late and delays started up to 4.8 s late.
+func TestDueWorkStartsAtItsDueTime(t *testing.T) {
+	t.Parallel()
+	const (
+		delayed = 16
+		retried = 6
+	)
+	var failedOnce sync.Map
+	strategy := funcStrategy{StepFunc: func(_ context.Context, r *runner.Run) (runner.StepResult, error) {
+		var p struct{ Retry bool }
+		if err := r.Payload(&p); err != nil {
+			return runner.StepResult{}, err
+		}
+		if _, again := failedOnce.LoadOrStore(r.EpisodeID(), true); p.Retry && !again {
+			return runner.StepResult{}, errors.New("first attempt fails")
+		}
+		return runner.StepResult{Done: true}, nil
+	}}
+	actor := runner.Actor{ID: "monitor", MaxConcurrent: 8, Expectations: []runner.Expectation{{
+		ID: "check", Trigger: runner.Event{Name: "resource.updated"}, Strategy: strategy,
+		Retry: runner.RetryPolicy{Backoff: 500 * time.Millisecond},
+	}}}
+	c := nodetest.Start(t, 3, nil, actor)
+	interval := 5 * time.Second // PollConfig's default, which the nodes keep
+	ctx := context.Background()
+	for i := range delayed {
+		delay := 300*time.Millisecond + time.Duration(i)*75*time.Millisecond
+		out, err := c.Nodes[i%3].Fire(ctx, "monitor", "resource.updated", map[string]any{"i": i}, runner.FireOptions{Delay: delay})
+		require.NoError(t, err)
+		require.True(t, out[0].Deferred)
+	}
+	for i := range retried {
+		_, err := c.Nodes[i%3].Fire(ctx, "monitor", "resource.updated", map[string]any{"i": 100 + i, "Retry": true}, runner.FireOptions{})
+		require.NoError(t, err)
+	}
+	nodetest.WaitEnded(t, delayed+retried, c.Sigs...)
+	require.Equal(t, delayed+retried, c.Count(t, "status = 'done'"))
+
+	rows, err := c.Pool.Query(ctx, `SELECT extract(epoch FROM (r.finished_at - r.run_after)) * 1000
+		FROM leasehold_trigger_requests AS r WHERE r.status = 'completed'`)
+	require.NoError(t, err)
+	var lags []float64
+	for rows.Next() {
+		var ms float64
+		require.NoError(t, rows.Scan(&ms))
+		lags = append(lags, ms)
+	}
+	require.NoError(t, rows.Err())
+	require.Len(t, lags, delayed+retried, "one hand-over per delayed episode and per retry")
+	slices.Sort(lags)
+	p50, p99 := lags[len(lags)/2], lags[(len(lags)*99)/100]
+	t.Logf("due-to-start over %d hand-overs: p50 %.1f ms, p99 %.1f ms, max %.1f ms (poll interval %v)",
+		len(lags), p50, p99, lags[len(lags)-1], interval)
+	// The bound is the interval's tenth: on time is tens of milliseconds
+	// (a timer, a claim, a hand-over); waiting for the next tick is seconds.
+	// The tenth leaves room for a loaded host's scheduling delays.
+	require.Less(t, lags[len(lags)-1], float64((interval / 10).Milliseconds()),
+		"a due request waited for the poll interval: lags %v", lags)
+}
+
+// A poll reserves its slots before it claims: a local trigger that comes
+// between the poll's look at the free slots and its hand-over finds the
+// slot taken and creates its episode available, instead of the hand-over
+// queueing a run in this node's memory that the database already shows
+// running. Every episode the database shows running here has had its
+// strategy called.
+func TestPollReservesSlotsBeforeClaiming(t *testing.T) {
+	t.Parallel()
+	var (
+		mu      sync.Mutex
+		called  = map[int64]bool{}
+		started = make(chan int64, 8)
+		release = make(chan struct{})
+	)
+	block := funcStrategy{StepFunc: func(ctx context.Context, r *runner.Run) (runner.StepResult, error) {
+		mu.Lock()
+		called[r.EpisodeID()] = true
+		mu.Unlock()
+		started <- r.EpisodeID()
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return runner.StepResult{}, ctx.Err()
+		}
+		return runner.StepResult{Done: true}, nil
+	}}
+	hook := newClaimHook()
+	var localOut atomic.Pointer[runner.Outcome]
+	c := nodetest.Start(t, 2, func(i int, cfg *runner.Config) {
+		cfg.TriggerWaker = nil
+		cfg.Poll.Interval = time.Hour
+		if i == 0 {
+			hook.Store = cfg.Store
+			cfg.Store = hook
+		} else {
+			cfg.Mode = runner.ModeTriggerOnly
+		}
+	}, eventActor(block, 1))
+	t.Cleanup(func() { close(release) })
+	full, writer, ctx := c.Nodes[0], c.Nodes[1], context.Background()
+
+	hook.before = func() {
+		out, err := full.Fire(ctx, "monitor", "resource.updated", map[string]string{"local": "yes"}, runner.FireOptions{})
+		require.NoError(t, err)
+		localOut.Store(&out[0])
+	}
+	<-hook.polled // its poller's first poll is over; it sleeps for the interval
+	out, err := writer.Fire(ctx, "monitor", "resource.updated", map[string]string{"available": "yes"}, runner.FireOptions{})
+	require.NoError(t, err)
+	require.True(t, out[0].Deferred)
+
+	hook.armed.Store(true)
+	n, err := full.PollOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "the available episode was handed over")
+	first := <-started
+	require.Equal(t, out[0].EpisodeID, first, "the handed-over run started in the slot its poll reserved")
+	local := localOut.Load()
+	require.NotNil(t, local)
+	require.True(t, local.Deferred, "the local trigger found the slot reserved and created its episode available")
+
+	rows, err := c.Pool.Query(ctx, `SELECT id FROM leasehold_episodes WHERE status = 'running' AND owner_node = 'node-0'`)
+	require.NoError(t, err)
+	running := 0
+	for rows.Next() {
+		var id int64
+		require.NoError(t, rows.Scan(&id))
+		mu.Lock()
+		require.True(t, called[id], "episode %d is running in the database but its strategy was never called", id)
+		mu.Unlock()
+		running++
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, 1, running, "one slot, one running episode")
+}
+
+// A poller that begins to drain between claiming requests and handing them
+// over gives every claim back, fenced, before it exits: another node takes
+// the work at once rather than after Poll.ClaimLease (30 s).
+func TestDrainGivesBackUnhandedRequestClaims(t *testing.T) {
+	t.Parallel()
+	drainStarted := make(chan telemetry.Event, 1)
+	hook, otherHook := newClaimHook(), newClaimHook()
+	pool := pgtest.Schema(t)
+	var drained chan error
+	c := nodetest.StartOn(t, pool, 3, func(i int, cfg *runner.Config) {
+		cfg.TriggerWaker = nil
+		cfg.Poll.Interval = time.Hour
+		switch i {
+		case 0:
+			hook.Store = cfg.Store
+			cfg.Store = hook
+			cfg.Observer = watch{Observer: cfg.Observer, name: runner.EventDrainStarted, ch: drainStarted}
+		case 1:
+			otherHook.Store = cfg.Store
+			cfg.Store = otherHook
+		case 2:
+			cfg.Mode = runner.ModeTriggerOnly
+		}
+	}, nil, eventActor(oneStep, 4))
+	leaving, other, writer, ctx := c.Nodes[0], c.Nodes[1], c.Nodes[2], context.Background()
+
+	<-hook.polled // both full nodes' first polls are over; they sleep
+	<-otherHook.polled
+	const requests = 3
+	for i := range requests {
+		out, err := writer.Fire(ctx, "monitor", "resource.updated", map[string]int{"i": i}, runner.FireOptions{})
+		require.NoError(t, err)
+		require.True(t, out[0].Deferred)
+	}
+	hook.after = func(reqs []episodes.TriggerRequest) {
+		require.Len(t, reqs, requests, "the leaving node claimed them all")
+		drained = make(chan error, 1)
+		go func() {
+			_, err := leaving.Drain(ctx)
+			drained <- err
+		}()
+		<-drainStarted
+	}
+	hook.armed.Store(true)
+	n, err := leaving.PollOnce(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n, "a draining node hands nothing over")
+	require.NoError(t, <-drained)
+
+	var claimed, pending int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'claimed'),
+		count(*) FILTER (WHERE status = 'pending' AND claimed_by IS NULL) FROM leasehold_trigger_requests`).Scan(&claimed, &pending))
+	require.Zero(t, claimed, "no request is left claimed by the departed node")
+	require.Equal(t, requests, pending, "every claim was given back")
+
+	n, err = other.PollOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, requests, n, "another node takes the work at once, not after the claim lease")
+	nodetest.WaitEnded(t, requests, c.Sigs[1])
+}
