@@ -16,14 +16,15 @@
 //	   │ (its dedupe key, or episode:{id}): no      ▼
 //	   │ crash leaves it queued without an owner  ClaimTriggerRequests on any full node
 //	   │                                            │ with a free slot (SKIP LOCKED / READPAST;
-//	   │                                            │ due only; at most its free slots),
-//	   │                                            ▼ woken by NOTIFY or a slot freeing
+//	   │                                            │ due only; at most its free slots, each
+//	   │                                            │ reserved before the hand-over), woken by
+//	   │                                            ▼ NOTIFY, a slot freeing, or a due time
 //	   │                                          DispatchTriggerRequest (fenced on the
 //	   │                                            │ request claim): the work claim granted
 //	   │                                            │ to that node, fence + 1, and the episode
 //	   ▼                                            ▼ started under it (no StartEpisode)
 //	queued, claim held by this node (a slot's, or its slot queue's: recovered
-//	   │    work, a dispatch that lost the race for the last slot, or Poll.Disabled)
+//	   │    work, or Poll.Disabled)
 //	   ▼
 //	StartEpisode  (fenced: queued → running, owner_node = this node; refuses a
 //	   │           grant already expired on the database clock)
@@ -188,10 +189,25 @@
 //	   ▼
 //	running under this node's claim, then as above from Init
 //
-// A poller that dies between the two statements leaves a claimed request
-// whose claim lapses (PollConfig.ClaimLease) and another poller takes it;
-// one that dies after the hand-over leaves an ordinary claimed episode for
-// recovery. Requests wait for a full node however long it takes: expiry
+// A poll claims at most its actor's free slots (PollConfig.Batch at most)
+// and reserves a slot for each request before handing it over: one whose
+// slot a local trigger took during the claim is given back at once, fenced
+// (ReleaseTriggerRequests), and every one handed over starts in its slot
+// the moment it is, so running in the database means the strategy is being
+// called. After each poll the poller asks
+// the database how long until the next request of its scope falls due
+// (NextTriggerRequestDue: a delayed run, a retry's backoff, a lapsing claim)
+// and sleeps no longer than that, so due work starts at its due time on the
+// database clock; the interval is the fallback for what nothing wakes it
+// for (on SQLite and SQL Server, which have no NOTIFY, another node's new
+// requests).
+//
+// A poller that is draining, or whose hand-over failed, gives back the
+// request claims it did not hand over (ReleaseTriggerRequests, each fenced
+// on its own request claim), so another poller takes them at once. One that
+// dies between the two statements leaves a claimed request whose claim
+// lapses (PollConfig.ClaimLease) and another poller takes it; one that dies
+// after the hand-over leaves an ordinary claimed episode for recovery. Requests wait for a full node however long it takes: expiry
 // is opt-in. With PollConfig.TTL (or maintenance's RequestTTL) set,
 // requests nobody picks up within it expire (ExpireTriggerRequests) and
 // their episodes end canceled, class trigger_expired: that work never runs

@@ -209,12 +209,12 @@ func (n *Node) pollScope() (stack, env string) {
 // PollOnce claims and dispatches the due trigger requests this node may
 // run now, for each actor that is full here at most as many as the actor
 // has free slots, batch after batch until none is left or the slots are
-// taken, and returns how many it dispatched to local runs. The slots are
-// reserved before the claim (slots), so every request claimed has a slot
-// to start in the moment it is handed over: available work goes to the
-// nodes with capacity and never waits in a full node's memory, and a local
-// trigger that meanwhile finds the slots taken creates its episode
-// available to the cluster. The poller calls it on every wake-up (a
+// taken, and returns how many it dispatched to local runs. Before the
+// hand-over it reserves a slot for each request claimed (slots): one
+// whose slot a local trigger took during the claim is given back at once,
+// fenced (ReleaseTriggerRequests), and every one handed over starts in its
+// slot the moment it is, so available work goes to the nodes with capacity
+// and never waits in a full node's memory with status running. The poller calls it on every wake-up (a
 // request written, a slot freed here, a request falling due) and
 // interval; tests and operators may.
 func (n *Node) PollOnce(ctx context.Context) (int, error) {
@@ -232,13 +232,11 @@ func (n *Node) PollOnce(ctx context.Context) (int, error) {
 	for _, id := range actorIDs {
 		as := n.actors[id]
 		for ctx.Err() == nil && !n.stopping() {
-			limit := as.exec.reserveUpTo(n.cfg.Poll.Batch)
+			limit := min(as.exec.free(), n.cfg.Poll.Batch)
 			if limit == 0 {
 				backlog = true
 				break
 			}
-			sl := &slots{exec: as.exec}
-			sl.left.Store(int32(limit))
 			var reqs []episodes.TriggerRequest
 			err := n.retryingUntil(ctx, func(wctx context.Context) (err error) {
 				reqs, err = n.store.ClaimTriggerRequests(wctx, episodes.RequestQuery{
@@ -248,13 +246,22 @@ func (n *Node) PollOnce(ctx context.Context) (int, error) {
 				return err
 			})
 			if err != nil {
-				sl.giveBack()
 				backlog = true
 				return dispatched, fmt.Errorf("claim trigger requests: %w", err)
 			}
-			dispatched += n.dispatchAll(ctx, reqs, sl)
+			// The slots are reserved before the hand-over: a local trigger
+			// that took one meanwhile keeps it, and what has no slot now is
+			// given back, fenced, for the nodes with capacity.
+			sl := &slots{exec: as.exec}
+			got := as.exec.reserveUpTo(len(reqs))
+			sl.left.Store(int32(got))
+			if got < len(reqs) {
+				backlog = true
+				n.giveBackRequests(ctx, reqs[got:])
+			}
+			dispatched += n.dispatchAll(ctx, reqs[:got], sl)
 			sl.giveBack()
-			if len(reqs) < limit {
+			if len(reqs) < limit || got < len(reqs) {
 				break
 			}
 		}
@@ -262,9 +269,10 @@ func (n *Node) PollOnce(ctx context.Context) (int, error) {
 	return dispatched, nil
 }
 
-// slots are free slots of one actor that the poller reserved before
-// claiming (executor.reserveUpTo): a hand-over's run starts in one of them
-// at once. What the hand-overs did not use is given back.
+// slots are free slots of one actor that the poller reserved for the
+// requests it claimed, before handing them over (executor.reserveUpTo): a
+// hand-over's run starts in one of them at once. What the hand-overs did
+// not use (a lapsed request claim, an episode not ours) is given back.
 type slots struct {
 	exec *executor
 	left atomic.Int32

@@ -42,10 +42,10 @@ type job struct {
 // executor runs one actor's episodes, at most max at once on this node, the
 // rest in FIFO order. Waiting episodes are status queued in the database and
 // keep their claim, renewed by the heartbeat, so no other node runs them;
-// only work that reached this node anyway waits here (recovered, dispatched
-// in a race for the last slot, or with the poller off): a trigger that finds
-// no free slot creates its episode available to the cluster instead
-// (reserve).
+// only work that reached this node anyway waits here (recovered, or with
+// the poller off): a trigger that finds no free slot creates its episode
+// available to the cluster instead (reserve), and a poll hands over no more
+// than the slots it reserved (reserveUpTo).
 type executor struct {
 	node   *Node
 	max    int
@@ -79,8 +79,8 @@ func (x *executor) reserve() bool {
 	return true
 }
 
-// reserveUpTo takes up to n free slots for work the poller is about to
-// claim and hand over here, and returns how many it took; none while jobs
+// reserveUpTo takes up to n free slots for requests the poller claimed and
+// is about to hand over here, and returns how many it took; none while jobs
 // wait for a slot, as reserve.
 func (x *executor) reserveUpTo(n int) int {
 	x.mu.Lock()

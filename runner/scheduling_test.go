@@ -112,13 +112,13 @@ func TestDueWorkStartsAtItsDueTime(t *testing.T) {
 		"a due request waited for the poll interval: lags %v", lags)
 }
 
-// A poll reserves its slots before it claims: a local trigger that comes
-// between the poll's look at the free slots and its hand-over finds the
-// slot taken and creates its episode available, instead of the hand-over
-// queueing a run in this node's memory that the database already shows
-// running. Every episode the database shows running here has had its
-// strategy called.
-func TestPollReservesSlotsBeforeClaiming(t *testing.T) {
+// A hand-over that finds no free slot gives the work back: a local trigger
+// that comes between a poll's look at the free slots and its hand-over
+// keeps the slot, and the claimed request is released at once, fenced,
+// for the nodes with capacity, instead of being handed over into this
+// node's slot queue with the database already showing it running. Every
+// episode the database shows running here has had its strategy called.
+func TestHandOverWithoutASlotGivesTheWorkBack(t *testing.T) {
 	t.Parallel()
 	var (
 		mu      sync.Mutex
@@ -150,42 +150,53 @@ func TestPollReservesSlotsBeforeClaiming(t *testing.T) {
 			cfg.Mode = runner.ModeTriggerOnly
 		}
 	}, eventActor(block, 1))
-	t.Cleanup(func() { close(release) })
 	full, writer, ctx := c.Nodes[0], c.Nodes[1], context.Background()
 
 	hook.before = func() {
 		out, err := full.Fire(ctx, "monitor", "resource.updated", map[string]string{"local": "yes"}, runner.FireOptions{})
-		require.NoError(t, err)
-		localOut.Store(&out[0])
+		if err == nil {
+			localOut.Store(&out[0])
+		}
 	}
 	<-hook.polled // its poller's first poll is over; it sleeps for the interval
 	out, err := writer.Fire(ctx, "monitor", "resource.updated", map[string]string{"available": "yes"}, runner.FireOptions{})
 	require.NoError(t, err)
 	require.True(t, out[0].Deferred)
+	available := out[0].EpisodeID
 
 	hook.armed.Store(true)
 	n, err := full.PollOnce(ctx)
 	require.NoError(t, err)
-	require.Equal(t, 1, n, "the available episode was handed over")
-	first := <-started
-	require.Equal(t, out[0].EpisodeID, first, "the handed-over run started in the slot its poll reserved")
+	require.Zero(t, n, "no slot was left for the claimed request")
 	local := localOut.Load()
 	require.NotNil(t, local)
-	require.True(t, local.Deferred, "the local trigger found the slot reserved and created its episode available")
+	require.False(t, local.Deferred, "the local trigger kept the slot it took")
+	require.Equal(t, local.EpisodeID, <-started)
 
+	var status, claimedBy string
+	require.NoError(t, c.Pool.QueryRow(ctx, `SELECT status, coalesce(claimed_by, '') FROM leasehold_trigger_requests
+		WHERE episode_id = $1`, available).Scan(&status, &claimedBy))
+	require.Equal(t, "pending", status, "the claim was given back at once, not kept for the claim lease")
+	require.Empty(t, claimedBy)
 	rows, err := c.Pool.Query(ctx, `SELECT id FROM leasehold_episodes WHERE status = 'running' AND owner_node = 'node-0'`)
 	require.NoError(t, err)
-	running := 0
+	var running []int64
 	for rows.Next() {
 		var id int64
 		require.NoError(t, rows.Scan(&id))
-		mu.Lock()
-		require.True(t, called[id], "episode %d is running in the database but its strategy was never called", id)
-		mu.Unlock()
-		running++
+		running = append(running, id)
 	}
 	require.NoError(t, rows.Err())
-	require.Equal(t, 1, running, "one slot, one running episode")
+	mu.Lock()
+	for _, id := range running {
+		require.True(t, called[id], "episode %d is running in the database but its strategy was never called", id)
+	}
+	mu.Unlock()
+	require.Equal(t, []int64{local.EpisodeID}, running, "one slot, one running episode")
+
+	close(release) // the slot frees; the poller takes the work it gave back
+	require.Equal(t, available, <-started)
+	nodetest.WaitEnded(t, 2, c.Sigs[0])
 }
 
 // A poller that begins to drain between claiming requests and handing them
@@ -196,7 +207,6 @@ func TestDrainGivesBackUnhandedRequestClaims(t *testing.T) {
 	drainStarted := make(chan telemetry.Event, 1)
 	hook, otherHook := newClaimHook(), newClaimHook()
 	pool := pgtest.Schema(t)
-	var drained chan error
 	c := nodetest.StartOn(t, pool, 3, func(i int, cfg *runner.Config) {
 		cfg.TriggerWaker = nil
 		cfg.Poll.Interval = time.Hour
@@ -222,9 +232,14 @@ func TestDrainGivesBackUnhandedRequestClaims(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, out[0].Deferred)
 	}
-	hook.after = func(reqs []episodes.TriggerRequest) {
-		require.Len(t, reqs, requests, "the leaving node claimed them all")
+	var (
+		claimed atomic.Int32
 		drained = make(chan error, 1)
+	)
+	// The leaving node's own poller claims; the drain begins before it
+	// hands over (Drain waits for the poller to return).
+	hook.after = func(reqs []episodes.TriggerRequest) {
+		claimed.Store(int32(len(reqs)))
 		go func() {
 			_, err := leaving.Drain(ctx)
 			drained <- err
@@ -232,18 +247,18 @@ func TestDrainGivesBackUnhandedRequestClaims(t *testing.T) {
 		<-drainStarted
 	}
 	hook.armed.Store(true)
-	n, err := leaving.PollOnce(ctx)
-	require.NoError(t, err)
-	require.Zero(t, n, "a draining node hands nothing over")
+	leaving.PollNow()
 	require.NoError(t, <-drained)
+	require.EqualValues(t, requests, claimed.Load(), "the leaving node had claimed them all")
+	require.Zero(t, c.Sigs[0].Count(runner.EventRequestDispatched), "a draining node hands nothing over")
 
-	var claimed, pending int
+	var stillClaimed, pending int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'claimed'),
-		count(*) FILTER (WHERE status = 'pending' AND claimed_by IS NULL) FROM leasehold_trigger_requests`).Scan(&claimed, &pending))
-	require.Zero(t, claimed, "no request is left claimed by the departed node")
+		count(*) FILTER (WHERE status = 'pending' AND claimed_by IS NULL) FROM leasehold_trigger_requests`).Scan(&stillClaimed, &pending))
+	require.Zero(t, stillClaimed, "no request is left claimed by the departed node")
 	require.Equal(t, requests, pending, "every claim was given back")
 
-	n, err = other.PollOnce(ctx)
+	n, err := other.PollOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, requests, n, "another node takes the work at once, not after the claim lease")
 	nodetest.WaitEnded(t, requests, c.Sigs[1])
