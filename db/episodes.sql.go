@@ -326,6 +326,35 @@ func (q *Queries) CreateEpisode(ctx context.Context, db DBTX, arg CreateEpisodeP
 	return i, err
 }
 
+const doomTransaction = `-- name: DoomTransaction :exec
+SELECT leasehold_lease_lost($1::text, $2::text, $3::bigint)
+`
+
+type DoomTransactionParams struct {
+	ClaimKey  string
+	OwnerNode string
+	Fence     int64
+}
+
+// Ends the caller's transaction for good after FinishEpisode, run in it
+// (Run.CompleteTx, Run.FailTx: the adapter bound to the caller's pgx.Tx),
+// matched no row: the run's grant is gone, and what the caller wrote beside
+// the finish is a zombie's effect. leasehold_lease_lost (migration 00011)
+// raises SQLSTATE LH001, as leasehold_hold does for a lost grant, and any
+// error aborts a Postgres transaction: every later statement in it fails
+// (25P02) and its COMMIT rolls back, so a caller that ignores
+// claims.ErrLeaseLost and commits lands nothing.
+//
+// Guarantee: unconditional; the adapter runs it only after a fenced finish
+// in the caller's transaction matched nothing, whatever the cause (a
+// takeover, a release, a finish already made, an episode ended elsewhere).
+// A ROLLBACK TO a savepoint taken before the finish undoes it, with the
+// finish.
+func (q *Queries) DoomTransaction(ctx context.Context, db DBTX, arg DoomTransactionParams) error {
+	_, err := db.Exec(ctx, doomTransaction, arg.ClaimKey, arg.OwnerNode, arg.Fence)
+	return err
+}
+
 const findLiveEpisode = `-- name: FindLiveEpisode :one
 SELECT id FROM leasehold_episodes
 WHERE dedupe_key = $1::text AND archived_at IS NULL
@@ -396,7 +425,9 @@ type FinishEpisodeParams struct {
 //
 // Guarantee: fenced; the claim UPDATE matches only the caller's live grant,
 // and the episode UPDATE runs only if it did. A duplicate finish, or one from
-// a grant that was stolen, changes nothing.
+// a grant that was stolen, changes nothing (no row back); in a caller's
+// transaction the adapter then runs DoomTransaction, so that transaction
+// cannot commit either.
 //
 // step_no > 0 also journals the run's last step (step_data) in the same
 // statement, under the same fence, saving the commit of a separate

@@ -100,7 +100,8 @@ func ExampleNode_FireTx() {
 // A charge and the run's completion commit together: Run.Hold keeps the
 // run's grant current until the transaction ends, Run.CompleteTx writes
 // the fenced finish in it. A run whose lease was taken over gets
-// claims.ErrLeaseLost from either, and its transaction commits nothing.
+// claims.ErrLeaseLost from either, and its transaction commits nothing:
+// the error has doomed it, so even a commit that ignored the error fails.
 func ExampleRun_CompleteTx() {
 	var pool *pgxpool.Pool
 	charge := nodetest.Strategy{StepFunc: func(ctx context.Context, r *runner.Run) (runner.StepResult, error) {

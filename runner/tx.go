@@ -12,10 +12,14 @@ import (
 )
 
 // TxStore is a dialect adapter bound to the caller's own transaction:
-// postgres.New(tx) with the caller's pgx.Tx, or sqlserver's
+// postgres.New(tx) with the caller's pgx.Tx, or sqlite's or sqlserver's
 // Store.WithTx(tx) with the caller's *sql.Tx. What FireTx, Run.Hold,
 // Run.CompleteTx and Run.FailTx write through it commits or rolls back
-// with the caller's own writes, never on its own.
+// with the caller's own writes, never on its own. A fenced write through it
+// that matches no row (HoldClaim, FinishEpisode: the grant is gone) leaves
+// the transaction unable to commit, on every dialect: Postgres aborts it
+// (LH001), SQLite fails its COMMIT (a row of leasehold_doomed_transactions,
+// migration 00011), SQL Server rolls it back (THROW under XACT_ABORT).
 type TxStore interface {
 	CreateDeferredEpisode(ctx context.Context, d episodes.Deferred) (episodes.DeferredCreated, error)
 	CreateDeferredEpisodes(ctx context.Context, b episodes.DeferredBatch) ([]episodes.DeferredCreated, error)
@@ -75,7 +79,9 @@ func (n *Node) FireTx(ctx context.Context, tx TxStore, actorID, event string, pa
 // the claim row is locked, so a takeover waits for tx): the caller's own
 // writes after Hold commit only under this grant. claims.ErrLeaseLost when
 // the grant was stolen, released or finished: tx can no longer commit
-// (Postgres aborts it, SQL Server rolls it back), and the run should stop.
+// (Postgres aborts it, SQLite fails its COMMIT, SQL Server rolls it back;
+// see TxStore), so nothing written in it lands even if it is committed;
+// roll it back, and the run should stop.
 // Call it before the writes it guards; it does not read the clock (neither
 // do the runner's fenced writes: a lease that ran out but was not taken
 // over is still this run's).
@@ -102,15 +108,24 @@ func (r *Run) Hold(ctx context.Context, tx TxStore) error {
 // return from the strategy (any result): the runner writes no second
 // terminal status and emits episode.completed once it has read the commit.
 // A rollback leaves the run as it was: the runner finishes it by what the
-// strategy returns. claims.ErrLeaseLost when the grant is gone: tx must
-// not commit (roll it back) and the run should stop.
+// strategy returns.
+//
+// claims.ErrLeaseLost when the fenced finish matched no row (the grant was
+// taken over, released or finished already): nothing was finished, and tx
+// can no longer commit (Postgres aborts it, SQLite fails its COMMIT, SQL
+// Server rolls it back; see TxStore), so a caller that ignores the error
+// and commits gets the commit's error and lands none of tx's writes, those
+// before the finish included. Roll tx back, and stop the run. Only a
+// ROLLBACK TO a savepoint taken before CompleteTx (on Postgres or SQLite)
+// undoes that, with the finish; do not take one around it.
 func (r *Run) CompleteTx(ctx context.Context, tx TxStore, result any) error {
 	return r.finishTx(ctx, tx, episodes.Finish{Status: episodes.StatusDone, Result: mustJSON(result)})
 }
 
 // FailTx is CompleteTx ending the run failed, with error class class
 // (episodes.ClassError when empty) and cause as its detail; it never
-// retries.
+// retries. Like CompleteTx, claims.ErrLeaseLost leaves tx unable to
+// commit.
 func (r *Run) FailTx(ctx context.Context, tx TxStore, class string, cause error) error {
 	if class == "" {
 		class = episodes.ClassError

@@ -260,3 +260,86 @@ func TestFireBatchCreatesEachEventOnce(t *testing.T) {
 	})
 	require.Equal(t, 500, c.Count(t, "true"), "rolled back: none of the batch exists")
 }
+
+// A zombie that ignores CompleteTx's (or FailTx's) claims.ErrLeaseLost and
+// commits anyway lands nothing: the fenced finish that matched no row
+// aborted the caller's transaction (LH001), so the commit fails, the
+// caller's rows (written before and after the finish) are gone, the
+// zombie did not finish the episode, and the thief's grant is untouched.
+func TestFinishTxOnAStolenLeaseDoomsTheCallersTransaction(t *testing.T) {
+	t.Parallel()
+	for name, finish := range map[string]func(ctx context.Context, r *runner.Run, tx runner.TxStore) error{
+		"CompleteTx": func(ctx context.Context, r *runner.Run, tx runner.TxStore) error {
+			return r.CompleteTx(ctx, tx, "by the zombie")
+		},
+		"FailTx": func(ctx context.Context, r *runner.Run, tx runner.TxStore) error {
+			return r.FailTx(ctx, tx, "", errors.New("by the zombie"))
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			var pool *pgxpool.Pool
+			started := make(chan claims.Token, 1)
+			stolen := make(chan struct{})
+			type outcome struct{ finish, after, commit error }
+			ended := make(chan outcome, 1)
+			zombie := nodetest.Strategy{StepFunc: func(ctx context.Context, r *runner.Run) (runner.StepResult, error) {
+				started <- r.Token()
+				select {
+				case <-stolen:
+				case <-ctx.Done():
+					return runner.StepResult{}, ctx.Err()
+				}
+				// A zombie does not look at its run's context (the
+				// heartbeat may cancel it at any time): neither does
+				// this one, so only the finish decides the commit.
+				ctx = context.WithoutCancel(ctx)
+				tx, err := pool.Begin(ctx)
+				if err != nil {
+					return runner.StepResult{}, err
+				}
+				defer func() { _ = tx.Rollback(ctx) }()
+				if _, err := tx.Exec(ctx, `INSERT INTO charges (episode_id, at) VALUES ($1, 'before')`, r.EpisodeID()); err != nil {
+					return runner.StepResult{}, err
+				}
+				var o outcome
+				o.finish = finish(ctx, r, postgres.New(tx))
+				_, o.after = tx.Exec(ctx, `INSERT INTO charges (episode_id, at) VALUES ($1, 'after')`, r.EpisodeID())
+				o.commit = tx.Commit(ctx)
+				ended <- o
+				return runner.StepResult{Done: true}, nil
+			}}
+			c := nodetest.Start(t, 1, nil, runner.Actor{ID: "pay", Expectations: []runner.Expectation{{ID: "charge", Trigger: runner.Manual{}, Strategy: zombie}}})
+			pool = c.Pool
+			pgExec(t, c, `CREATE TABLE charges (episode_id bigint NOT NULL, at text NOT NULL)`)
+			ctx := context.Background()
+			out, err := c.Nodes[0].RunManual(ctx, "pay", "charge", nil)
+			require.NoError(t, err)
+
+			tok := <-started
+			pgtest.ExpireClaim(t, pool, tok.Key)
+			thief, err := postgres.New(pool).Acquire(ctx, claims.AcquireParams{Key: tok.Key, Owner: "thief", Lease: time.Minute, WorkType: "episode"})
+			require.NoError(t, err)
+			require.Equal(t, tok.Fence+1, thief.Fence)
+			close(stolen)
+
+			o := <-ended
+			require.ErrorIs(t, o.finish, claims.ErrLeaseLost)
+			require.Error(t, o.after, "the transaction is aborted: nothing more is written in it")
+			require.Error(t, o.commit, "a commit after ignoring ErrLeaseLost fails")
+			nodetest.WaitEnded(t, 1, c.Sigs...)
+			require.Equal(t, 1, c.Sigs[0].Count(runner.EventLeaseLost))
+			var charges int
+			require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM charges`).Scan(&charges))
+			require.Zero(t, charges, "none of the zombie's transaction landed")
+			ep, err := postgres.New(pool).GetEpisode(ctx, out.EpisodeID)
+			require.NoError(t, err)
+			require.Equal(t, episodes.StatusRunning, ep.Status, "not finished by the zombie")
+			cl, err := postgres.New(pool).ListClaims(ctx, claims.ListQuery{Owner: "thief", Limit: 10})
+			require.NoError(t, err)
+			require.Len(t, cl, 1)
+			require.Equal(t, thief.Token, cl[0].Token)
+			require.Equal(t, claims.StateClaimed, cl[0].State, "the live grant is untouched")
+		})
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/leasehold/leasehold/claims"
 	"github.com/leasehold/leasehold/db"
@@ -87,8 +88,43 @@ func (s *Store) AppendStep(ctx context.Context, id int64, t claims.Token, stepNo
 	return episodeFenced("AppendStep", err)
 }
 
-// FinishEpisode runs FinishEpisode.
+// FinishEpisode runs FinishEpisode; episodes.ErrLeaseLost when it matched
+// no row (the grant is gone, or the episode already ended), having written
+// nothing. Bound to a transaction (New(tx): Run.CompleteTx, Run.FailTx, the
+// workflow engine's InTx), it then also runs DoomTransaction
+// (leasehold_lease_lost, migration 00011), which raises LH001 and so aborts
+// that transaction: nothing written in it can commit, and a caller that
+// ignores the error and commits gets the commit's error
+// (pgx.ErrTxCommitRollback), not a zombie's effect.
 func (s *Store) FinishEpisode(ctx context.Context, id int64, t claims.Token, f episodes.Finish) error {
+	err := s.finishEpisode(ctx, id, t, f)
+	if _, inTx := s.conn.(pgx.Tx); inTx && errors.Is(err, episodes.ErrLeaseLost) {
+		return s.doomTransaction(ctx, t, err)
+	}
+	return err
+}
+
+// doomTransaction runs DoomTransaction in the Store's transaction after a
+// fenced write that matched no row (lost), and returns lost, or why the
+// transaction could not be doomed with it. It is sent even when ctx is
+// done (a run's context is cancelled once its lease is known lost): a
+// transaction left committable is exactly what it must not leave behind.
+func (s *Store) doomTransaction(ctx context.Context, t claims.Token, lost error) error {
+	err := s.q.DoomTransaction(context.WithoutCancel(ctx), s.conn, db.DoomTransactionParams{ClaimKey: t.Key, OwnerNode: t.Owner, Fence: t.Fence})
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == HoldLostCode:
+		return fmt.Errorf("postgres: FinishEpisode: %s: %w (the transaction is aborted)", t, lost)
+	case err == nil:
+		return fmt.Errorf("postgres: FinishEpisode: %s: %w, and DoomTransaction did not raise", t, lost)
+	default:
+		// The transaction is unusable anyway (the connection failed, or
+		// an earlier error aborted it): its commit fails.
+		return errors.Join(lost, dbError("DoomTransaction", err))
+	}
+}
+
+func (s *Store) finishEpisode(ctx context.Context, id int64, t claims.Token, f episodes.Finish) error {
 	_, err := s.q.FinishEpisode(ctx, s.conn, db.FinishEpisodeParams{
 		Status:      string(f.Status),
 		Result:      f.Result,

@@ -46,7 +46,19 @@
 //
 // A Store bound to a caller's transaction (WithTx) runs an operation of
 // several statements inside a SAVEPOINT of it, rolled back to when the
-// operation fails, so the caller's transaction goes on without its writes.
+// operation fails, so the caller's transaction goes on without its writes;
+// except that a fenced write there that matched no row (FinishEpisode from
+// Run.CompleteTx or Run.FailTx, HoldClaim from Run.Hold: the grant is
+// gone) dooms the caller's transaction, as an error aborts one on Postgres.
+// A failed statement does not end an SQLite transaction, so the Store
+// then writes, outside its savepoint, a row of
+// leasehold_doomed_transactions (DoomTransaction, migration 00011) whose
+// foreign key no row can satisfy and which is DEFERRABLE INITIALLY
+// DEFERRED: the COMMIT fails (SQLITE_CONSTRAINT_FOREIGNKEY),
+// modernc.org/sqlite rolls the transaction back, and its connection goes
+// back to the pool outside any transaction; so a caller that ignores
+// claims.ErrLeaseLost and commits lands nothing. It needs foreign keys on
+// (Open's DSN); a ROLLBACK TO a savepoint taken before the write undoes it.
 // Maintain waits for the write lock (up to busy_timeout) where Postgres
 // skips a run whose lock is held, and takes no lock when nothing is due
 // (MaintenanceDue).

@@ -126,8 +126,22 @@ func (s *Store) AppendStep(ctx context.Context, id int64, t claims.Token, stepNo
 
 // FinishEpisode runs FinishEpisodeClaim, FinishEpisodeStep (f.StepNo > 0)
 // and FinishEpisode in one transaction (a savepoint of the caller's, when
-// the Store is bound to one).
+// the Store is bound to one); episodes.ErrLeaseLost when they matched no
+// row (the grant is gone, or the episode already ended), having written
+// nothing. Bound to a transaction (WithTx: Run.CompleteTx, Run.FailTx, the
+// workflow engine's InTx), it then also runs DoomTransaction in it, after
+// the savepoint is rolled back: that transaction's COMMIT fails
+// (SQLITE_CONSTRAINT_FOREIGNKEY) and rolls it back, so a caller that
+// ignores the error and commits lands nothing of it.
 func (s *Store) FinishEpisode(ctx context.Context, id int64, t claims.Token, f episodes.Finish) error {
+	err := s.finishEpisode(ctx, id, t, f)
+	if _, inTx := s.conn.(*sql.Tx); inTx && errors.Is(err, episodes.ErrLeaseLost) {
+		return s.doomTransaction(ctx, "FinishEpisode", t)
+	}
+	return err
+}
+
+func (s *Store) finishEpisode(ctx context.Context, id int64, t claims.Token, f episodes.Finish) error {
 	return s.inTx(ctx, func(s *Store) error {
 		if _, err := s.q.FinishEpisodeClaim(ctx, s.conn, sqlitedb.FinishEpisodeClaimParams{
 			ClaimState: f.ClaimState(), ErrorDetail: jsonArg(f.ErrorDetail),

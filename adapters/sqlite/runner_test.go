@@ -141,9 +141,9 @@ func TestRunnerOnSQLite(t *testing.T) {
 }
 
 // What FireTx and the fenced writes of a caller's transaction write through
-// Store.WithTx commits or rolls back with the caller's own writes; a write
-// that matches nothing there (a stale grant) rolls back to its savepoint and
-// leaves the caller's transaction usable.
+// Store.WithTx commits or rolls back with the caller's own writes; a finish
+// that matches nothing there (a stale grant) writes nothing and dooms the
+// caller's transaction: its commit fails, and nothing of it lands.
 func TestTxStoreOnSQLite(t *testing.T) {
 	t.Parallel()
 	db := sqlitetest.DB(t)
@@ -179,10 +179,17 @@ func TestTxStoreOnSQLite(t *testing.T) {
 	require.NoError(t, err)
 	out, err = node.FireTx(ctx, store.WithTx(tx), "mon", "ping", map[string]int{"n": 2}, runner.FireOptions{})
 	require.NoError(t, err)
-	// A finish under a grant that does not exist matches nothing and
-	// writes nothing, and the transaction goes on.
+	// A finish under a grant that does not exist matches nothing, and
+	// the transaction cannot commit.
 	stale := claims.Token{Key: "event:mon:ping:nobody", Owner: "full", Fence: 7}
 	require.ErrorIs(t, store.WithTx(tx).FinishEpisode(ctx, out[0].EpisodeID, stale, episodes.Finish{Status: episodes.StatusDone}), claims.ErrLeaseLost)
+	require.Error(t, tx.Commit())
+	require.Zero(t, count(), "the doomed transaction's episode did not land")
+
+	tx, err = db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	out, err = node.FireTx(ctx, store.WithTx(tx), "mon", "ping", map[string]int{"n": 2}, runner.FireOptions{})
+	require.NoError(t, err)
 	require.NoError(t, tx.Commit())
 	require.Equal(t, 1, count())
 	node.PollNow()

@@ -171,9 +171,10 @@ type beginner interface {
 // and rolled back otherwise; or, when the Store is bound to a caller's
 // transaction (WithTx: FireTx, Run.Hold, Run.CompleteTx), inside a
 // SAVEPOINT of it, rolled back to when fn fails, so the caller's
-// transaction goes on without fn's writes and the caller decides (as SQL
-// Server's nested FinishEpisode does). A failed BEGIN (the lock stayed busy
-// for busy_timeout) is claims.ErrRetryable: nothing ran.
+// transaction goes on without fn's writes and the caller decides (a fenced
+// write that matched no row then dooms it: doomTransaction). A failed
+// BEGIN (the lock stayed busy for busy_timeout) is claims.ErrRetryable:
+// nothing ran.
 func (s *Store) inTx(ctx context.Context, fn func(*Store) error) error {
 	if tx, ok := s.conn.(*sql.Tx); ok {
 		return s.inSavepoint(ctx, tx, fn)

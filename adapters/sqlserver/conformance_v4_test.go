@@ -40,8 +40,9 @@ func TestConformanceWorkflows(t *testing.T) {
 // the statements the engine sends inside InTx, RCSI off and on. Under
 // XACT_ABORT ON any error dooms the caller's transaction and a bare ROLLBACK
 // in a batch ends it, so a lost race must be an empty answer, a fenced
-// finish that matched nothing must roll back to its savepoint only, and the
-// instance lock must hold until the transaction ends.
+// finish that matched nothing must roll the caller's whole transaction
+// back (its THROW), so that nothing of it commits, and the instance lock
+// must hold until the transaction ends.
 func TestConformanceWorkflowsInTx(t *testing.T) {
 	admin, dsn := mssqlAdmin(t)
 	t.Parallel()
@@ -113,23 +114,30 @@ func TestConformanceWorkflowsInTx(t *testing.T) {
 				require.Equal(t, episodes.StatusQueued, got.Status, "the finish rolled back with the caller's transaction")
 
 				var id int64
-				require.NoError(t, s.InTx(ctx, func(tx workflows.Tx) error {
+				err = s.InTx(ctx, func(tx workflows.Tx) error {
 					var err error
 					id, _, err = tx.CreateWorkflowInstance(ctx, workflows.NewInstance{WorkflowID: "w", Subject: "s"})
 					require.NoError(t, err)
 					require.ErrorIs(t, tx.FinishEpisode(ctx, ep.Episode.ID, stale, done), episodes.ErrLeaseLost)
-					// Rolled back to its savepoint only: the instance is
-					// still there, and the transaction is still one.
+					// The THROW rolled the whole transaction back: its
+					// later batches are refused, not run in autocommit.
 					_, err = tx.LockWorkflowInstance(ctx, id)
-					require.NoError(t, err)
+					require.Error(t, err)
+					return nil // the caller ignores both errors and commits
+				})
+				require.Error(t, err, "the commit of a transaction whose finish matched nothing fails")
+				_, err = s.GetWorkflowInstance(ctx, id)
+				require.ErrorIs(t, err, workflows.ErrNoInstance, "nothing written before the failed finish committed")
+				got, err = s.GetEpisode(ctx, ep.Episode.ID)
+				require.NoError(t, err)
+				require.Equal(t, episodes.StatusQueued, got.Status)
+
+				require.NoError(t, s.InTx(ctx, func(tx workflows.Tx) error {
 					return tx.FinishEpisode(ctx, ep.Episode.ID, tk, done)
 				}))
 				got, err = s.GetEpisode(ctx, ep.Episode.ID)
 				require.NoError(t, err)
-				require.Equal(t, episodes.StatusDone, got.Status)
-				inst, err := s.GetWorkflowInstance(ctx, id)
-				require.NoError(t, err, "the writes before the failed finish committed")
-				require.Equal(t, workflows.InstanceRunning, inst.Status)
+				require.Equal(t, episodes.StatusDone, got.Status, "the current grant was untouched")
 			})
 
 			t.Run("ConcurrentStartersMakeOneInstance", func(t *testing.T) {

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"time"
 
+	mssql "github.com/microsoft/go-mssqldb"
+
 	"github.com/leasehold/leasehold/claims"
 	"github.com/leasehold/leasehold/episodes"
 )
@@ -114,8 +116,23 @@ func (s *Store) AppendStep(ctx context.Context, id int64, t claims.Token, stepNo
 	).Scan(&got))
 }
 
-// FinishEpisode runs FinishEpisode.
+// FinishEpisode runs FinishEpisode; episodes.ErrLeaseLost when it matched
+// no row (the grant is gone, or the episode already ended). On its own the
+// batch then changes nothing. Bound to a transaction (WithTx: Run.CompleteTx,
+// Run.FailTx; InTx) it THROWs 51001 (HoldLostError), which XACT_ABORT turns
+// into a rollback of that whole transaction: nothing written in it
+// commits, and go-mssqldb fails the transaction's later batches and its
+// COMMIT, so a caller that ignores the error lands nothing.
 func (s *Store) FinishEpisode(ctx context.Context, id int64, t claims.Token, f episodes.Finish) error {
+	err := s.finishEpisode(ctx, id, t, f)
+	var msErr mssql.Error
+	if errors.As(err, &msErr) && msErr.Number == HoldLostError {
+		return fmt.Errorf("sqlserver: FinishEpisode: %s: %w (the transaction is rolled back)", t, episodes.ErrLeaseLost)
+	}
+	return err
+}
+
+func (s *Store) finishEpisode(ctx context.Context, id int64, t claims.Token, f episodes.Finish) error {
 	var got int64
 	return episodeFenced(s.queryRow(ctx, "FinishEpisode",
 		sql.Named("status", string(f.Status)),

@@ -82,6 +82,9 @@ func TestStaticParse(t *testing.T) {
 			for i, sql := range stmts {
 				tree, err := parseTSQL(sql)
 				require.NoError(t, err, "statement %d:\n%s", i+1, sql)
+				if sql == noopMigration {
+					continue
+				}
 				requireStatementTypes(t, tree, migrationStatementTypes)
 			}
 		})
@@ -114,6 +117,11 @@ var (
 		// statement types (procedureBody).
 		"CreateProcedureStatement": true, "DropProcedureStatement": true,
 	}
+	// noopMigration is the whole of a migration section that changes
+	// nothing on SQL Server and keeps the version numbers in step with the
+	// other dialects (00011: Postgres's leasehold_lease_lost, SQLite's
+	// leasehold_doomed_transactions).
+	noopMigration = "SELECT 1;"
 	// executedProcedures: TryMaintenanceLock's sp_getapplock.
 	executedProcedures = map[string]bool{"sp_getapplock": true}
 )

@@ -658,6 +658,30 @@ func TestUnitEmptyResultMapping(t *testing.T) {
 	require.ErrorContains(t, err, "sqlserver: StartWorkflowStep: no row count returned")
 }
 
+// TestUnitFinishEpisodeThrowInTx: FinishEpisode's THROW 51001, which it
+// sends inside a caller's transaction when it matched no row (XACT_ABORT
+// has rolled that transaction back: TestStaticFinishEpisodeDoomsTheCallersTransaction),
+// is claims.ErrLeaseLost, and the batch is sent once (sent again, it would
+// run in autocommit). On its own an empty answer still is.
+func TestUnitFinishEpisodeThrowInTx(t *testing.T) {
+	f := newFake(t)
+	f.answer = func(string, map[string]any) fakeResult {
+		return fakeResult{err: mssql.Error{Number: HoldLostError, Message: "leasehold: lease lost"}}
+	}
+	ctx := context.Background()
+	tk := claims.Token{Key: "k", Owner: "a", Fence: 1}
+	tx, err := f.store.db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback() }()
+	err = f.store.WithTx(tx).FinishEpisode(ctx, 9, tk, episodes.Finish{Status: episodes.StatusDone})
+	require.ErrorIs(t, err, episodes.ErrLeaseLost)
+	require.NotErrorIs(t, err, claims.ErrRetryable)
+	require.Equal(t, 1, f.calls("FinishEpisode"))
+
+	f.answer = func(name string, _ map[string]any) fakeResult { return fakeResult{cols: resultColumns[name]} }
+	require.ErrorIs(t, f.store.FinishEpisode(ctx, 9, tk, episodes.Finish{Status: episodes.StatusDone}), episodes.ErrLeaseLost)
+}
+
 func TestUnitDuplicateKeyMapping(t *testing.T) {
 	f := newFake(t)
 	f.answer = func(string, map[string]any) fakeResult { return fakeResult{err: mssql.Error{Number: 2601}} }

@@ -26,7 +26,9 @@ var ErrNoInstance = workflows.ErrNoInstance
 // transaction on one pooled connection, committed when fn returns nil and
 // rolled back otherwise. Every batch the Tx sends, FinishEpisode and
 // CreateDeferredEpisode included, runs in that transaction; those two nest
-// in it (a savepoint, or no transaction of their own) instead of ending it.
+// in it (no transaction of their own) instead of ending it, except that a
+// FinishEpisode that matched no row THROWs and so rolls it back, as any
+// error does.
 //
 // Nothing is retried inside the transaction: an error in any batch has
 // rolled the whole transaction back (XACT_ABORT), so a batch sent again

@@ -435,6 +435,31 @@ func (q *Queries) CreateEpisodeGrant(ctx context.Context, db DBTX, arg CreateEpi
 	return i, err
 }
 
+const doomTransaction = `-- name: DoomTransaction :exec
+INSERT INTO leasehold_doomed_transactions (dedupe_key) VALUES (CAST(?1 AS TEXT))
+`
+
+// Makes the caller's transaction fail at COMMIT after a fenced write in it
+// (Store.WithTx on the caller's *sql.Tx) matched no row: FinishEpisode
+// (Run.CompleteTx, Run.FailTx) or HoldClaim (Run.Hold). The run's grant is
+// gone, and what the caller wrote beside the write is a zombie's effect. A
+// failed statement does not end an SQLite transaction (Postgres aborts it:
+// its DoomTransaction raises), so this writes a row of
+// leasehold_doomed_transactions (migration 00011), whose foreign key no row
+// can satisfy and which SQLite checks at COMMIT: the COMMIT fails
+// (SQLITE_CONSTRAINT_FOREIGNKEY) and the transaction is rolled back, so a
+// caller that ignores claims.ErrLeaseLost and commits lands nothing.
+//
+// Guarantee: unconditional; the adapter runs it only after a fenced write
+// in the caller's transaction matched nothing (whatever the cause), outside
+// the write's own savepoint, so rolling that back does not undo it. A
+// ROLLBACK TO a savepoint the caller took before the write does, as on
+// Postgres. Needs foreign keys on (Open's DSN).
+func (q *Queries) DoomTransaction(ctx context.Context, db DBTX, dedupeKey string) error {
+	_, err := db.ExecContext(ctx, doomTransaction, dedupeKey)
+	return err
+}
+
 const findLiveEpisode = `-- name: FindLiveEpisode :one
 SELECT id FROM leasehold_episodes
 WHERE dedupe_key = CAST(?1 AS TEXT) AND archived_at IS NULL
@@ -490,7 +515,8 @@ type FinishEpisodeParams struct {
 // Guarantee: fenced; it runs only after the claim UPDATE matched the
 // caller's live grant, re-checks the claim by key, owner and fence, and
 // writes only an open episode. No row back: the adapter rolls back the
-// claim write too.
+// claim write too, and in a caller's transaction then runs
+// DoomTransaction, so that transaction cannot commit either.
 func (q *Queries) FinishEpisode(ctx context.Context, db DBTX, arg FinishEpisodeParams) (int64, error) {
 	row := db.QueryRowContext(ctx, finishEpisode,
 		arg.Status,
@@ -536,7 +562,8 @@ type FinishEpisodeClaimParams struct {
 // the caller's live grant (key, owner, fence, claimed) and only while the
 // episode is still open (queued or running). No row back: a duplicate
 // finish, or one from a grant that was stolen; the adapter rolls back and
-// nothing changed (claims.ErrLeaseLost).
+// nothing changed (claims.ErrLeaseLost), and in a caller's transaction
+// runs DoomTransaction.
 func (q *Queries) FinishEpisodeClaim(ctx context.Context, db DBTX, arg FinishEpisodeClaimParams) (string, error) {
 	row := db.QueryRowContext(ctx, finishEpisodeClaim,
 		arg.ClaimState,

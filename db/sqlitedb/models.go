@@ -13,6 +13,12 @@ type LeaseholdAgentDefinition struct {
 	MaxAttempts    *int64
 }
 
+type LeaseholdDoomedTransaction struct {
+	ID        int64
+	DedupeKey string
+	Doom      int64
+}
+
 type LeaseholdEpisode struct {
 	ID                int64
 	ActorID           string

@@ -75,6 +75,17 @@ var DialectOnly = []Only{
 			"or SQL Server locks only the rows it changes",
 		Fallback: "Postgres and SQL Server run Maintain's statements directly",
 	},
+	{
+		Name:     "DoomTransaction",
+		Dialects: []string{DialectPostgres, DialectSQLite},
+		Why: "what the adapter runs in the caller's transaction after a fenced FinishEpisode in it (on SQLite also " +
+			"HoldClaim, which Postgres's leasehold_hold raises in itself) matched no row, " +
+			"so that the transaction cannot commit (Postgres: leasehold_lease_lost raises LH001, which aborts it; " +
+			"SQLite: a row whose deferred foreign key fails the COMMIT; migration 00011): SQL Server's FinishEpisode " +
+			"does it in its own batch, since T-SQL can THROW there",
+		Fallback: "SQL Server: FinishEpisode THROWs 51001 inside a caller's transaction when it matched nothing, " +
+			"and XACT_ABORT rolls that whole transaction back",
+	},
 
 	// The steps of SQLite's multi-statement operations.
 	part("AppendStepLease", "AppendStep"),

@@ -185,7 +185,9 @@ RETURNING step_no;
 --
 -- Guarantee: fenced; the claim UPDATE matches only the caller's live grant,
 -- and the episode UPDATE runs only if it did. A duplicate finish, or one from
--- a grant that was stolen, changes nothing.
+-- a grant that was stolen, changes nothing (no row back); in a caller's
+-- transaction the adapter then runs DoomTransaction, so that transaction
+-- cannot commit either.
 --
 -- step_no > 0 also journals the run's last step (step_data) in the same
 -- statement, under the same fence, saving the commit of a separate
@@ -222,6 +224,23 @@ WHERE e.id = sqlc.arg(id)
   AND e.status IN ('queued', 'running')
   AND EXISTS (SELECT 1 FROM claim)
 RETURNING e.id;
+
+-- name: DoomTransaction :exec
+-- Ends the caller's transaction for good after FinishEpisode, run in it
+-- (Run.CompleteTx, Run.FailTx: the adapter bound to the caller's pgx.Tx),
+-- matched no row: the run's grant is gone, and what the caller wrote beside
+-- the finish is a zombie's effect. leasehold_lease_lost (migration 00011)
+-- raises SQLSTATE LH001, as leasehold_hold does for a lost grant, and any
+-- error aborts a Postgres transaction: every later statement in it fails
+-- (25P02) and its COMMIT rolls back, so a caller that ignores
+-- claims.ErrLeaseLost and commits lands nothing.
+--
+-- Guarantee: unconditional; the adapter runs it only after a fenced finish
+-- in the caller's transaction matched nothing, whatever the cause (a
+-- takeover, a release, a finish already made, an episode ended elsewhere).
+-- A ROLLBACK TO a savepoint taken before the finish undoes it, with the
+-- finish.
+SELECT leasehold_lease_lost(sqlc.arg(claim_key)::text, sqlc.arg(owner_node)::text, sqlc.arg(fence)::bigint);
 
 -- name: FinishEpisodes :many
 -- Grouped finishing: the terminal writes of many runs of one node in one

@@ -213,7 +213,8 @@ RETURNING step_no;
 -- the caller's live grant (key, owner, fence, claimed) and only while the
 -- episode is still open (queued or running). No row back: a duplicate
 -- finish, or one from a grant that was stolen; the adapter rolls back and
--- nothing changed (claims.ErrLeaseLost).
+-- nothing changed (claims.ErrLeaseLost), and in a caller's transaction
+-- runs DoomTransaction.
 UPDATE leasehold_work_claims
 SET state        = CAST(@claim_state AS TEXT),
     finished_at  = CAST(round(unixepoch('subsec') * 1000) AS INTEGER),
@@ -250,7 +251,8 @@ WHERE CAST(@step_no AS INTEGER) > 0
 -- Guarantee: fenced; it runs only after the claim UPDATE matched the
 -- caller's live grant, re-checks the claim by key, owner and fence, and
 -- writes only an open episode. No row back: the adapter rolls back the
--- claim write too.
+-- claim write too, and in a caller's transaction then runs
+-- DoomTransaction, so that transaction cannot commit either.
 UPDATE leasehold_episodes
 SET status       = CAST(@status AS TEXT),
     phase        = NULL,
@@ -267,6 +269,25 @@ WHERE id = CAST(@id AS INTEGER)
                 AND c.owner_node = CAST(@owner_node AS TEXT)
                 AND c.fence = CAST(@fence AS INTEGER))
 RETURNING id;
+
+-- name: DoomTransaction :exec
+-- Makes the caller's transaction fail at COMMIT after a fenced write in it
+-- (Store.WithTx on the caller's *sql.Tx) matched no row: FinishEpisode
+-- (Run.CompleteTx, Run.FailTx) or HoldClaim (Run.Hold). The run's grant is
+-- gone, and what the caller wrote beside the write is a zombie's effect. A
+-- failed statement does not end an SQLite transaction (Postgres aborts it:
+-- its DoomTransaction raises), so this writes a row of
+-- leasehold_doomed_transactions (migration 00011), whose foreign key no row
+-- can satisfy and which SQLite checks at COMMIT: the COMMIT fails
+-- (SQLITE_CONSTRAINT_FOREIGNKEY) and the transaction is rolled back, so a
+-- caller that ignores claims.ErrLeaseLost and commits lands nothing.
+--
+-- Guarantee: unconditional; the adapter runs it only after a fenced write
+-- in the caller's transaction matched nothing (whatever the cause), outside
+-- the write's own savepoint, so rolling that back does not undo it. A
+-- ROLLBACK TO a savepoint the caller took before the write does, as on
+-- Postgres. Needs foreign keys on (Open's DSN).
+INSERT INTO leasehold_doomed_transactions (dedupe_key) VALUES (CAST(@dedupe_key AS TEXT));
 
 -- name: FinishEpisodesClaims :many
 -- FinishEpisodes' first statement (grouped finishing: the terminal writes

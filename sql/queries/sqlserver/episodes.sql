@@ -285,7 +285,8 @@ SELECT step_no FROM @step;
 --
 -- Guarantee: fenced; the claim UPDATE matches only the caller's live grant,
 -- and the episode UPDATE runs only if it did. A duplicate finish, or one from
--- a grant that was stolen, changes nothing.
+-- a grant that was stolen, changes nothing, and inside a caller's
+-- transaction rolls that transaction back (see Nesting).
 --
 -- @step_no > 0 also journals the run's last step (@step_data) in the same
 -- transaction, under the same fence, saving a separate AppendStep.
@@ -295,26 +296,26 @@ SELECT step_no FROM @step;
 -- episode status read inside it needs no hint: the episode UPDATE re-checks
 -- the status under its own lock, and the batch rolls back if it changed.
 --
--- Nesting: on its own the batch is its own transaction. Inside a caller's
--- transaction (@@TRANCOUNT > 0: the workflow engine finishes a step's
--- episode and advances its workflow in one transaction, Store.InTx) it
--- takes a savepoint instead, and a finish that matched nothing rolls back
--- to that savepoint only: the caller's transaction goes on, without this
--- batch's writes, and the caller decides. A bare ROLLBACK there would end
--- the caller's transaction and leave its later batches in autocommit. No
--- error is caught, so the savepoint is only ever rolled back in a
--- committable transaction; an error ends the caller's transaction
--- (XACT_ABORT). Locks taken after the savepoint are kept until the caller's
--- transaction ends.
+-- Nesting: on its own the batch is its own transaction, rolled back when
+-- the finish matched nothing (no row back). Inside a caller's transaction
+-- (@@TRANCOUNT > 0: Run.CompleteTx and Run.FailTx through Store.WithTx, or
+-- the workflow engine finishing a step's episode and advancing its
+-- workflow in one transaction, Store.InTx) it begins none, and a finish
+-- that matched nothing THROWs 51001, leasehold_hold's "lease lost"
+-- (migration 00009): XACT_ABORT rolls the caller's whole transaction back,
+-- this batch's writes with it, so nothing the caller wrote beside a
+-- zombie's finish can commit, and go-mssqldb refuses the transaction's
+-- later batches and its COMMIT. A bare ROLLBACK there would end the
+-- caller's transaction without an error and leave its later batches in
+-- autocommit, where a caller that ignored claims.ErrLeaseLost would land
+-- them. No error is caught.
 SET NOCOUNT ON;
 SET XACT_ABORT ON;
 DECLARE @claim TABLE (dedupe_key nvarchar(512) NOT NULL);
 DECLARE @finished TABLE (id bigint NOT NULL);
 DECLARE @nested bit = CASE WHEN @@TRANCOUNT > 0 THEN 1 ELSE 0 END;
 
-IF @nested = 1
-    SAVE TRANSACTION FinishEpisode;
-ELSE
+IF @nested = 0
     BEGIN TRANSACTION;
 
 UPDATE leasehold_work_claims WITH (UPDLOCK, ROWLOCK)
@@ -354,7 +355,7 @@ BEGIN
         COMMIT TRANSACTION;
 END
 ELSE IF @nested = 1
-    ROLLBACK TRANSACTION FinishEpisode;
+    THROW 51001, N'leasehold: lease lost: a fenced finish in this transaction matched no row, so the transaction is rolled back', 1;
 ELSE
     ROLLBACK TRANSACTION;
 
