@@ -13,6 +13,7 @@ import (
 	"github.com/leasehold/leasehold/claims"
 	"github.com/leasehold/leasehold/episodes"
 	"github.com/leasehold/leasehold/internal/nodetest"
+	"github.com/leasehold/leasehold/internal/testbound"
 	"github.com/leasehold/leasehold/runner"
 )
 
@@ -42,8 +43,10 @@ func TestCancelAndRetryAcrossNodes(t *testing.T) {
 		<-ctx.Done()
 		return runner.StepResult{}, ctx.Err()
 	}}
+	const lease = 3 * time.Second
+	heartbeat := lease / 3 // the default interval (claims.HeartbeatConfig)
 	c := nodetest.Start(t, 2, func(_ int, cfg *runner.Config) {
-		cfg.Lease = 3 * time.Second // heartbeat interval 1 s
+		cfg.Lease = lease
 	}, runner.Actor{ID: "pay", Expectations: []runner.Expectation{{ID: "charge", Trigger: runner.Manual{}, Strategy: s}}})
 	owner, other := c.Nodes[1], c.Nodes[0]
 	ctx := context.Background()
@@ -59,7 +62,7 @@ func TestCancelAndRetryAcrossNodes(t *testing.T) {
 	require.Equal(t, episodes.StatusRunning, res.Status)
 	nodetest.WaitEnded(t, 1, c.Sigs[1])
 	took := time.Since(asked)
-	require.Less(t, took, 3*time.Second, "within one heartbeat interval (1 s) and the finish")
+	require.Less(t, took, heartbeat+testbound.Margin, "within one heartbeat interval (%v) and the finish", heartbeat)
 	t.Logf("a cancel asked on node-0 ended node-1's run %v later", took.Round(time.Millisecond))
 	ep, err := postgres.New(c.Pool).GetEpisode(ctx, out.EpisodeID)
 	require.NoError(t, err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/leasehold/leasehold/internal/nodetest"
 	"github.com/leasehold/leasehold/internal/pgtest"
+	"github.com/leasehold/leasehold/internal/testbound"
 	"github.com/leasehold/leasehold/runner"
 )
 
@@ -17,8 +18,14 @@ import (
 // events fired on one node only. The firing node runs what fits in its slot
 // and creates the rest available; every node takes available work as its
 // slot frees (woken by NOTIFY), so each runs a share, and none twice.
+//
+// Each run lasts twice testbound.Wakeup: a node whose poller wakes up late
+// on a loaded host (at most Wakeup) then still runs 3 of its 4 even if it
+// is that late every time (cycles of 3 Wakeups against the others' 2).
+// With 150 ms runs a node woken 350 ms late ran 2 in `make test-loaded`.
 func TestOverflowFlowsToNodesWithFreeSlots(t *testing.T) {
 	t.Parallel()
+	const work = 2 * testbound.Wakeup
 	var (
 		mu    sync.Mutex
 		runs  = map[int64][]string{}
@@ -33,7 +40,7 @@ func TestOverflowFlowsToNodesWithFreeSlots(t *testing.T) {
 			select {
 			case <-ctx.Done():
 				return runner.StepResult{}, ctx.Err()
-			case <-time.After(150 * time.Millisecond): // the work
+			case <-time.After(work):
 			}
 			return runner.StepResult{Done: true}, nil
 		}}

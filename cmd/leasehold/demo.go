@@ -25,17 +25,57 @@ import (
 // DATABASE_URL is set.
 const fallbackURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 
-// Demo timings.
+// Demo timings. The nodes' own (lease, sweep, poll) are the configuration
+// the demo shows; the driver's waits are derived from them.
 const (
-	demoNodes       = 3
-	victim          = "node-1"         // killed anyway when no node is seen running billing (see driveDemo)
+	demoNodes = 3
+	victim    = "node-1" // killed anyway when no node is seen running billing (see driveDemo)
+
+	// demoLease is the nodes' work-claim lease. A SIGKILLed node's work is
+	// recovered once it has run out, so it sets the demo's length; it also
+	// sets how long a node's writes may wait for the database before its
+	// runs stop (the heartbeat renews every lease/3 and gives up at
+	// lease*4/5 without a renewal). 3 s was too tight for a loaded host.
+	// Measured 2026-12-01 on the 2-core CI machine, race-enabled binaries,
+	// two CPU hogs beside them (load 12-15), 12 runs three at a time (two
+	// SQLite, one Postgres): with 3 s (and the poller's defaults), SQLite
+	// renewals and journal writes waited past their 1 s call bound for the
+	// file's write lock in 7 of 8 SQLite runs, leases were lost in 6 (an
+	// episode restarted to attempt 3 of 4), and runs took 10.5-38.6 s; with
+	// 10 s (a renewal may wait 3.3 s, a lease has 4.7 s of retries) and the
+	// poller below, no renewal failed and no lease was lost in any run, and
+	// every run took 17.2-20.8 s.
+	demoLease = 10 * time.Second
+	// demoSweepEvery: the nodes' recovery sweep (initial delay and
+	// interval); demoStaleAfter: the sweep's bound for an episode with no
+	// claim at all.
+	demoSweepEvery = time.Second
+	demoStaleAfter = 5 * time.Second
+	// demoPollEvery: the nodes' trigger-request poller (the demo has no
+	// waker); demoPollClaimLease: a poller's claim on a request, so that a
+	// request claimed by the SIGKILLed node is claimable again after one
+	// lease, like its work claims (the default, 30 s, kept a recovered
+	// episode queued for that long).
+	demoPollEvery      = time.Second
+	demoPollClaimLease = demoLease
+
 	killAfter       = 3 * time.Second  // look for a node running a billing episode from then on
 	killAnywayAfter = 13 * time.Second // kill it even if it never ran anything
-	demoDeadline    = 45 * time.Second // every billing episode done by then, or exit 1
-	pollEvery       = 100 * time.Millisecond
-	progressEvery   = 500 * time.Millisecond
-	readyTimeout    = 15 * time.Second
-	stopTimeout     = 10 * time.Second
+	// demoDeadline: every billing episode done by then, or exit 1. The
+	// victim's work is another node's within one lease, one sweep and one
+	// poll of the kill (at killAnywayAfter at the latest), and then takes
+	// billingSteps steps; demoLoadMargin covers the queue behind it and a
+	// host so loaded that a step takes many times its 400 ms.
+	demoDeadline   = killAnywayAfter + demoLease + demoSweepEvery + demoPollEvery + demoLoadMargin
+	demoLoadMargin = 30 * time.Second
+
+	pollEvery     = 100 * time.Millisecond
+	progressEvery = 500 * time.Millisecond
+	readyTimeout  = 15 * time.Second
+	// demoNodeStop bounds a node's Stop (SIGTERM: drain, release its
+	// claims); stopTimeout, the parent's wait for it before a SIGKILL.
+	demoNodeStop = 5 * time.Second
+	stopTimeout  = 2 * demoNodeStop
 )
 
 // demoURLEnv lists the variables the demo's server comes from, first set

@@ -30,7 +30,6 @@ const (
 	billingEvent  = "invoice.created"
 	billingSteps  = 4
 	demoEvents    = 20
-	demoLease     = 3 * time.Second
 )
 
 // progressLine is what a node writes to stdout, one JSON object a line, for
@@ -173,7 +172,8 @@ func demoNode(ctx context.Context, url, schema, id string, every time.Duration, 
 	defer closeStore()
 	out := newProgressWriter(os.Stdout, id)
 
-	node, err := runner.NewNode(runner.Config{Store: store, Identity: id, Lease: demoLease, Logger: log, Observer: out})
+	node, err := runner.NewNode(runner.Config{Store: store, Identity: id, Lease: demoLease, Logger: log, Observer: out,
+		Poll: runner.PollConfig{Interval: demoPollEvery, ClaimLease: demoPollClaimLease}})
 	if err != nil {
 		return fmt.Errorf("new node: %w", err)
 	}
@@ -187,8 +187,8 @@ func demoNode(ctx context.Context, url, schema, id string, every time.Duration, 
 		return fmt.Errorf("recoverer: %w", err)
 	}
 	sweeper, err := recovery.NewSweeper(rec, recovery.SweeperConfig{
-		InitialDelay: time.Second, Interval: time.Second,
-		Options: recovery.Options{StaleAfter: 5 * time.Second},
+		InitialDelay: demoSweepEvery, Interval: demoSweepEvery,
+		Options: recovery.Options{StaleAfter: demoStaleAfter},
 	})
 	if err != nil {
 		return fmt.Errorf("sweeper: %w", err)
@@ -204,7 +204,7 @@ func demoNode(ctx context.Context, url, schema, id string, every time.Duration, 
 	<-ctx.Done()
 
 	bg.Wait() // no sweep resumes work on a stopping node
-	stopCtx, cancelStop := context.WithTimeout(context.Background(), 5*time.Second)
+	stopCtx, cancelStop := context.WithTimeout(context.Background(), demoNodeStop)
 	defer cancelStop()
 	if err := node.Stop(stopCtx); err != nil {
 		return fmt.Errorf("stop node: %w", err)

@@ -34,6 +34,9 @@ func URL() string {
 	return DefaultURL
 }
 
+// schemaTimeout bounds creating and migrating one test schema.
+const schemaTimeout = 2 * time.Minute
+
 // Options tunes the pool Schema returns.
 type Options struct {
 	// MaxConns bounds the pool. Default 40, enough for 32 truly concurrent
@@ -69,7 +72,11 @@ func NewSchema(ctx context.Context, opts ...Options) (pool *pgxpool.Pool, drop f
 	if len(opts) > 0 && opts[0].URL != "" {
 		o.URL = opts[0].URL
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	// A failure detector, not a bound on anything leasehold promises:
+	// migrating a schema (eleven transactions, each fsynced) took 1.2-21 s
+	// on the 2-core CI machine with two CPU hogs beside the race-enabled
+	// suite (2026-12-01, load 13, fsync on); 30 s failed tests there.
+	ctx, cancel := context.WithTimeout(ctx, schemaTimeout)
 	defer cancel()
 
 	admin, err := pgx.Connect(ctx, o.URL)
