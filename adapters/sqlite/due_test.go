@@ -15,20 +15,21 @@ import (
 	"github.com/leasehold/leasehold/adapters/sqlite"
 	"github.com/leasehold/leasehold/internal/nodetest"
 	"github.com/leasehold/leasehold/internal/sqlitetest"
+	"github.com/leasehold/leasehold/internal/testbound"
 	"github.com/leasehold/leasehold/runner"
 )
 
 // Without notifications (SQLite), a node still starts what it made due
 // itself at its due time: a delayed run it fired and a retry of a run it
 // ended wake its own poller, which sleeps until the request falls due
-// (NextTriggerRequestDue), not until its 5 s interval. Lag is the hand-over
+// (NextTriggerRequestDue), not until its 30 s interval. Lag is the hand-over
 // (finished_at) minus run_after, both on SQLite's clock.
 func TestDueWorkStartsAtItsDueTimeOnSQLite(t *testing.T) {
 	t.Parallel()
 	db := sqlitetest.DB(t)
 	var failedOnce sync.Map
 	sig := nodetest.NewSignals()
-	interval := 5 * time.Second
+	interval := 30 * time.Second
 	node, err := runner.NewNode(runner.Config{
 		Store:    sqlite.New(sqlitetest.Another(t, db)),
 		Identity: "node-0",
@@ -84,7 +85,7 @@ func TestDueWorkStartsAtItsDueTimeOnSQLite(t *testing.T) {
 	require.Len(t, lags, delayed+retried)
 	slices.Sort(lags)
 	t.Logf("due-to-start on SQLite over %d hand-overs: p50 %d ms, max %d ms (poll interval %v)", len(lags), lags[len(lags)/2], lags[len(lags)-1], interval)
-	// As on Postgres: on time is milliseconds, the next tick is seconds; the
-	// interval's tenth leaves room for a loaded host.
-	require.Less(t, lags[len(lags)-1], (interval / 10).Milliseconds(), "a due request waited for the poll interval: %v", lags)
+	// As on Postgres: on time is milliseconds, the measured scheduling
+	// margin of a loaded host at most; the next tick is seconds.
+	require.Less(t, lags[len(lags)-1], testbound.Margin.Milliseconds(), "a due request waited for the poll interval: %v", lags)
 }
