@@ -22,14 +22,15 @@ import (
 // Without notifications (SQLite), a node still starts what it made due
 // itself at its due time: a delayed run it fired and a retry of a run it
 // ended wake its own poller, which sleeps until the request falls due
-// (NextTriggerRequestDue), not until its 30 s interval. Lag is the hand-over
+// (NextTriggerRequestDue), not until its interval (an hour here: the
+// poller of old never started them). Lag is the hand-over
 // (finished_at) minus run_after, both on SQLite's clock.
 func TestDueWorkStartsAtItsDueTimeOnSQLite(t *testing.T) {
 	t.Parallel()
 	db := sqlitetest.DB(t)
 	var failedOnce sync.Map
 	sig := nodetest.NewSignals()
-	interval := 30 * time.Second
+	interval := time.Hour
 	node, err := runner.NewNode(runner.Config{
 		Store:    sqlite.New(sqlitetest.Another(t, db)),
 		Identity: "node-0",
@@ -85,7 +86,10 @@ func TestDueWorkStartsAtItsDueTimeOnSQLite(t *testing.T) {
 	require.Len(t, lags, delayed+retried)
 	slices.Sort(lags)
 	t.Logf("due-to-start on SQLite over %d hand-overs: p50 %d ms, max %d ms (poll interval %v)", len(lags), lags[len(lags)/2], lags[len(lags)-1], interval)
-	// As on Postgres: on time is milliseconds, the measured scheduling
-	// margin of a loaded host at most; the next tick is seconds.
-	require.Less(t, lags[len(lags)-1], testbound.Margin.Milliseconds(), "a due request waited for the poll interval: %v", lags)
+	// On time is milliseconds on a quiet host. A retry's start chains
+	// several writes through SQLite's one write lock (the retry, the poll,
+	// the claim, the hand-over), each of which may wait the scheduling
+	// margin on a loaded host while lease writes still queue behind others
+	// (issue 29 item 1: seen up to 3.5 s at load 20): four margins.
+	require.Less(t, lags[len(lags)-1], (4 * testbound.Margin).Milliseconds(), "a due request waited for the poll interval: %v", lags)
 }
