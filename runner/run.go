@@ -93,10 +93,10 @@ func (x *executor) reserveUpTo(n int) int {
 	return k
 }
 
-// giveBack returns k slots that reserveUpTo took and the poll did not use,
-// to waiting jobs first. Unlike unreserve it does not wake the poller: the
-// poll that reserved them has just looked for work.
-func (x *executor) giveBack(k int) {
+// giveBack returns k reserved slots, to waiting jobs first, and reports
+// how many it left free. It does not wake the poller (unreserve does): the
+// poll that reserved slots it did not use has just looked for work.
+func (x *executor) giveBack(k int) (freed int) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	for ; k > 0 && len(x.queue) > 0 && !x.node.stopping(); k-- {
@@ -105,6 +105,7 @@ func (x *executor) giveBack(k int) {
 		x.node.runs.Go(func() { x.work(j) })
 	}
 	x.active -= k
+	return k
 }
 
 // startReserved runs j in the slot reserve took.
@@ -116,17 +117,9 @@ func (x *executor) startReserved(j *job) {
 // unreserve gives back a slot reserve took for nothing (a duplicate, an
 // error, a busy claim), to a waiting job if there is one.
 func (x *executor) unreserve() {
-	x.mu.Lock()
-	if len(x.queue) > 0 && !x.node.stopping() {
-		j := x.queue[0]
-		x.queue = x.queue[1:]
-		x.mu.Unlock()
-		x.node.runs.Go(func() { x.work(j) })
-		return
+	if x.giveBack(1) > 0 {
+		x.node.slotFreed() // the slot is free for the cluster's available work
 	}
-	x.active--
-	x.mu.Unlock()
-	x.node.slotFreed() // the slot is free for the cluster's available work
 }
 
 // free returns how many more episodes could start here now.
