@@ -20,6 +20,12 @@ var (
 	// ErrLeaseLost: work running under a lease must stop, because the lease was
 	// taken over, finished elsewhere, or could not be renewed in time.
 	ErrLeaseLost = errors.New("claims: lease lost")
+	// ErrLeaseExpired accompanies ErrLeaseLost when the node itself stopped
+	// the work: no renewal succeeded before the lease's local deadline (the
+	// database, or this host, was too slow). Nobody may have taken the
+	// grant over yet, so the node gives it back, fenced, once the work has
+	// stopped (see recovery: a grant given back is not an attempt).
+	ErrLeaseExpired = errors.New("claims: lease past its local deadline")
 	// ErrInvalid: an argument or configuration was rejected before any write.
 	ErrInvalid = errors.New("claims: invalid argument")
 	// ErrRetryable marks a database error after which the statement certainly
@@ -128,6 +134,12 @@ type Renewed struct {
 	Key        string
 	Fence      int64
 	LeaseUntil time.Time
+	// Start, when an adapter sets it, is a later instant than the one
+	// before RenewMany was called at which the renewal still cannot have
+	// started on the database (SQLite: when the statement held the write
+	// lock, after its wait behind other writers); the next local deadline
+	// is counted from it. Zero: from the call.
+	Start time.Time
 }
 
 // Store is the seam a dialect adapter implements. Each method is one reviewed

@@ -46,13 +46,18 @@
 // # Heartbeat and local deadlines
 //
 // A node runs one Heartbeat. Every lease/3 it renews all the leases it holds
-// with RenewClaims, one statement whatever their number. A lease missing from
-// the result is lost: its work's context is cancelled with cause
-// ErrLeaseLost. A database error is retried; the node keeps a local deadline
-// per lease on its monotonic clock and stops the work itself when the
-// deadline passes without a renewal, because after that another node may
-// steal the lease. The local deadline only ever stops work early; it never
-// grants anything.
+// with RenewClaims, one statement whatever their number, the next renewal
+// due an interval after the last one began (not ended). A renewal waits for
+// the database until the nearest local deadline, not less: one queued behind
+// other writes keeps its place rather than give up and start again at the
+// back. A lease missing from the result is lost: its work's context is
+// cancelled with cause ErrLeaseLost. A database error is retried; the node
+// keeps a local deadline per lease on its monotonic clock and stops the work
+// itself when the deadline passes without a renewal (cause ErrLeaseLost and
+// ErrLeaseExpired), because after that another node may steal the lease.
+// The local deadline only ever stops work early; it never grants anything.
+// WithLease bounds a write made for a lease by that deadline as renewals
+// move it.
 //
 // # Where the local lease clock starts
 //
@@ -71,6 +76,12 @@
 //	DispatchTriggerRequest (deferred work)     the adapter, via episodes.GrantedClaim
 //	RenewClaims (each renewal)                 the Heartbeat, before RenewMany
 //
+// An adapter that knows a later instant at which the statement still had
+// not run may stamp that instead: SQLite's stamps the instant its
+// transaction (or the statement's own) held the write lock, after any wait
+// behind other writers, since the grant runs after it on the same host's
+// clock; so a grant that queued for most of a lease keeps its whole local
+// time. RenewMany reports the same instant for a renewal (Renewed.Start).
 // The stamp lives in the adapter because only the adapter knows when it
 // sends the statement; episodes.GrantedClaim, which every adapter uses to
 // build a granted episode claim, takes the instant as a required argument,

@@ -157,6 +157,45 @@ func (h *Heartbeat) Remaining(c Claim) (time.Duration, bool) {
 	return d, d > 0
 }
 
+// WithLease returns a copy of ctx that is cancelled once c is no longer
+// held here: its local deadline passed without a renewal (a deadline that
+// renewals move is followed), or it was lost or stopped. A write made on
+// behalf of c that may wait for the database (a lock held by others) runs
+// under it, so that it keeps its place as long as renewals keep the lease,
+// and not past the point where the work must stop. Call cancel when the
+// write is done.
+func (h *Heartbeat) WithLease(ctx context.Context, c Claim) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	var (
+		mu      sync.Mutex
+		t       *time.Timer
+		stopped bool
+	)
+	var check func()
+	check = func() {
+		left, held := h.Remaining(c)
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case stopped:
+		case !held:
+			cancel()
+		default:
+			t = time.AfterFunc(left, check)
+		}
+	}
+	check()
+	return ctx, func() {
+		mu.Lock()
+		stopped = true
+		if t != nil {
+			t.Stop()
+		}
+		mu.Unlock()
+		cancel()
+	}
+}
+
 // Interval is the renewal period.
 func (h *Heartbeat) Interval() time.Duration { return h.interval }
 
@@ -190,9 +229,16 @@ func (h *Heartbeat) Run(ctx context.Context) error {
 		case <-h.wake:
 			// A lease was added; its deadline may be the earliest.
 		case <-timer.C:
+			// The next renewal is due an interval after this one began, not
+			// after it ended: a renewal that waited for a busy database
+			// (SQLite's write lock on a loaded host) must not push the next
+			// one towards the local deadline it was meant to move.
+			start := h.now()
 			wait := h.interval
 			if err := h.RenewOnce(ctx); err != nil && ctx.Err() == nil {
 				wait = h.retry
+			} else {
+				wait = max(0, wait-h.now().Sub(start))
 			}
 			timer.Reset(wait)
 			continue
@@ -222,8 +268,12 @@ func (h *Heartbeat) RenewOnce(ctx context.Context) error {
 	}
 
 	// Bound the statement by the nearest local deadline, so a hung connection
-	// cannot keep work running past the point where it must stop.
-	callCtx, cancel := context.WithTimeout(ctx, min(h.interval, max(h.untilEarliestDeadline(), time.Millisecond)))
+	// cannot keep work running past the point where it must stop; and by
+	// nothing shorter: a renewal queued behind other writes (SQLite's one
+	// write lock on a loaded host) keeps its place in the queue until the
+	// lease is at stake, where giving up at the next interval and retrying
+	// would start again at the back.
+	callCtx, cancel := context.WithTimeout(ctx, max(h.untilEarliestDeadline(), time.Millisecond))
 	renewed, err := h.gate.store.RenewMany(callCtx, h.gate.owner, batch, h.gate.lease)
 	cancel()
 	h.onRenew(err)
@@ -237,9 +287,13 @@ func (h *Heartbeat) RenewOnce(ctx context.Context) error {
 		return err
 	}
 	h.failing.Store(false)
-	kept := make(map[Held]struct{}, len(renewed))
+	kept := make(map[Held]time.Time, len(renewed))
 	for _, r := range renewed {
-		kept[Held{Key: r.Key, Fence: r.Fence}] = struct{}{}
+		from := start
+		if r.Start.After(start) {
+			from = r.Start
+		}
+		kept[Held{Key: r.Key, Fence: r.Fence}] = from
 	}
 	lost := 0
 	h.mu.Lock()
@@ -248,8 +302,8 @@ func (h *Heartbeat) RenewOnce(ctx context.Context) error {
 		if !ok {
 			continue // released while the statement ran
 		}
-		if _, ok := kept[id]; ok {
-			l.deadline = start.Add(g.lease - h.margin)
+		if from, ok := kept[id]; ok {
+			l.deadline = from.Add(g.lease - h.margin)
 			continue
 		}
 		delete(h.held, id)
@@ -273,7 +327,7 @@ func (h *Heartbeat) expireLocal(ctx context.Context) {
 			continue
 		}
 		delete(h.held, id)
-		err := fmt.Errorf("%w: %q fence %d: no successful renewal before the local deadline", ErrLeaseLost, id.Key, id.Fence)
+		err := fmt.Errorf("%w (%w): %q fence %d: no successful renewal before the local deadline", ErrLeaseLost, ErrLeaseExpired, id.Key, id.Fence)
 		l.cancel(err)
 		h.gate.emit(ctx, telemetry.Event{Name: EventLeaseLost, Key: id.Key, Owner: h.gate.owner, Fence: id.Fence, Err: err})
 	}

@@ -187,3 +187,60 @@ func TestHeartbeatPassthrough(t *testing.T) {
 	cancel()
 	require.ErrorIs(t, hb.Run(runCtx), context.Canceled)
 }
+
+// slowRenew answers RenewMany as the memory store does, recording the
+// deadline of each call, and reports start as each renewal's Start.
+type slowRenew struct {
+	*memory.Store
+	deadlines []time.Duration
+	start     time.Time
+}
+
+func (s *slowRenew) RenewMany(ctx context.Context, owner string, held []claims.Held, lease time.Duration) ([]claims.Renewed, error) {
+	if d, ok := ctx.Deadline(); ok {
+		s.deadlines = append(s.deadlines, time.Until(d))
+	}
+	out, err := s.Store.RenewMany(ctx, owner, held, lease)
+	for i := range out {
+		out[i].Start = s.start
+	}
+	return out, err
+}
+
+// A renewal may wait for the database until the lease's local deadline,
+// not only an interval: one queued behind other writes (SQLite's write lock
+// on a loaded host) keeps its place instead of giving up and starting again
+// at the back. And the deadline it sets counts from the Start the adapter
+// reports, when that is later than the call (the instant the statement got
+// the lock), so a renewal that queued does not shorten the lease.
+func TestHeartbeatRenewalWaitsUntilTheLocalDeadline(t *testing.T) {
+	store := &slowRenew{Store: memory.New()}
+	g, err := claims.NewGate(store, claims.GateConfig{Owner: "node-a", Lease: 30 * time.Second})
+	require.NoError(t, err)
+	hb, err := claims.NewHeartbeat(g, claims.HeartbeatConfig{Interval: 10 * time.Second, Margin: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	clock := &localClock{now: time.Now()}
+	hb.SetClock(clock.Now)
+	c, err := g.Acquire(t.Context(), "k", "test")
+	require.NoError(t, err)
+	_, stop := hb.Hold(t.Context(), c)
+	defer stop()
+
+	// The local deadline is 25 s away; the interval 10 s.
+	store.start = clock.Now().Add(3 * time.Second) // the statement got the lock 3 s after the call
+	require.NoError(t, hb.RenewOnce(t.Context()))
+	require.Len(t, store.deadlines, 1)
+	require.Greater(t, store.deadlines[0], 20*time.Second, "the renewal may wait until the local deadline")
+	left, held := hb.Remaining(c)
+	require.True(t, held)
+	require.Equal(t, 28*time.Second, left, "counted from the reported start: 3 s + 30 s lease - 5 s margin")
+
+	// A lease not (or no longer) held here: its write context is done.
+	gone, cancel := hb.WithLease(t.Context(), claims.Claim{Token: claims.Token{Key: "other", Owner: "node-a", Fence: 1}})
+	defer cancel()
+	require.Error(t, gone.Err())
+	live, cancelLive := hb.WithLease(t.Context(), c)
+	require.NoError(t, live.Err())
+	cancelLive()
+	require.Error(t, live.Err())
+}

@@ -413,6 +413,8 @@ func RunDeferred(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 	})
 
 	runFlow(t, newBackend)
+	runGivenBack(t, newBackend)
+	runBatchRequeue(t, newBackend)
 	runBatchDispatch(t, newBackend)
 	runRequestGiveBack(t, newBackend)
 

@@ -188,10 +188,13 @@ SELECT e.id, e.actor_id, e.expectation_id, e.status, e.dedupe_key, e.attempts,
     -- No claim row: claim_state '' (the lease column then repeats created_at).
     coalesce(c.state, '')::text AS claim_state,
     coalesce(c.owner_node, '')::text AS claim_owner,
-    coalesce(c.lease_until, e.created_at)::timestamptz AS claim_lease_until
+    coalesce(c.lease_until, e.created_at)::timestamptz AS claim_lease_until,
+    -- Its holder gave the grant back, within the free hand-backs: a restart
+    -- starts the same attempt again (see the top of this file).
+    coalesce(c.state = 'released' AND c.attempt <= e.attempts + e.max_attempts, false)::boolean AS given_back
 FROM leasehold_episodes AS e
 LEFT JOIN LATERAL (
-    SELECT x.dedupe_key, x.state, x.owner_node, x.lease_until
+    SELECT x.dedupe_key, x.state, x.owner_node, x.lease_until, x.attempt
     FROM leasehold_work_claims AS x
     WHERE x.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id)
     LIMIT 1
@@ -214,10 +217,13 @@ SELECT e.id, e.actor_id, e.expectation_id, e.status, e.dedupe_key, e.attempts,
     -- No claim row: claim_state '' (the lease column then repeats created_at).
     coalesce(c.state, '')::text AS claim_state,
     coalesce(c.owner_node, '')::text AS claim_owner,
-    coalesce(c.lease_until, e.created_at)::timestamptz AS claim_lease_until
+    coalesce(c.lease_until, e.created_at)::timestamptz AS claim_lease_until,
+    -- Its holder gave the grant back, within the free hand-backs: a restart
+    -- starts the same attempt again (see the top of this file).
+    coalesce(c.state = 'released' AND c.attempt <= e.attempts + e.max_attempts, false)::boolean AS given_back
 FROM leasehold_episodes AS e
 JOIN LATERAL (
-    SELECT x.dedupe_key, x.state, x.owner_node, x.lease_until
+    SELECT x.dedupe_key, x.state, x.owner_node, x.lease_until, x.attempt
     FROM leasehold_work_claims AS x
     WHERE x.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id)
     LIMIT 1
@@ -254,6 +260,7 @@ type ListOrphanedEpisodesRow struct {
 	ClaimState      string
 	ClaimOwner      string
 	ClaimLeaseUntil time.Time
+	GivenBack       bool
 }
 
 // Recovery: finding orphaned episodes and taking each over exactly once.
@@ -279,6 +286,25 @@ type ListOrphanedEpisodesRow struct {
 // (RetryEpisode released its claim and made it due after its backoff;
 // recovery taking it would skip the backoff and count the attempt twice).
 // All cut-offs are computed from now(), the database clock.
+//
+// What a restart counts. An attempt is a run that counts against
+// max_attempts (attempts is how many did; Attempt() = attempts + 1 is the
+// current run's number). A requeue counts the orphan's run as an attempt
+// (attempts + 1) unless its holder gave the grant back itself: the claim is
+// 'released' (a fenced ReleaseClaim(s): a drain's hand-over, a run whose
+// journal write or start failed, a run whose lease passed its local
+// deadline because its host or the database was slow, a dispatch that
+// found no slot). Such a run did nothing wrong, and the next run is the
+// same attempt again. Everything else counts: a grant that expired while
+// claimed (the holder crashed, hung, or could not even give it back), one
+// finished by another grant, a claim-less stale episode. So a poison
+// episode that crashes its node uses up its attempts and fails. So does
+// one whose runs keep giving their grant back: a hand-back is free only
+// while the key's grants (the claim's attempt, one per grant) are at most
+// attempts + max_attempts, i.e. at most max_attempts runs of an episode go
+// uncounted. ListOrphanedEpisodes reports that as given_back, so the
+// sweeper knows which attempt a restart starts; RequeueOrphan decides it
+// again on the locked claim row.
 //
 // Scope: a sweep sees its own stack plus unstamped rows (source_stack = ”),
 // or every stack when it names none; env is matched by strict equality, the
@@ -317,6 +343,7 @@ func (q *Queries) ListOrphanedEpisodes(ctx context.Context, db DBTX, arg ListOrp
 			&i.ClaimState,
 			&i.ClaimOwner,
 			&i.ClaimLeaseUntil,
+			&i.GivenBack,
 		); err != nil {
 			return nil, err
 		}
@@ -357,19 +384,23 @@ func (q *Queries) PutAgentDefinition(ctx context.Context, db DBTX, arg PutAgentD
 
 const requeueOrphan = `-- name: RequeueOrphan :one
 WITH claim_row AS (
-    SELECT x.dedupe_key
+    SELECT x.dedupe_key, x.state, x.attempt
     FROM leasehold_work_claims AS x
     WHERE x.dedupe_key = (SELECT coalesce(e0.dedupe_key, 'episode:' || e0.id)
                           FROM leasehold_episodes AS e0 WHERE e0.id = $1)
     FOR UPDATE
 ), orphan AS (
-    SELECT e.id, coalesce(e.dedupe_key, 'episode:' || e.id) AS claim_key
+    SELECT e.id, coalesce(e.dedupe_key, 'episode:' || e.id) AS claim_key, b.given_back
     FROM leasehold_episodes AS e
+    CROSS JOIN LATERAL (
+        SELECT coalesce((SELECT cr.state = 'released' AND cr.attempt <= e.attempts + e.max_attempts
+                         FROM claim_row AS cr), false) AS given_back
+    ) AS b
     WHERE e.id = $1
       AND e.archived_at IS NULL
       AND e.status IN ('running', 'queued')
       AND e.attempts = $2::integer
-      AND e.attempts + 2 <= e.max_attempts
+      AND e.attempts + CASE WHEN b.given_back THEN 1 ELSE 2 END <= e.max_attempts
       AND (
         EXISTS (SELECT 1 FROM claim_row)
         OR (e.status = 'running'
@@ -378,7 +409,7 @@ WITH claim_row AS (
       )
       AND NOT EXISTS (SELECT 1 FROM leasehold_trigger_requests AS r
                       WHERE r.episode_id = e.id AND r.status IN ('pending', 'claimed'))
-    FOR UPDATE
+    FOR UPDATE OF e
 ), fenced AS (
     UPDATE leasehold_work_claims AS c
     SET state       = 'released',
@@ -392,14 +423,15 @@ WITH claim_row AS (
       AND ((c.state = 'claimed' AND c.lease_until <= now()) OR c.state IN ('released', 'done', 'failed'))
     RETURNING c.dedupe_key
 ), taken AS (
-    SELECT orphan.id
+    SELECT orphan.id, orphan.given_back
     FROM orphan
     WHERE EXISTS (SELECT 1 FROM fenced) OR NOT EXISTS (SELECT 1 FROM claim_row)
 ), episode AS (
     UPDATE leasehold_episodes AS e
     SET status      = CASE WHEN e.cancel_requested_at IS NOT NULL THEN 'canceled' ELSE 'queued' END,
         phase       = CASE WHEN e.cancel_requested_at IS NOT NULL THEN NULL ELSE 'recovering' END,
-        attempts    = CASE WHEN e.cancel_requested_at IS NOT NULL THEN e.attempts ELSE e.attempts + 1 END,
+        attempts    = CASE WHEN e.cancel_requested_at IS NOT NULL OR taken.given_back THEN e.attempts
+                           ELSE e.attempts + 1 END,
         owner_node  = NULL,
         error_class = CASE WHEN e.cancel_requested_at IS NOT NULL THEN 'canceled' ELSE e.error_class END,
         finished_at = CASE WHEN e.cancel_requested_at IS NOT NULL THEN now() END
@@ -452,8 +484,10 @@ type RequeueOrphanRow struct {
 // full nodes have free slots for their actor (ClaimTriggerRequests,
 // DispatchTriggerRequest), never past an actor's MaxConcurrent. The
 // orphan's grant is fenced out (released, fence + 1: a zombie still
-// running it writes nothing more), the episode is queued as its next
-// attempt (attempts + 1, phase recovering, no owner) and its trigger
+// running it writes nothing more), the episode is queued (phase
+// recovering, no owner) as its next attempt (attempts + 1), or as the same
+// attempt again when its holder gave the grant back (given_back, decided
+// on the locked claim row; see the top of this file), and its trigger
 // request is made pending, due at once. An orphan with a cancel request
 // ends canceled instead (class canceled) and gets no request.
 //
@@ -464,13 +498,17 @@ type RequeueOrphanRow struct {
 // still be stale; an episode with an open request is the pollers'
 // already). Unlike ClaimForRecovery's, this takeover leaves no live grant
 // behind, and the request it opens may be newer than the statement's
-// snapshot, so a second sweeper that waited for the first on the claim
-// row would find a released claim and no open request: attempts, the
-// count the sweeper listed, is compared on the locked episode row, whose
-// latest version the first requeue changed, and the second matches
-// nothing. The attempt it would start must be within
-// max_attempts (attempts + 2 <= max_attempts, the attempt after
-// Attempt()): an exhausted orphan is not requeued but failed, through
+// snapshot, so a second sweeper that waited for the first on the claim row
+// inside this statement would find a released claim and no open request.
+// It waits in RequeueOrphanLock instead, before this statement begins, so
+// this statement sees the first requeue's open request and matches
+// nothing, whether or not that requeue counted an attempt. A claim-less
+// orphan has no claim row to wait on: attempts, the count the sweeper
+// listed, is compared on the locked episode row, whose latest version the
+// first requeue changed (a claim-less orphan's run always counts). The
+// attempt it would start must be within max_attempts (attempts + 2 <=
+// max_attempts, the attempt after Attempt(); attempts + 1 when given
+// back): an exhausted orphan is not requeued but failed, through
 // ClaimForRecovery and FinishEpisode. No row back: not an orphan (any
 // more), taken by another sweeper, or exhausted meanwhile.
 func (q *Queries) RequeueOrphan(ctx context.Context, db DBTX, arg RequeueOrphanParams) (RequeueOrphanRow, error) {
@@ -489,4 +527,24 @@ func (q *Queries) RequeueOrphan(ctx context.Context, db DBTX, arg RequeueOrphanP
 		&i.RequestID,
 	)
 	return i, err
+}
+
+const requeueOrphanLock = `-- name: RequeueOrphanLock :exec
+SELECT x.dedupe_key
+FROM leasehold_work_claims AS x
+WHERE x.dedupe_key = (SELECT coalesce(e0.dedupe_key, 'episode:' || e0.id)
+                      FROM leasehold_episodes AS e0 WHERE e0.id = $1)
+FOR UPDATE
+`
+
+// RequeueOrphan's first statement, sent with it in one implicit
+// transaction (the adapter's pipelined takeover): waits for, then locks,
+// the orphan's claim row, so that RequeueOrphan, whose snapshot is taken
+// when it starts, after this lock is granted, sees everything a concurrent
+// requeue of the same orphan committed: its open trigger request above
+// all, which a requeue that did not count an attempt leaves as the only
+// sign that it happened. No claim row: nothing to lock (see RequeueOrphan).
+func (q *Queries) RequeueOrphanLock(ctx context.Context, db DBTX, id int64) error {
+	_, err := db.Exec(ctx, requeueOrphanLock, id)
+	return err
 }

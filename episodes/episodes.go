@@ -247,6 +247,21 @@ type Requeued struct {
 	RequestID   int64
 }
 
+// RequeueItem names one orphan of a batch requeue (RequeueOrphans): its id
+// and the attempts the sweep listed.
+type RequeueItem struct {
+	ID       int64
+	Attempts int32
+}
+
+// RequeueResult is one RequeueItem's outcome: Err is nil when the orphan
+// was requeued (or ended canceled), and what RequeueOrphan would have
+// returned otherwise (claims.ErrBusy: not, or no longer, this sweep's).
+type RequeueResult struct {
+	Requeued
+	Err error
+}
+
 // ClaimState is the work-claim state written with the finish: done for a done
 // episode, failed otherwise.
 func (f Finish) ClaimState() string {
@@ -282,6 +297,11 @@ type Orphan struct {
 	ClaimState      string    // "" when the episode has no claim row
 	ClaimOwner      string
 	ClaimLeaseUntil *time.Time
+	// GivenBack: the holder of the orphan's grant released it itself (a
+	// drain, a failed journal write, a lease past its local deadline), within
+	// the free hand-backs, so a restart starts the same attempt again instead
+	// of the next one (recovery/doc.go).
+	GivenBack bool
 }
 
 // ClassOrphaned and ClassRecoveryExhausted are written by recovery.

@@ -27,13 +27,15 @@
 // is skipped). Which statement depends on what happens next:
 //
 //	policy restart, attempts left  -> RequeueOrphan: the orphan's grant is fenced
-//	  (the next attempt is within     out (released, fence + 1), the episode queued
-//	  max_attempts)                   as its next attempt (attempts + 1, phase
-//	                                  recovering, no owner) and its trigger request
-//	                                  pending at once: AVAILABLE work, which any full
-//	                                  node with a free slot for its actor takes
-//	                                  (package runner), never past MaxConcurrent; a
-//	                                  cancel requested meanwhile ends it canceled
+//	  (the attempt it restarts is     out (released, fence + 1), the episode queued
+//	  within max_attempts)            as its next attempt (attempts + 1), or as the
+//	                                  same attempt when the grant was given back
+//	                                  (below); phase recovering, no owner; its
+//	                                  trigger request pending at once: AVAILABLE
+//	                                  work, which any full node with a free slot for
+//	                                  its actor takes (package runner), never past
+//	                                  MaxConcurrent; a cancel requested meanwhile
+//	                                  ends it canceled
 //	policy fail                    -> ClaimForRecovery (grants the sweeper the claim,
 //	                                  fence + 1), then FinishEpisode failed,
 //	                                  error_class orphaned, with the reason
@@ -48,10 +50,53 @@
 // orphans found by the first node to sweep is still spread over every node
 // (1,000 orphans, three nodes sweeping 300 ms apart: each ran 31-35%). A
 // restart needs no code for the actor on the sweeping node (a trigger_only
-// node, the operator CLI). RequeueOrphan also compares the episode's
-// attempts with the count the sweep listed, so of two sweepers that listed
-// the same orphan only the first requeues it: the claim it leaves behind is
-// released, not live, and the second would otherwise take it again.
+// node, the operator CLI). Of two sweepers that listed the same orphan only
+// the first requeues it, though the claim it leaves behind is released, not
+// live: the second finds the first's open trigger request, once it has
+// waited for the first on the claim row (on Postgres, RequeueOrphanLock
+// makes that wait happen before RequeueOrphan's snapshot is taken), and
+// the episode's attempts, compared with the count the sweep listed, catch
+// the claim-less orphans, which have no claim row to wait on.
+//
+// A sweep decides every orphan first and then requeues its restarts
+// together: a Store that is a BatchRequeuer (SQLite, whose writes all
+// queue for one lock) runs them in a few shared write transactions, each
+// orphan still on its own conditions and with its own outcome; any other
+// gets RequeueOrphan per orphan.
+//
+// # What an attempt is
+//
+// An attempt is a run that counts against max_attempts: Attempt() is the
+// current run's number, attempts how many runs counted before it. A run
+// counts when it ended because of the episode or of its node: the strategy
+// failed (the runner's retry or finish), the budget ran out, or the node
+// vanished without a word (crash, hang, SIGKILL: its grant expired while
+// claimed). A run whose holder gave its grant back itself, fenced, does not
+// count, and the restart is the same attempt again:
+//
+//	the claim when recovery requeues          the restart          given_back
+//	released by its holder: a drain's          the same attempt     true
+//	  hand-over, a journal write or start
+//	  that failed, a lease past its local
+//	  deadline (the host or the database was
+//	  too slow; runner.Node gives it back
+//	  once the run has stopped), a dispatch
+//	  with no slot
+//	expired while claimed (crash, hang, a      the next attempt     false
+//	  give-back that failed too)
+//	done or failed by another grant; none      the next attempt     false
+//
+// So a loaded host whose runs keep losing their lease only slows an
+// episode down; it does not walk it to failed. A poison episode that
+// crashes its node expires its grant every time and runs out of attempts
+// as before. One whose runs keep giving their grant back (a journal write
+// that always fails) runs out too: a hand-back is free only while the key's
+// grants, which the claim counts (its attempt column), are at most attempts
+// + max_attempts, so at most max_attempts runs go uncounted and the
+// episode fails after at most twice max_attempts runs. The listing reports
+// the rule's answer (episodes.Orphan.GivenBack), so a sweep knows which
+// attempt a restart would start; RequeueOrphan decides it again on the
+// locked claim row.
 //
 // The policy is resolved before anything is claimed: by the caller's
 // resolver, else the compiled actor registry of the node, else

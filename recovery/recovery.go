@@ -48,6 +48,18 @@ type Store interface {
 	AgentRecoveryPolicy(ctx context.Context, actorID, expectationID string) (policy string, found bool, err error)
 }
 
+// BatchRequeuer is a Store whose requeues are cheaper together: a sweep
+// hands it every orphan it restarts at once instead of one RequeueOrphan
+// each. SQLite's adapter implements it, because there every write
+// transaction queues for the file's one write lock and commits with an
+// fsync, and on a loaded host that wait, not the statements, is most of a
+// requeue's time; several requeues share one transaction. Each item keeps
+// its own conditions and its own outcome (RequeueOrphan's, orphan by
+// orphan). Adapters with row locks (Postgres, SQL Server) need not.
+type BatchRequeuer interface {
+	RequeueOrphans(ctx context.Context, items []episodes.RequeueItem, owner string, staleAfter time.Duration) []episodes.RequeueResult
+}
+
 // Node is the node on whose behalf a sweep runs (a *runner.Node): its
 // identity, scope, lease and registered policies. Recovered episodes are
 // not run by it: a restart makes the orphan available to every node.
@@ -180,12 +192,19 @@ func (r *Recoverer) Sweep(ctx context.Context, opts Options) (Report, error) {
 	rand.Shuffle(len(orphans), func(i, j int) { orphans[i], orphans[j] = orphans[j], orphans[i] })
 
 	rep := Report{Found: len(orphans)}
+	var restart []int // the Decisions whose orphan is requeued, after the loop
 	for _, o := range orphans {
 		if err := ctx.Err(); err != nil {
 			return rep, err
 		}
-		d := r.recoverOne(ctx, o, opts, &rep)
+		d, requeue := r.recoverOne(ctx, o, opts, &rep)
+		if requeue {
+			restart = append(restart, len(rep.Decisions))
+		}
 		rep.Decisions = append(rep.Decisions, d)
+	}
+	if err := r.requeue(ctx, orphans, restart, opts, &rep); err != nil {
+		return rep, err
 	}
 	r.obs.Observe(ctx, telemetry.Event{Name: EventSweep, Owner: r.node.ID(), Count: rep.Found, Counts: map[string]int{
 		"found": rep.Found, "claimed": rep.Claimed, "restarted": rep.Restarted, "failed": rep.Failed, "skipped": rep.Skipped,
@@ -195,9 +214,12 @@ func (r *Recoverer) Sweep(ctx context.Context, opts Options) (Report, error) {
 	return rep, nil
 }
 
-func (r *Recoverer) recoverOne(ctx context.Context, o episodes.Orphan, opts Options, rep *Report) Decision {
+// recoverOne decides what becomes of orphan o and does it, except a
+// restart: requeue true leaves that to requeue, which makes all of a
+// sweep's restarts at once.
+func (r *Recoverer) recoverOne(ctx context.Context, o episodes.Orphan, opts Options, rep *Report) (d Decision, requeue bool) {
 	ep := o.Episode
-	d := Decision{EpisodeID: ep.ID, ActorID: ep.ActorID, ExpectationID: ep.ExpectationID}
+	d = Decision{EpisodeID: ep.ID, ActorID: ep.ActorID, ExpectationID: ep.ExpectationID}
 	why := orphanReason(o)
 	// The policy is resolved before anything is claimed: a sweeper that
 	// cannot tell what the nodes would do leaves the orphan alone rather
@@ -205,8 +227,12 @@ func (r *Recoverer) recoverOne(ctx context.Context, o episodes.Orphan, opts Opti
 	// two services sharing a database). Exhausted work fails whatever the
 	// policy.
 	d.Policy, d.PolicySource = r.policy(ctx, ep, opts)
-	// The attempt a recovery would start: one more than the current.
+	// The attempt a recovery would start: one more than the current, or the
+	// current again when its holder gave the grant back (see doc.go).
 	next := ep.Attempt() + 1
+	if o.GivenBack {
+		next = ep.Attempt()
+	}
 	exhausted := next > ep.MaxAttempts
 	unknown := func() Decision {
 		d.Action = ActionSkip
@@ -220,18 +246,18 @@ func (r *Recoverer) recoverOne(ctx context.Context, o episodes.Orphan, opts Opti
 		case exhausted:
 			d.Action, d.Reason = ActionExhausted, fmt.Sprintf("%s; would be attempt %d of at most %d", why, next, ep.MaxAttempts)
 		case d.PolicySource == SourceUnknown:
-			return unknown()
+			return unknown(), false
 		case d.Policy == PolicyRestart:
 			d.Action = ActionRestart
 		}
-		return d
+		return d, false
 	}
 	if d.PolicySource == SourceUnknown && !exhausted {
 		rep.Skipped++
-		return unknown()
+		return unknown(), false
 	}
 	if d.Policy == PolicyRestart && !exhausted {
-		return r.requeue(ctx, o, d, opts, rep)
+		return d, true
 	}
 
 	ep, claim, err := r.store.ClaimForRecovery(ctx, ep.ID, r.node.ID(), r.node.Lease(), opts.StaleAfter)
@@ -241,13 +267,13 @@ func (r *Recoverer) recoverOne(ctx context.Context, o episodes.Orphan, opts Opti
 		if errors.Is(err, claims.ErrBusy) {
 			d.Reason = "not claimed: recovered by another node, or alive again"
 		}
-		return d
+		return d, false
 	}
 	rep.Claimed++
 	if ep.Attempt() > ep.MaxAttempts { // the claim counted this recovery
 		d.Action, d.Reason = ActionExhausted, fmt.Sprintf("%s; attempt %d exceeds max attempts %d", why, ep.Attempt(), ep.MaxAttempts)
 		r.fail(ctx, ep, claim, episodes.ClassRecoveryExhausted, d.Reason, rep)
-		return d
+		return d, false
 	}
 	if d.PolicySource == SourceUnknown {
 		// Listed as exhausted, but its attempts changed meanwhile: hand it
@@ -256,7 +282,7 @@ func (r *Recoverer) recoverOne(ctx context.Context, o episodes.Orphan, opts Opti
 			r.log.WarnContext(ctx, "leasehold: release of an orphan with no known policy", slog.Int64("episode", ep.ID), slog.Any("error", rerr))
 		}
 		rep.Skipped++
-		return unknown()
+		return unknown(), false
 	}
 	if d.Policy == PolicyRestart {
 		// Listed as exhausted, but its attempts changed meanwhile (an
@@ -266,21 +292,47 @@ func (r *Recoverer) recoverOne(ctx context.Context, o episodes.Orphan, opts Opti
 		}
 		rep.Skipped++
 		d.Action, d.Reason = ActionSkip, fmt.Sprintf("%s; attempt %d is within max attempts %d again: left for the next sweep", why, ep.Attempt(), ep.MaxAttempts)
-		return d
+		return d, false
 	}
 	d.Action, d.Reason = ActionFail, why
 	r.fail(ctx, ep, claim, episodes.ClassOrphaned, fmt.Sprintf("%s; recovered by %s with policy fail", why, r.node.ID()), rep)
-	return d
+	return d, false
 }
 
-// requeue restarts an orphan by making it available work again
-// (RequeueOrphan): whichever full node has a free slot for its actor runs
-// it, under the actor's MaxConcurrent, this node included. An orphan with
-// a cancel request ends canceled instead.
-func (r *Recoverer) requeue(ctx context.Context, o episodes.Orphan, d Decision, opts Options, rep *Report) Decision {
-	why := orphanReason(o)
-	res, err := r.store.RequeueOrphan(ctx, o.Episode.ID, o.Episode.Attempts, r.node.ID(), opts.StaleAfter)
-	if err != nil {
+// requeue restarts the orphans whose Decisions are at the indexes restart
+// by making each available work again (RequeueOrphan): whichever full node
+// has a free slot for its actor runs it, under the actor's MaxConcurrent,
+// this node included. An orphan with a cancel request ends canceled
+// instead. A BatchRequeuer gets them all in one call.
+func (r *Recoverer) requeue(ctx context.Context, orphans []episodes.Orphan, restart []int, opts Options, rep *Report) error {
+	if len(restart) == 0 {
+		return nil
+	}
+	items := make([]episodes.RequeueItem, len(restart))
+	for k, i := range restart {
+		items[k] = episodes.RequeueItem{ID: orphans[i].Episode.ID, Attempts: orphans[i].Episode.Attempts}
+	}
+	var results []episodes.RequeueResult
+	if b, ok := r.store.(BatchRequeuer); ok {
+		results = b.RequeueOrphans(ctx, items, r.node.ID(), opts.StaleAfter)
+	} else {
+		results = make([]episodes.RequeueResult, len(items))
+		for k, it := range items {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			results[k].Requeued, results[k].Err = r.store.RequeueOrphan(ctx, it.ID, it.Attempts, r.node.ID(), opts.StaleAfter)
+		}
+	}
+	for k, i := range restart {
+		rep.Decisions[i] = requeued(orphans[i], rep.Decisions[i], results[k], rep)
+	}
+	return ctx.Err()
+}
+
+// requeued records one requeue's outcome in d and rep.
+func requeued(o episodes.Orphan, d Decision, res episodes.RequeueResult, rep *Report) Decision {
+	if err := res.Err; err != nil {
 		rep.Skipped++
 		d.Action, d.Reason = ActionSkip, "not requeued: "+err.Error()
 		if errors.Is(err, claims.ErrBusy) {
@@ -288,6 +340,7 @@ func (r *Recoverer) requeue(ctx context.Context, o episodes.Orphan, d Decision, 
 		}
 		return d
 	}
+	why := orphanReason(o)
 	rep.Claimed++
 	if res.Status == episodes.StatusCanceled {
 		rep.Failed++

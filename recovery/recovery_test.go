@@ -447,3 +447,55 @@ func TestRecoveredWorkSpreadsAcrossNodes(t *testing.T) {
 		require.LessOrEqual(t, peak[node], slots, "%s ran more than MaxConcurrent at once", node)
 	}
 }
+
+// batchStore is a Postgres store that is a recovery.BatchRequeuer: it
+// records each batch and answers it with RequeueOrphan per item, except
+// the ids in busy, which it reports taken by another sweeper.
+type batchStore struct {
+	*postgres.Store
+	mu      sync.Mutex
+	batches [][]episodes.RequeueItem
+	busy    map[int64]bool
+}
+
+func (s *batchStore) RequeueOrphans(ctx context.Context, items []episodes.RequeueItem, owner string, staleAfter time.Duration) []episodes.RequeueResult {
+	s.mu.Lock()
+	s.batches = append(s.batches, items)
+	s.mu.Unlock()
+	out := make([]episodes.RequeueResult, len(items))
+	for i, it := range items {
+		if s.busy[it.ID] {
+			out[i].Err = claims.ErrBusy
+			continue
+		}
+		out[i].Requeued, out[i].Err = s.RequeueOrphan(ctx, it.ID, it.Attempts, owner, staleAfter)
+	}
+	return out
+}
+
+// A sweep hands every restart it decided to a BatchRequeuer in one call,
+// and each orphan's decision is that orphan's own outcome.
+func TestSweepHandsItsRestartsToABatchRequeuer(t *testing.T) {
+	t.Parallel()
+	c := nodetest.Start(t, 1, nil, worker(runner.RecoveryRestart, journalOnce, 10))
+	ids := insertOrphans(t, c.Pool, orphanSpec{n: 5})
+	store := &batchStore{Store: postgres.New(c.Pool), busy: map[int64]bool{ids[2]: true}}
+	r, err := recovery.New(store, c.Nodes[0], slog.New(slog.DiscardHandler), nil)
+	require.NoError(t, err)
+
+	rep, err := r.Sweep(t.Context(), recovery.Options{})
+	require.NoError(t, err)
+	require.Len(t, store.batches, 1, "one batch for the whole sweep")
+	require.Len(t, store.batches[0], 5)
+	require.Equal(t, recovery.Report{Found: 5, Claimed: 4, Restarted: 4, Skipped: 1}, withoutDecisions(rep))
+	for _, d := range rep.Decisions {
+		want := recovery.ActionRestart
+		if d.EpisodeID == ids[2] {
+			want = recovery.ActionSkip
+		}
+		require.Equal(t, want, d.Action, "episode %d: %s", d.EpisodeID, d.Reason)
+	}
+	nodetest.WaitEnded(t, 4, c.Sigs...)
+	require.Equal(t, 4, c.Count(t, "status = 'done' AND attempts = 1"), "the four requeued ran once each")
+	require.Equal(t, 1, c.Count(t, "status = 'running' AND id = $1", ids[2]), "the one another sweeper took is left alone")
+}

@@ -107,9 +107,13 @@
 //	bound                                    applies to
 //	---------------------------------------  ----------------------------------
 //	Config.WriteTimeout (default 30 s)        every write
-//	the lease's remaining local time          writes on behalf of a run's lease;
-//	  (one attempt of claims.TxBound if         a short outage is ridden out, a
-//	   the lease is no longer held)             long one ends the run in time
+//	the lease's local deadline, as renewals   writes on behalf of a run's lease;
+//	  move it (Heartbeat.WithLease; one         a short outage is ridden out, a
+//	  attempt of at most a lease if the         long one ends the run in time,
+//	  lease is no longer held: a release)       and a write queued behind others
+//	                                            (SQLite's write lock on a loaded
+//	                                            host) keeps its place while the
+//	                                            renewals land
 //	the drain's hard stop                     every write of the node
 //	the poller's intake context               the poller's writes
 //
@@ -117,6 +121,13 @@
 // still records why); the fence alone decides whether it lands. It carries
 // claims.TxBound(lease), the server-side bound on the transactions and
 // takeover statements the adapter runs for it.
+//
+// A run stopped because its lease passed its local deadline (no renewal got
+// through: the database or this host was too slow) gives its grant back,
+// fenced, once it has stopped (giveBack): the episode is then recovery's at
+// once instead of after the lease, and the run does not count as an attempt
+// (package recovery, "What an attempt is"). A grant taken over or finished
+// elsewhere is left alone.
 //
 // # Drain and readiness under faults
 //

@@ -17,6 +17,7 @@ import (
 	"github.com/leasehold/leasehold/episodes"
 	"github.com/leasehold/leasehold/internal/nodetest"
 	"github.com/leasehold/leasehold/internal/pgtest"
+	"github.com/leasehold/leasehold/internal/testbound"
 	"github.com/leasehold/leasehold/membership"
 	"github.com/leasehold/leasehold/recovery"
 	"github.com/leasehold/leasehold/runner"
@@ -278,9 +279,11 @@ func TestEveryGrantPathStopsTheRunBeforeItsLeaseExpires(t *testing.T) {
 }
 
 // A journal write the database keeps refusing with a retryable error
-// (connect refused) is retried only while the lease's local time remains,
-// not for the 30 s WriteTimeout: the run ends, and its episode is handed to
-// recovery, before another node could take the lease.
+// (connect refused), and its renewals with it, is retried only while the
+// lease's local time remains, not for the 30 s WriteTimeout: the run ends,
+// and its episode is handed to recovery, before another node could take
+// the lease. (While renewals land, a write keeps its place instead:
+// TestJournalWriteWaitsWhileTheLeaseIsRenewed.)
 func TestJournalRetriesStopAtTheLeasesLocalDeadline(t *testing.T) {
 	t.Parallel()
 	const lease = time.Second
@@ -290,14 +293,16 @@ func TestJournalRetriesStopAtTheLeasesLocalDeadline(t *testing.T) {
 		}}}}}
 	c, fs := startFaulty(t, lease, nil, actor)
 	fs.journalFails.Store(true)
+	fs.renewFails.Store(true)
 	began := time.Now()
 	_, err := c.Nodes[0].RunManual(context.Background(), "work", "job", nil)
 	require.NoError(t, err)
 	nodetest.WaitEnded(t, 1, c.Sigs[0])
 	took := time.Since(began)
 	// The local deadline is at lease - margin (0.8 s); before, the retries
-	// went on for the 30 s WriteTimeout. The slack absorbs a loaded CI box.
-	require.Less(t, took, 2*lease, "retried past the lease's local deadline (%v)", took)
+	// went on for the 30 s WriteTimeout.
+	t.Logf("the run ended %v after it started", took.Round(time.Millisecond))
+	require.Less(t, took, lease+testbound.Margin, "retried past the lease's local deadline (%v)", took)
 	require.Equal(t, 1, c.Count(t, "status = 'running'"), "handed to recovery, not failed")
 }
 
@@ -366,7 +371,8 @@ func TestDrainKeepsItsDeadlineDuringAPartition(t *testing.T) {
 	began := time.Now()
 	sum, err := node.Drain(ctx)
 	took := time.Since(began)
-	require.Less(t, took, deadline+grace+time.Second, "Drain overran its deadline (%v)", took) // before: 30 s
+	t.Logf("Drain returned after %v (deadline %v + grace %v)", took.Round(time.Millisecond), deadline, grace)
+	require.Less(t, took, deadline+grace+testbound.Margin, "Drain overran its deadline (%v)", took) // before: 30 s
 	require.Error(t, err, "claims not released are an error")
 	require.Equal(t, 3, sum.Tracked)
 	require.Equal(t, sum.Tracked, sum.Graceful+sum.Forced+sum.Abandoned)

@@ -287,8 +287,8 @@ func (n *Node) execute(j *job) {
 			}
 			if cause := context.Cause(ctx); ctx.Err() != nil && errors.Is(cause, claims.ErrLeaseLost) {
 				// The write was still retrying when the lease's local
-				// deadline passed: the run lost its lease, and a release
-				// now would be a write on behalf of a lease it gave up.
+				// deadline passed: the run lost its lease (end gives the
+				// grant back, fenced, if nobody has taken it over).
 				n.end(ctx, j, cause)
 				return
 			}
@@ -355,8 +355,9 @@ func (n *Node) end(ctx context.Context, j *job, err error) {
 	var p *panicError
 	switch {
 	case errors.Is(err, claims.ErrLeaseLost) || errors.Is(cause, claims.ErrLeaseLost):
+		n.giveBack(j, errors.Join(err, cause))
 		n.emit(ctx, n.about(j, telemetry.Event{Name: EventLeaseLost, Err: err}))
-		n.log.WarnContext(ctx, "leasehold: lease lost; run stopped without further writes", slog.Int64("episode", j.ep.ID), slog.Any("error", err))
+		n.log.WarnContext(ctx, "leasehold: lease lost; run stopped", slog.Int64("episode", j.ep.ID), slog.Any("error", err))
 	case errors.Is(cause, errStopping):
 		n.drainCounts.forced.Add(1) // interrupted mid-step by the drain's deadline
 		n.handOver(j)
@@ -513,10 +514,13 @@ func (n *Node) release(j *job) error {
 //
 // What bounds it, whichever ends first:
 //   - WriteTimeout;
-//   - for a write on behalf of j's lease, the lease's remaining local time
-//     (Heartbeat.Remaining): past it the run must stop anyway, and the
-//     fence decides whether a write that was already sent lands; a lease no
-//     longer held locally gets one attempt of claims.TxBound(lease);
+//   - for a write on behalf of j's lease, the lease's local deadline, as
+//     renewals move it (Heartbeat.WithLease): past it the run must stop
+//     anyway, and the fence decides whether a write that was already sent
+//     lands; before it, a write that waits for a busy database (SQLite's
+//     write lock on a loaded host) keeps waiting rather than fail and
+//     hand a healthy run to recovery; a lease no longer held locally gets
+//     one attempt of at most a lease (a release, giving it back);
 //   - the drain's hard stop (half of DrainGrace after its context's
 //     deadline), which cancels every write of the node;
 //   - for retryingUntil, its ctx (the poller's intake context).
@@ -536,16 +540,22 @@ func (n *Node) retryingUntil(ctx context.Context, write func(context.Context) er
 }
 
 func (n *Node) retry(parent context.Context, j *job, write func(context.Context) error) error {
-	limit, once := n.cfg.WriteTimeout, false
+	limit, once, held := n.cfg.WriteTimeout, false, false
 	if j != nil && !j.claim.Passthrough {
-		if left, held := n.hb.Remaining(j.claim); held {
-			limit = min(limit, left)
-		} else {
-			limit, once = min(limit, claims.TxBound(n.gate.Lease())), true
+		if _, held = n.hb.Remaining(j.claim); !held {
+			// Only a release is made for a lease no longer held (giving it
+			// back): fenced, it is safe whenever it lands, and the sooner
+			// the better, so it may wait as long as a lease.
+			limit, once = min(limit, max(claims.TxBound(n.gate.Lease()), n.gate.Lease())), true
 		}
 	}
 	ctx, cancel := context.WithTimeout(claims.WithTxBound(n.writes, claims.TxBound(n.gate.Lease())), limit)
 	defer cancel()
+	if held {
+		var stop context.CancelFunc
+		ctx, stop = n.hb.WithLease(ctx, j.claim)
+		defer stop()
+	}
 	defer context.AfterFunc(parent, cancel)()
 	backoff := 10 * time.Millisecond
 	for {

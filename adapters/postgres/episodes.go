@@ -291,7 +291,7 @@ func (s *Store) ListOrphans(ctx context.Context, q episodes.OrphanQuery) ([]epis
 				DedupeKey: deref(r.DedupeKey), Attempts: r.Attempts, MaxAttempts: r.MaxAttempts,
 				SourceStack: r.SourceStack, SourceEnv: r.SourceEnv, OwnerNode: deref(r.OwnerNode),
 			},
-			LastSeenAt: r.LastSeenAt, ClaimState: r.ClaimState, ClaimOwner: r.ClaimOwner,
+			LastSeenAt: r.LastSeenAt, ClaimState: r.ClaimState, ClaimOwner: r.ClaimOwner, GivenBack: r.GivenBack,
 		}
 		if r.ClaimState != "" {
 			out[i].ClaimLeaseUntil = &r.ClaimLeaseUntil
@@ -322,13 +322,20 @@ func (s *Store) ClaimForRecovery(ctx context.Context, id int64, owner string, le
 	return ep, episodes.GrantedClaim(sent, r.ClaimKey, owner, r.Fence, r.ClaimAttempt, r.LeaseUntil, r.ClaimedAt, r.GrantKind), nil
 }
 
-// RequeueOrphan runs RequeueOrphan, recovery's restart: the orphan becomes
-// available again as its next attempt (or ends canceled if a cancel was
-// requested). attempts is the count the sweeper listed; claims.ErrBusy
-// when it is not (or no longer) an orphan, another sweeper took it (its
-// attempts changed), or it has no attempt left.
+// RequeueOrphan runs RequeueOrphanLock and RequeueOrphan in one pipelined
+// takeover, recovery's restart: the orphan becomes available again as its
+// next attempt, or the same one when its grant was given back (or ends
+// canceled if a cancel was requested). attempts is the count the sweeper
+// listed; claims.ErrBusy when it is not (or no longer) an orphan, another
+// sweeper took it, or it has no attempt left.
 func (s *Store) RequeueOrphan(ctx context.Context, id int64, attempts int32, owner string, staleAfter time.Duration) (episodes.Requeued, error) {
-	r, err := s.q.RequeueOrphan(ctx, s.takeover(ctx), db.RequeueOrphanParams{
+	conn := s.takeover(ctx)
+	// Queued on the pipeline (sent with RequeueOrphan) outside a caller's
+	// transaction; run at once inside one.
+	if err := s.q.RequeueOrphanLock(ctx, conn, id); err != nil {
+		return episodes.Requeued{}, dbError("RequeueOrphanLock", err)
+	}
+	r, err := s.q.RequeueOrphan(ctx, conn, db.RequeueOrphanParams{
 		ID: id, Attempts: attempts, StaleAfterMs: staleAfter.Milliseconds(), OwnerNode: owner,
 	})
 	if errors.Is(err, pgx.ErrNoRows) {

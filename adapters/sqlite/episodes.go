@@ -67,7 +67,7 @@ func (s *Store) CreateEpisode(ctx context.Context, n episodes.New) (episodes.Cre
 		if err != nil {
 			return dbError("CreateEpisodeGrant", err)
 		}
-		out.Claim = episodes.GrantedClaim(sent, g.DedupeKey, n.Owner, g.Fence, int32(g.Attempt),
+		out.Claim = episodes.GrantedClaim(s.grantStart(sent), g.DedupeKey, n.Owner, g.Fence, int32(g.Attempt),
 			fromMs(g.LeaseUntil), fromMs(g.ClaimedAt), g.GrantKind)
 		return nil
 	})

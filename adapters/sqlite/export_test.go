@@ -1,5 +1,7 @@
 package sqlite
 
+import "context"
+
 // Exported for the tests of package sqlite_test.
 var (
 	IsUniqueViolation = isUniqueViolation
@@ -11,3 +13,25 @@ const LockSuffix = lockSuffix
 
 // RunInTx is the Store's inTx.
 var RunInTx = (*Store).inTx
+
+// GateQueued returns how many lease writes, takeovers and other writes
+// wait in the write gate of the database file at path.
+func GateQueued(path string) (lease, takeover, other int) {
+	g := gateFor(path)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.waiting[laneLease]), len(g.waiting[laneTakeover]), len(g.waiting[laneOther])
+}
+
+// WithTakeoverLane marks ctx's writes as takeovers.
+func WithTakeoverLane(ctx context.Context) context.Context { return withLane(ctx, laneTakeover) }
+
+// TrySlice is how long SQLite itself waits for the write lock in one try.
+const TrySlice = trySlice
+
+// LeaseLaneByte is the byte of the turn file a process with a lease write
+// waiting holds shared; TurnSuffix names the turn file beside a database.
+var (
+	LeaseLaneByte = laneByte[laneLease]
+	TurnSuffix    = turnSuffix
+)

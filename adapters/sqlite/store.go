@@ -21,9 +21,13 @@ import (
 // DriverName is the database/sql driver Open uses: modernc.org/sqlite's.
 const DriverName = "sqlite"
 
-// BusyTimeout is how long a statement or BEGIN IMMEDIATE waits for the
-// database write lock (PRAGMA busy_timeout) before it fails with SQLITE_BUSY,
-// which the Store reports as claims.ErrRetryable: nothing was applied. Write
+// BusyTimeout is how long a write waits for the database write lock, in
+// its process's write gate, for the file's turn and in SQLite (see the
+// package's Lock section; a DSN's _busy_timeout sets another), before it
+// fails with SQLITE_BUSY, which the Store reports as claims.ErrRetryable:
+// nothing was applied. A read that SQLite finds busy (WAL recovery) is
+// tried again as long. Each connection's own PRAGMA busy_timeout is one
+// try, 10 ms. Write
 // transactions here last milliseconds, so a wait that long means the holder
 // is stuck (a process frozen inside a write transaction); ten seconds is far
 // beyond any healthy queue of writers on one host, and short enough that a
@@ -115,17 +119,16 @@ func Open(ctx context.Context, dsn string) (*sql.DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	db, err := sql.Open(DriverName, full)
+	base, err := sqlite.NewConnector(full)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", dsn, err)
 	}
-	// A few connections per process: writers beyond them wait for a
-	// connection in Go, in order, instead of all spinning in SQLite's busy
-	// handler, which has no queue and under load starves some waiters past
-	// busy_timeout (four processes at 25 triggers/s never recovered with an
-	// unbounded pool and settled in 29 s with this one; TestChaosSQLite).
-	// The write lock allows one writer anyway; the others serve reads, a
-	// caller's own transaction and the heartbeat beside it.
+	db := sql.OpenDB(&connector{base: base, gate: gateFor(full), wait: busyTimeoutOf(full), prof: processProfile()})
+	// Writers wait for SQLite's write lock in the write gate, in order,
+	// lease writes first, each holding a connection meanwhile: the pool
+	// leaves room beside them for readers and for the lease writes, which
+	// would otherwise queue for a connection in database/sql, unordered,
+	// before they ever reached the gate.
 	db.SetMaxOpenConns(MaxOpenConns)
 	db.SetMaxIdleConns(MaxOpenConns)
 	if err := db.PingContext(ctx); err != nil {
@@ -135,14 +138,34 @@ func Open(ctx context.Context, dsn string) (*sql.DB, error) {
 	return db, nil
 }
 
+// busyTimeoutOf returns the busy_timeout a DSN from DSN sets.
+func busyTimeoutOf(full string) time.Duration {
+	_, rawQuery, _ := strings.Cut(full, "?")
+	q, _ := url.ParseQuery(rawQuery) // DSN parsed it already
+	for k, v := range q {
+		if a, ok := aliases[k]; ok {
+			k = a
+		}
+		if k == "_busy_timeout" {
+			if ms, err := strconv.ParseInt(v[len(v)-1], 10, 64); err == nil && ms >= 0 {
+				return time.Duration(ms) * time.Millisecond
+			}
+		}
+	}
+	return BusyTimeout
+}
+
 // MaxOpenConns is the connection limit Open sets on its pool.
-const MaxOpenConns = 4
+const MaxOpenConns = 16
 
 // Store runs leasehold's statements (package sqlitedb, compiled by sqlc from
 // sql/queries/sqlite) on a *sql.DB from Open, or inside a transaction.
 type Store struct {
 	conn sqlitedb.DBTX
 	q    *sqlitedb.Queries
+	// lockedAt: in a transaction the Store began itself (inTx), when it
+	// held the write lock; zero otherwise (see grantStart).
+	lockedAt time.Time
 }
 
 // New returns a Store over conn: a *sql.DB from Open (each statement runs
@@ -187,13 +210,30 @@ func (s *Store) inTx(ctx context.Context, fn func(*Store) error) error {
 	if err != nil {
 		return dbError("BEGIN IMMEDIATE", err)
 	}
-	if err := fn(s.WithTx(tx)); err != nil {
+	inner := s.WithTx(tx)
+	inner.lockedAt = time.Now()
+	if err := fn(inner); err != nil {
 		return errors.Join(err, ignoreDone(tx.Rollback()))
 	}
 	if err := tx.Commit(); err != nil {
 		return dbError("COMMIT", err)
 	}
 	return nil
+}
+
+// grantStart is the local start of a grant made by this Store's
+// statements (claims.Claim.SetLocalStart): sent, the instant before the
+// operation was sent, or, when the Store runs in a transaction it began
+// itself, the instant that transaction held the write lock, if later. The
+// statements that grant run after it, so the database's clock (the same
+// host's) starts the lease no earlier; and the time spent waiting for the
+// lock behind other writers, which on a loaded host can be most of a lease,
+// is not taken from the grant's local time.
+func (s *Store) grantStart(sent time.Time) time.Time {
+	if s.lockedAt.After(sent) {
+		return s.lockedAt
+	}
+	return sent
 }
 
 // savepoints numbers the savepoints of inSavepoint, so nested ones never
@@ -261,6 +301,9 @@ func sqliteCode(err error) int {
 // isRetryable reports whether err is SQLITE_BUSY or SQLITE_LOCKED: the
 // statement (or BEGIN) could not get its lock and applied nothing.
 func isRetryable(err error) bool {
+	if errors.Is(err, errBusy) {
+		return true
+	}
 	switch sqliteCode(err) & primaryCodeMask {
 	case codeBusy, codeLocked:
 		return true
@@ -306,6 +349,7 @@ var _ claims.Store = (*Store)(nil)
 // Acquire runs AcquireClaim; no row back means a live lease holds the key.
 func (s *Store) Acquire(ctx context.Context, p claims.AcquireParams) (claims.Claim, error) {
 	sent := time.Now()
+	ctx, locked := withLockClock(ctx)
 	row, err := s.q.AcquireClaim(ctx, s.conn, sqlitedb.AcquireClaimParams{
 		DedupeKey: p.Key,
 		OwnerNode: p.Owner,
@@ -319,12 +363,13 @@ func (s *Store) Acquire(ctx context.Context, p claims.AcquireParams) (claims.Cla
 		return claims.Claim{}, dbError("AcquireClaim", err)
 	}
 	c := toClaim(sqlitedb.ListExpiredClaimsRow(row))
-	c.SetLocalStart(sent)
+	c.SetLocalStart(locked.since(sent))
 	return c, nil
 }
 
-// Renew runs RenewClaim.
+// Renew runs RenewClaim, in the write gate's lease lane.
 func (s *Store) Renew(ctx context.Context, t claims.Token, lease time.Duration) (time.Time, error) {
+	ctx = withLane(ctx, laneLease)
 	until, err := s.q.RenewClaim(ctx, s.conn, sqlitedb.RenewClaimParams{
 		LeaseMs:   lease.Milliseconds(),
 		DedupeKey: t.Key,
@@ -348,8 +393,10 @@ func heldJSON(held []claims.Held) (string, error) {
 	return string(b), err
 }
 
-// RenewMany runs RenewClaims: one statement for every lease of owner.
+// RenewMany runs RenewClaims: one statement for every lease of owner, in
+// the write gate's lease lane.
 func (s *Store) RenewMany(ctx context.Context, owner string, held []claims.Held, lease time.Duration) ([]claims.Renewed, error) {
+	ctx = withLane(ctx, laneLease)
 	if len(held) == 0 {
 		return nil, nil
 	}
@@ -357,6 +404,8 @@ func (s *Store) RenewMany(ctx context.Context, owner string, held []claims.Held,
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: RenewClaims: %w", err)
 	}
+	sent := time.Now()
+	ctx, locked := withLockClock(ctx)
 	rows, err := s.q.RenewClaims(ctx, s.conn, sqlitedb.RenewClaimsParams{
 		LeaseMs:   lease.Milliseconds(),
 		OwnerNode: owner,
@@ -367,7 +416,7 @@ func (s *Store) RenewMany(ctx context.Context, owner string, held []claims.Held,
 	}
 	out := make([]claims.Renewed, len(rows))
 	for i, r := range rows {
-		out[i] = claims.Renewed{Key: r.DedupeKey, Fence: r.Fence, LeaseUntil: fromMs(r.LeaseUntil)}
+		out[i] = claims.Renewed{Key: r.DedupeKey, Fence: r.Fence, LeaseUntil: fromMs(r.LeaseUntil), Start: locked.since(sent)}
 	}
 	return out, nil
 }
@@ -401,8 +450,9 @@ func jsonRaw(s *string) json.RawMessage {
 	return json.RawMessage(*s)
 }
 
-// Release runs ReleaseClaim.
+// Release runs ReleaseClaim, in the write gate's lease lane.
 func (s *Store) Release(ctx context.Context, t claims.Token) error {
+	ctx = withLane(ctx, laneLease)
 	_, err := s.q.ReleaseClaim(ctx, s.conn, sqlitedb.ReleaseClaimParams{DedupeKey: t.Key, OwnerNode: t.Owner, Fence: t.Fence})
 	return fenced("ReleaseClaim", err)
 }
@@ -455,8 +505,9 @@ func (s *Store) ListClaims(ctx context.Context, q claims.ListQuery) ([]claims.Cl
 }
 
 // ReleaseMany runs ReleaseClaims: every listed grant of owner released in
-// one statement.
+// one statement, in the write gate's lease lane.
 func (s *Store) ReleaseMany(ctx context.Context, owner string, held []claims.Held) ([]claims.Held, error) {
+	ctx = withLane(ctx, laneLease)
 	if len(held) == 0 {
 		return nil, nil
 	}

@@ -129,6 +129,7 @@ func (s *Store) CreateDeferredEpisodes(ctx context.Context, b episodes.DeferredB
 // ClaimTriggerRequests runs ClaimTriggerRequests: one statement, under the
 // database write lock (where Postgres takes FOR UPDATE SKIP LOCKED).
 func (s *Store) ClaimTriggerRequests(ctx context.Context, q episodes.RequestQuery) ([]episodes.TriggerRequest, error) {
+	ctx = withLane(ctx, laneTakeover) // work on its way to a live node: see the package's Lock section
 	if len(q.ActorIDs) == 0 || q.Limit <= 0 {
 		return nil, nil
 	}
@@ -160,6 +161,7 @@ func (s *Store) ClaimTriggerRequests(ctx context.Context, q episodes.RequestQuer
 // claims.ErrLeaseLost when the request claim lapsed and another poller
 // holds it.
 func (s *Store) DispatchTriggerRequest(ctx context.Context, r episodes.TriggerRequest, lease time.Duration) (episodes.Dispatched, error) {
+	ctx = withLane(ctx, laneTakeover) // work on its way to a live node: see the package's Lock section
 	var out episodes.Dispatched
 	sent := time.Now()
 	err := s.inTx(ctx, func(s *Store) error {
@@ -187,6 +189,7 @@ func (s *Store) DispatchTriggerRequest(ctx context.Context, r episodes.TriggerRe
 // poller's, in request id order; a request missing from the result lapsed
 // (claims.ErrLeaseLost for it alone).
 func (s *Store) DispatchTriggerRequests(ctx context.Context, owner string, reqs []episodes.TriggerRequest, lease time.Duration) ([]episodes.Dispatched, error) {
+	ctx = withLane(ctx, laneTakeover) // work on its way to a live node: see the package's Lock section
 	if len(reqs) == 0 {
 		return nil, nil
 	}
@@ -232,7 +235,7 @@ func (s *Store) handOver(ctx context.Context, sent time.Time, owner string, requ
 	if err != nil {
 		return d, dbError("DispatchTriggerRequestGrant", err)
 	}
-	d.Claim = episodes.GrantedClaim(sent, g.DedupeKey, owner, g.Fence, int32(g.Attempt), fromMs(g.LeaseUntil), fromMs(g.ClaimedAt), g.GrantKind)
+	d.Claim = episodes.GrantedClaim(s.grantStart(sent), g.DedupeKey, owner, g.Fence, int32(g.Attempt), fromMs(g.LeaseUntil), fromMs(g.ClaimedAt), g.GrantKind)
 	e, err := s.q.DispatchTriggerRequestStart(ctx, s.conn, sqlitedb.DispatchTriggerRequestStartParams{
 		OwnerNode: owner, EpisodeID: episodeID, ClaimKey: g.DedupeKey, Fence: g.Fence,
 	})
@@ -321,6 +324,7 @@ func (s *Store) ListTriggerRequests(ctx context.Context, q episodes.RequestListQ
 // released; a request missing from them was not this poller's any more
 // (its claim lapsed, or it was handed over).
 func (s *Store) ReleaseTriggerRequests(ctx context.Context, owner string, reqs []episodes.TriggerRequest) ([]int64, error) {
+	ctx = withLane(ctx, laneTakeover) // work on its way to a live node: see the package's Lock section
 	if len(reqs) == 0 {
 		return nil, nil
 	}

@@ -32,7 +32,7 @@ func (s *Store) ListOrphans(ctx context.Context, q episodes.OrphanQuery) ([]epis
 		e := &o.Episode
 		err := rows.Scan(&e.ID, &e.ActorID, &e.ExpectationID, &status, &dedupeKey, &e.Attempts,
 			&e.MaxAttempts, &e.SourceStack, &e.SourceEnv, &owner, &o.LastSeenAt,
-			&cState, &cOwner, &cLeaseUntil)
+			&cState, &cOwner, &cLeaseUntil, &o.GivenBack)
 		if err != nil {
 			return nil, err
 		}
@@ -80,10 +80,10 @@ func (s *Store) ClaimForRecovery(ctx context.Context, id int64, owner string, le
 }
 
 // RequeueOrphan runs RequeueOrphan, recovery's restart: the orphan becomes
-// available again as its next attempt (or ends canceled if a cancel was
-// requested). attempts is the count the sweeper listed; claims.ErrBusy
-// when it is not (or no longer) an orphan, another sweeper took it (its
-// attempts changed), or it has no attempt left.
+// available again as its next attempt, or the same one when its grant was
+// given back (or ends canceled if a cancel was requested). attempts is the
+// count the sweeper listed; claims.ErrBusy when it is not (or no longer) an
+// orphan, another sweeper took it, or it has no attempt left.
 func (s *Store) RequeueOrphan(ctx context.Context, id int64, attempts int32, owner string, staleAfter time.Duration) (episodes.Requeued, error) {
 	var (
 		out    episodes.Requeued

@@ -60,7 +60,10 @@ var dialectDifferences = []difference{
 	{"CancelEpisode", "(SELECT FROM leasehold_episodes) = dedupe_key",
 		"the claim key is read into @claim_key by the first SELECT instead of a scalar subquery, as in ClaimForRecovery"},
 	{"RequeueOrphan", "(SELECT FROM leasehold_episodes) = dedupe_key", "as in ClaimForRecovery: @orphan_key"},
-	{"RequeueOrphan", "NOT EXISTS(leasehold_trigger_requests)", "as in ClaimForRecovery: @open_request, under IF @orphan_key IS NOT NULL AND @open_request = 0"},
+	{"RequeueOrphan", "(attempts + case(given_back; 1; 2)) <= max_attempts",
+		"Postgres reads given_back from the locked claim row in the orphan CTE; T-SQL from the fenced claim's OUTPUT deleted.* into @given_back, " +
+			"and its episode UPDATE checks attempts + CASE WHEN @given_back = 1 THEN 1 ELSE 2 END <= max_attempts"},
+	{"RequeueOrphan", "1 = given_back", "the same given_back, as above: @given_back = 1 in T-SQL"},
 	{"ClaimForRecovery", "(SELECT FROM leasehold_episodes) = dedupe_key",
 		"the claim key is read into @orphan_key by the first SELECT (COALESCE(dedupe_key, CONCAT(N'episode:', id))) instead of a scalar subquery"},
 	{"ClaimForRecovery", "NOT EXISTS(leasehold_trigger_requests)",

@@ -90,18 +90,33 @@ FROM inserted;
 SELECT now();
 
 -- name: HeldBy :one
--- Unfinished episodes whose claim node $1 was granted by $2 and still has,
--- live, expired or released: work that node has not yet handed over. A
--- takeover (recovery's grant) changes the claim's owner, so this reaches 0
--- once every such episode belongs to someone else or has finished. Grants
--- after $2 (a cut-off node back at work) are not counted.
-SELECT count(*)
-FROM leasehold_episodes AS e
-JOIN leasehold_work_claims AS c ON c.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id)
-WHERE c.owner_node = $1
-  AND c.claimed_at <= $2
-  AND c.state IN ('claimed', 'released')
-  AND e.status IN ('queued', 'running');
+-- What node $1 still holds of the work it had at $2 (a fault's moment), and
+-- what it left available. held: unfinished episodes whose claim it holds
+-- (live or expired), or released while no request is open (a drain's or a
+-- failed write's hand-over to recovery, which a sweep takes), or whose
+-- trigger request its poller claimed and has not handed over (claimable
+-- again after Poll.ClaimLease). A takeover (recovery's grant, another
+-- poller's claim) changes the owner, so held reaches 0 once every such
+-- episode belongs to someone else or has finished: the takeover bound.
+-- available: queued episodes whose released claim it was the last to
+-- hold, with a pending request: available work, held by nobody, that any
+-- poller with a free slot dispatches (its wait is the cluster's throughput,
+-- which the final phase bounds). Grants and request claims after $2 (a
+-- cut-off node back at work) are not counted.
+SELECT count(*) FILTER (WHERE h.held)     AS held,
+       count(*) FILTER (WHERE NOT h.held) AS available
+FROM (
+    SELECT coalesce((c.state = 'claimed' AND c.owner_node = $1 AND c.claimed_at <= $2)
+        OR (c.state = 'released' AND c.owner_node = $1 AND c.claimed_at <= $2 AND r.id IS NULL)
+        OR (r.status = 'claimed' AND r.claimed_by = $1 AND r.claimed_at <= $2), false) AS held,
+           coalesce((c.state = 'released' AND c.owner_node = $1 AND c.claimed_at <= $2
+            AND e.status = 'queued' AND r.status = 'pending'), false) AS available
+    FROM leasehold_episodes AS e
+    JOIN leasehold_work_claims AS c ON c.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id)
+    LEFT JOIN leasehold_trigger_requests AS r ON r.episode_id = e.id AND r.status IN ('pending', 'claimed')
+    WHERE e.status IN ('queued', 'running')
+) AS h
+WHERE h.held OR h.available;
 
 -- name: Unsettled :one
 -- Episodes not yet in a terminal state; the suite waits for 0.

@@ -101,15 +101,22 @@ VALUES (?1, ?2, ?3, CAST(?4 AS TEXT));
 SELECT CAST(round(unixepoch('subsec') * 1000) AS INTEGER);
 
 -- name: HeldBy :one
--- Unfinished episodes whose claim node ?1 was granted by ?2 and still has
--- (see chaos.sql).
-SELECT count(*)
-FROM leasehold_episodes AS e
-JOIN leasehold_work_claims AS c ON c.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id)
-WHERE c.owner_node = ?1
-  AND c.claimed_at <= ?2
-  AND c.state IN ('claimed', 'released')
-  AND e.status IN ('queued', 'running');
+-- What node ?1 still holds of the work it had at ?2, and what it left
+-- available (see chaos.sql).
+SELECT coalesce(sum(h.held), 0)      AS held,
+       coalesce(sum(NOT h.held), 0)  AS available
+FROM (
+    SELECT coalesce((c.state = 'claimed' AND c.owner_node = ?1 AND c.claimed_at <= ?2)
+        OR (c.state = 'released' AND c.owner_node = ?1 AND c.claimed_at <= ?2 AND r.id IS NULL)
+        OR (r.status = 'claimed' AND r.claimed_by = ?1 AND r.claimed_at <= ?2), 0) AS held,
+           coalesce((c.state = 'released' AND c.owner_node = ?1 AND c.claimed_at <= ?2
+            AND e.status = 'queued' AND r.status = 'pending'), 0) AS available
+    FROM leasehold_episodes AS e
+    JOIN leasehold_work_claims AS c ON c.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id)
+    LEFT JOIN leasehold_trigger_requests AS r ON r.episode_id = e.id AND r.status IN ('pending', 'claimed')
+    WHERE e.status IN ('queued', 'running')
+) AS h
+WHERE h.held OR h.available;
 
 -- name: Unsettled :one
 -- Episodes not yet in a terminal state; the suite waits for 0.

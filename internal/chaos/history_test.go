@@ -184,6 +184,33 @@ func (s recordingStore) RequeueOrphan(ctx context.Context, id int64, attempts in
 	return res, err
 }
 
+// RequeueOrphans records each item as RequeueOrphan does: every call
+// begins before the batch is sent and returns once it has answered. A
+// store that is no recovery.BatchRequeuer gets RequeueOrphan per item.
+func (s recordingStore) RequeueOrphans(ctx context.Context, items []episodes.RequeueItem, owner string, staleAfter time.Duration) []episodes.RequeueResult {
+	calls := make([]*claimhistory.Call, len(items))
+	for i, it := range items {
+		calls[i] = s.rec.Call(claimhistory.Op{Kind: claimhistory.KindFenceOut, Source: "RequeueOrphan", Episode: it.ID, Owner: owner})
+	}
+	var out []episodes.RequeueResult
+	if b, ok := s.nodeStore.(recovery.BatchRequeuer); ok {
+		out = b.RequeueOrphans(ctx, items, owner, staleAfter)
+	} else {
+		out = make([]episodes.RequeueResult, len(items))
+		for i, it := range items {
+			out[i].Requeued, out[i].Err = s.nodeStore.RequeueOrphan(ctx, it.ID, it.Attempts, owner, staleAfter)
+		}
+	}
+	for i, r := range out {
+		if errors.Is(r.Err, claims.ErrBusy) {
+			calls[i].Return(claimhistory.Response{Outcome: claimhistory.Refused, Err: r.Err})
+		} else {
+			calls[i].ReturnErr(r.Err)
+		}
+	}
+	return out
+}
+
 // historyFile is a worker's history file. Each record is one write(2), so
 // a SIGKILL loses at most the record being written (claimhistory.Read
 // ignores a cut last line). A failed write is reported once on stdout: the

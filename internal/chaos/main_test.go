@@ -75,6 +75,15 @@ func loadConfig(seed uint64) config {
 	return c
 }
 
+// poll is the workers' trigger-request poll interval (worker_test.go: the
+// backend's PollConfig).
+func (c config) poll() time.Duration {
+	if c.dialect == dialectSQLite {
+		return sqlitePoll
+	}
+	return pgPoll
+}
+
 func (c config) String() string {
 	return fmt.Sprintf("%d workers, lease %v, sweep every %v, faults for %v, a trigger every %v sent to %d workers, seed %d",
 		c.workers, c.lease, c.sweep, c.duration, c.fireEvery, c.fanout, c.seed)

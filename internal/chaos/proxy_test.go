@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/leasehold/leasehold/internal/testbound"
 )
 
 // proxy forwards TCP connections from its own listener to target. One worker
@@ -313,7 +315,9 @@ func TestProxyHoldsAndDelivers(t *testing.T) {
 // late and in order, the worker's bytes reach the server at once, and fast
 // ends the delay.
 func TestProxySlowAnswers(t *testing.T) {
-	const d = 300 * time.Millisecond
+	// d is well above a wake-up on a loaded host, so that "delayed by d"
+	// and "not delayed" (a local hop: under testbound.Wakeup) stay apart.
+	const d = 3 * testbound.Wakeup
 	echo, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer echo.Close()
@@ -357,7 +361,7 @@ func TestProxySlowAnswers(t *testing.T) {
 
 	p.slow(d)
 	toServer, rt := ask('b')
-	require.Less(t, toServer, d/2, "the worker's bytes are not held")
+	require.Less(t, toServer, testbound.Wakeup, "the worker's bytes are not held")
 	require.GreaterOrEqual(t, rt, d, "the server's answer is delayed")
 
 	// Three requests in a row: answers in order, each d after its request.
@@ -369,7 +373,8 @@ func TestProxySlowAnswers(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "cde", string(got))
 	require.GreaterOrEqual(t, time.Since(sent), d)
-	require.Less(t, time.Since(sent), 3*d, "answers are delayed, not serialized behind each other's delay")
+	// Serialized behind each other's delay, they would take 3d.
+	require.Less(t, time.Since(sent), 2*d, "answers are delayed, not serialized behind each other's delay")
 	for range 3 {
 		<-arrived
 	}

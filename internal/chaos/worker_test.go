@@ -60,7 +60,10 @@ const (
 	longEvery     = 20
 	maxConcurrent = 8
 	fireTimeout   = 5 * time.Second
-	drainTimeout  = time.Second
+	// pgPoll: the trigger-request poller's interval on Postgres, the
+	// fallback for a missed NOTIFY.
+	pgPoll       = 250 * time.Millisecond
+	drainTimeout = time.Second
 	// freezeHold is how long an armed finish sits inside its transaction
 	// after FinishEpisode (the driver SIGSTOPs the worker meanwhile): well
 	// past claims.TxBound, so the server's bound, not this, ends it.
@@ -216,7 +219,7 @@ func openPostgres(ctx context.Context, url string, lease time.Duration) (backend
 	// connection frozen by a cut.
 	return backend{
 		store:  postgres.New(pool),
-		poll:   runner.PollConfig{Interval: 250 * time.Millisecond, ClaimLease: lease},
+		poll:   runner.PollConfig{Interval: pgPoll, ClaimLease: lease},
 		waker:  postgres.NewNotifier(pool),
 		ledger: pgLedger{pool},
 	}, nil

@@ -86,6 +86,15 @@ var DialectOnly = []Only{
 		Fallback: "SQL Server: FinishEpisode THROWs 51001 inside a caller's transaction when it matched nothing, " +
 			"and XACT_ABORT rolls that whole transaction back",
 	},
+	{
+		Name:     "RequeueOrphanLock",
+		Dialects: []string{DialectPostgres},
+		Why: "waits on the orphan's claim row before RequeueOrphan takes its snapshot, so that RequeueOrphan sees the " +
+			"open request of a concurrent requeue (one that gave a given-back grant its attempt back changed nothing " +
+			"else on the episode row): SQLite's write lock serializes whole transactions, and SQL Server's " +
+			"RequeueOrphan re-reads the request under UPDLOCK, HOLDLOCK after its claim lock",
+		Fallback: "SQLite: RequeueOrphanTarget runs under the write lock; SQL Server: RequeueOrphan's locking read",
+	},
 
 	// The steps of SQLite's multi-statement operations.
 	part("AppendStepLease", "AppendStep"),

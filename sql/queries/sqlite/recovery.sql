@@ -11,9 +11,12 @@
 --     another grant of the same key: nobody will ever finish the episode).
 -- Never an orphan, whatever its claim: an episode with an open trigger
 -- request (pending or claimed): available work belongs to the pollers.
+-- What a restart counts is Postgres's too: an orphan whose holder gave its
+-- grant back (claim 'released', within attempts + max_attempts grants of
+-- the key) restarts as the same attempt (given_back); any other counts one.
 --
 -- Takeovers (ClaimForRecovery, RequeueOrphan) are a few statements in one
--- BEGIN IMMEDIATE transaction (adapters/sqlite, Store.atomically). Where Postgres
+-- BEGIN IMMEDIATE transaction (adapters/sqlite, Store.inTx). Where Postgres
 -- locks the claim row, then the episode row, FOR UPDATE, and re-checks both
 -- on their latest committed versions, SQLite's single write lock, taken
 -- before the first statement, is the lock: every statement reads the latest
@@ -34,12 +37,15 @@
 -- LATERAL ... LIMIT 1 for that; SQLite's planner does it for the join on
 -- the primary key), so the cost follows the live work, not the history.
 -- No claim row: claim_state '' (the lease column then repeats created_at).
+-- given_back: its holder gave the grant back, within the free hand-backs
+-- (see the top of this file).
 SELECT e.id, e.actor_id, e.expectation_id, e.status, e.dedupe_key, e.attempts,
     e.max_attempts, e.source_stack, e.source_env, e.owner_node,
     coalesce(e.last_step_at, e.started_at, e.created_at) AS last_seen_at,
     coalesce(c.state, '') AS claim_state,
     coalesce(c.owner_node, '') AS claim_owner,
-    coalesce(c.lease_until, e.created_at) AS claim_lease_until
+    coalesce(c.lease_until, e.created_at) AS claim_lease_until,
+    CAST(coalesce(c.state = 'released' AND c.attempt <= e.attempts + e.max_attempts, 0) AS BOOLEAN) AS given_back
 FROM leasehold_episodes AS e
 LEFT JOIN leasehold_work_claims AS c
   ON c.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id)
@@ -61,7 +67,8 @@ SELECT e.id, e.actor_id, e.expectation_id, e.status, e.dedupe_key, e.attempts,
     coalesce(e.last_step_at, e.started_at, e.created_at) AS last_seen_at,
     coalesce(c.state, '') AS claim_state,
     coalesce(c.owner_node, '') AS claim_owner,
-    coalesce(c.lease_until, e.created_at) AS claim_lease_until
+    coalesce(c.lease_until, e.created_at) AS claim_lease_until,
+    CAST(coalesce(c.state = 'released' AND c.attempt <= e.attempts + e.max_attempts, 0) AS BOOLEAN) AS given_back
 FROM leasehold_episodes AS e
 JOIN leasehold_work_claims AS c
   ON c.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id)
@@ -163,24 +170,34 @@ RETURNING id, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key,
 -- pollers' already), a claim row or (claim-less) running and stale, its
 -- attempts still the count the sweeper listed, and the attempt it would
 -- start within max_attempts (attempts + 2 <= max_attempts, the attempt
--- after Attempt()): an exhausted orphan is not requeued but failed, through
+-- after Attempt(); attempts + 1 <= max_attempts when given_back: the same
+-- attempt again): an exhausted orphan is not requeued but failed, through
 -- ClaimForRecovery and FinishEpisode. has_claim says whether
--- RequeueOrphanFence must fence out a claim. No row: claims.ErrBusy.
+-- RequeueOrphanFence must fence out a claim, given_back (read before the
+-- fence-out changes the claim) whether RequeueOrphan counts an attempt. No
+-- row: claims.ErrBusy. The adapter also runs it once as a plain read before
+-- the transaction, so that a sweeper that lost the race (three in four
+-- do) does not take the write lock to find that out.
 --
--- The attempts compare-and-set is what keeps two sweepers from requeueing
--- one orphan twice: the first requeue leaves a released claim (no live
--- grant), so the claim alone would not tell; it also changed attempts, and
--- the second sweeper, serialized behind it by the write lock, matches
--- nothing here (and sees the open request the first one made).
+-- What keeps two sweepers from requeueing one orphan twice: the second,
+-- serialized behind the first by the write lock, sees the open request the
+-- first one made, and matches nothing here; and the first changed attempts
+-- unless the grant was given back.
 SELECT e.id, coalesce(e.dedupe_key, 'episode:' || e.id) AS claim_key,
     EXISTS (SELECT 1 FROM leasehold_work_claims AS x
-            WHERE x.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id)) AS has_claim
+            WHERE x.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id)) AS has_claim,
+    CAST(coalesce((SELECT x.state = 'released' AND x.attempt <= e.attempts + e.max_attempts
+                   FROM leasehold_work_claims AS x
+                   WHERE x.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id)), 0) AS BOOLEAN) AS given_back
 FROM leasehold_episodes AS e
 WHERE e.id = CAST(@id AS INTEGER)
   AND e.archived_at IS NULL
   AND e.status IN ('running', 'queued')
   AND e.attempts = CAST(@attempts AS INTEGER)
-  AND e.attempts + 2 <= e.max_attempts
+  AND e.attempts + CASE WHEN coalesce((SELECT x.state = 'released' AND x.attempt <= e.attempts + e.max_attempts
+                                       FROM leasehold_work_claims AS x
+                                       WHERE x.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id)), 0)
+                        THEN 1 ELSE 2 END <= e.max_attempts
   AND (
     EXISTS (SELECT 1 FROM leasehold_work_claims AS x
             WHERE x.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id))
@@ -213,14 +230,17 @@ RETURNING dedupe_key;
 -- name: RequeueOrphan :one
 -- RequeueOrphan's episode write, after RequeueOrphanTarget (and, with a
 -- claim, RequeueOrphanFence) matched: queued as its next attempt (attempts
--- + 1, phase recovering, no owner); ReopenTriggerRequest then makes its
--- trigger request pending, due at once. An orphan with a cancel request
--- ends canceled instead (class canceled) and gets no request. Re-checks the
--- attempts the sweeper listed, the status and archived_at.
+-- + 1, phase recovering, no owner), or as the same attempt again when
+-- RequeueOrphanTarget found the grant given back (given_back, read in this
+-- transaction); ReopenTriggerRequest then makes its trigger request
+-- pending, due at once. An orphan with a cancel request ends canceled
+-- instead (class canceled) and gets no request. Re-checks the attempts the
+-- sweeper listed, the status and archived_at.
 UPDATE leasehold_episodes
 SET status      = CASE WHEN cancel_requested_at IS NOT NULL THEN 'canceled' ELSE 'queued' END,
     phase       = CASE WHEN cancel_requested_at IS NOT NULL THEN NULL ELSE 'recovering' END,
-    attempts    = CASE WHEN cancel_requested_at IS NOT NULL THEN attempts ELSE attempts + 1 END,
+    attempts    = CASE WHEN cancel_requested_at IS NOT NULL OR CAST(@given_back AS BOOLEAN) THEN attempts
+                       ELSE attempts + 1 END,
     owner_node  = NULL,
     error_class = CASE WHEN cancel_requested_at IS NOT NULL THEN 'canceled' ELSE error_class END,
     finished_at = CASE WHEN cancel_requested_at IS NOT NULL

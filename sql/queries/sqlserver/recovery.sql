@@ -26,6 +26,11 @@
 -- All cut-offs are computed from SYSUTCDATETIME(), the database clock
 -- (@stale_after_ms is cast to int for DATEADD: under about 24.8 days).
 --
+-- What a restart counts is Postgres's (see the top of its recovery.sql): an
+-- orphan whose holder gave its grant back (claim 'released', within
+-- attempts + max_attempts grants of the key) restarts as the same attempt
+-- (given_back); any other counts one.
+--
 -- Scope: a sweep sees its own stack plus unstamped rows (source_stack = N''),
 -- or every stack when it names none; env is matched by strict equality, the
 -- unset env (N'') being its own world. The key columns use a binary
@@ -60,17 +65,19 @@
 -- reads one committed state and cannot.
 SELECT TOP (@max_rows) o.id, o.actor_id, o.expectation_id, o.status, o.dedupe_key,
     o.attempts, o.max_attempts, o.source_stack, o.source_env, o.owner_node,
-    o.last_seen_at, o.claim_state, o.claim_owner, o.claim_lease_until
+    o.last_seen_at, o.claim_state, o.claim_owner, o.claim_lease_until, o.given_back
 FROM (
     SELECT e.id, e.actor_id, e.expectation_id, e.status, e.dedupe_key, e.attempts,
         e.max_attempts, e.source_stack, e.source_env, e.owner_node,
         COALESCE(e.last_step_at, e.started_at, e.created_at) AS last_seen_at,
         COALESCE(c.state, N'') AS claim_state,
         COALESCE(c.owner_node, N'') AS claim_owner,
-        COALESCE(c.lease_until, e.created_at) AS claim_lease_until
+        COALESCE(c.lease_until, e.created_at) AS claim_lease_until,
+        CAST(CASE WHEN c.state = N'released' AND c.attempt <= e.attempts + e.max_attempts
+                  THEN 1 ELSE 0 END AS bit) AS given_back
     FROM leasehold_episodes AS e
     OUTER APPLY (
-        SELECT TOP (1) x.dedupe_key, x.state, x.owner_node, x.lease_until
+        SELECT TOP (1) x.dedupe_key, x.state, x.owner_node, x.lease_until, x.attempt
         FROM leasehold_work_claims AS x
         WHERE x.dedupe_key = COALESCE(e.dedupe_key, CONCAT(N'episode:', e.id))
     ) AS c
@@ -96,10 +103,12 @@ FROM (
         COALESCE(e.last_step_at, e.started_at, e.created_at) AS last_seen_at,
         COALESCE(c.state, N'') AS claim_state,
         COALESCE(c.owner_node, N'') AS claim_owner,
-        COALESCE(c.lease_until, e.created_at) AS claim_lease_until
+        COALESCE(c.lease_until, e.created_at) AS claim_lease_until,
+        CAST(CASE WHEN c.state = N'released' AND c.attempt <= e.attempts + e.max_attempts
+                  THEN 1 ELSE 0 END AS bit) AS given_back
     FROM leasehold_episodes AS e
     CROSS APPLY (
-        SELECT TOP (1) x.dedupe_key, x.state, x.owner_node, x.lease_until
+        SELECT TOP (1) x.dedupe_key, x.state, x.owner_node, x.lease_until, x.attempt
         FROM leasehold_work_claims AS x
         WHERE x.dedupe_key = COALESCE(e.dedupe_key, CONCAT(N'episode:', e.id))
     ) AS c
@@ -310,25 +319,32 @@ CROSS JOIN @grant AS g;
 -- name: RequeueOrphan :one
 -- Recovery's restart, as sql/queries/postgres/recovery.sql's RequeueOrphan:
 -- the orphan becomes available work again (its grant fenced out: released,
--- fence + 1; the episode queued as its next attempt, phase recovering, no
--- owner; its trigger request pending and due at once), so any full node
+-- fence + 1; the episode queued, phase recovering, no owner, as its next
+-- attempt, or as the same attempt again when its holder gave the grant
+-- back; its trigger request pending and due at once), so any full node
 -- with a free slot for its actor takes it. An orphan with a cancel request
 -- ends canceled instead, with no request. No row: not an orphan (any more),
--- taken by another sweeper, or exhausted (attempts + 2 > max_attempts:
--- recovery fails those through ClaimForRecovery).
+-- taken by another sweeper, or exhausted (attempts + 2 > max_attempts,
+-- attempts + 1 when given back: recovery fails those through
+-- ClaimForRecovery).
 --
 -- Guarantee: exactly ClaimForRecovery's (see there for the reasoning, the
 -- hints and the lock order, claim row then episode row): the first,
 -- lock-free read finds the orphan and its open-request exclusion; the claim
 -- UPDATE WITH (UPDLOCK, HOLDLOCK) re-checks on the locked row that nobody
--- can still use the grant; a claim-less episode (no claim row at all,
--- re-read under the same key-range lock) needs no fencing; the episode
--- UPDATE re-checks status, archive and attempts on its latest committed
--- version; anything that matches nothing rolls the whole transaction back.
--- attempts must still be the count the sweeper listed (@attempts): a
--- second sweeper that waited for the first on the claim row finds a
--- released claim, takeable, and only the first's attempts + 1 on the
--- episode row tells it the orphan was requeued already.
+-- can still use the grant, and its OUTPUT deleted.* says whether the
+-- holder had given the grant back (@given_back); a claim-less episode (no
+-- claim row at all, re-read under the same key-range lock) needs no
+-- fencing; the episode UPDATE re-checks status, archive and attempts on its
+-- latest committed version, and, under UPDLOCK, HOLDLOCK, that no trigger
+-- request is open; anything that matches nothing rolls the whole
+-- transaction back. A second sweeper that waited for the first on the
+-- claim row finds a released claim, takeable; the first's open request,
+-- read under the lock, tells it the orphan was requeued already (the
+-- first's attempts + 1 does too, unless the grant had been given back).
+-- The Postgres statement's RequeueOrphanLock has no T-SQL counterpart
+-- (sql/queries/dialects.go): the locking read here sees the latest
+-- committed request.
 --
 -- Bound: sent behind BoundLockWait (bounds.sql) in the same call, like
 -- ClaimForRecovery.
@@ -336,7 +352,8 @@ SET NOCOUNT ON;
 SET XACT_ABORT ON;
 DECLARE @orphan_key nvarchar(512);
 DECLARE @open_request bit = 1;
-DECLARE @fenced TABLE (dedupe_key nvarchar(512) NOT NULL);
+DECLARE @given_back bit = 0;
+DECLARE @fenced TABLE (dedupe_key nvarchar(512) NOT NULL, was_state nvarchar(32) NOT NULL, was_attempt int NOT NULL);
 DECLARE @episode TABLE (
     id             bigint        NOT NULL,
     actor_id       nvarchar(255) NOT NULL,
@@ -359,7 +376,9 @@ WHERE e.id = @id
   AND e.archived_at IS NULL
   AND e.status IN (N'running', N'queued')
   AND e.attempts = @attempts
-  AND e.attempts + 2 <= e.max_attempts
+  -- The exact bound (+ 1 given back, + 2 otherwise) is checked under the
+  -- lock below, once the claim row says which.
+  AND e.attempts + 1 <= e.max_attempts
   AND (
         EXISTS (SELECT 1 FROM leasehold_work_claims AS x
                 WHERE x.dedupe_key = COALESCE(e.dedupe_key, CONCAT(N'episode:', e.id)))
@@ -372,7 +391,7 @@ IF @orphan_key IS NOT NULL AND @open_request = 0
 BEGIN
     BEGIN TRANSACTION;
 
-    -- SET reads the pre-update row.
+    -- SET reads the pre-update row; so does OUTPUT deleted.*.
     UPDATE leasehold_work_claims WITH (UPDLOCK, HOLDLOCK)
     SET state       = N'released',
         owner_node  = @owner_node,
@@ -380,10 +399,16 @@ BEGIN
         finished_at = SYSUTCDATETIME(),
         fence       = fence + 1,
         grant_kind  = CASE WHEN state = N'claimed' THEN N'steal' ELSE N'reclaim' END
-    OUTPUT inserted.dedupe_key INTO @fenced
+    OUTPUT inserted.dedupe_key, deleted.state, deleted.attempt INTO @fenced
     WHERE dedupe_key = @orphan_key
       AND ((state = N'claimed' AND lease_until <= SYSUTCDATETIME())
            OR state IN (N'released', N'done', N'failed'));
+
+    -- Given back: released by its holder, within the free hand-backs.
+    SELECT @given_back = CASE WHEN f.was_state = N'released' AND f.was_attempt <= e.attempts + e.max_attempts
+                              THEN 1 ELSE 0 END
+    FROM @fenced AS f
+    JOIN leasehold_episodes AS e WITH (UPDLOCK, HOLDLOCK) ON e.id = @id;
 
     -- A claim row that was not fenced is a grant somebody can still use:
     -- nothing is taken over.
@@ -393,7 +418,8 @@ BEGIN
         UPDATE leasehold_episodes
         SET status      = CASE WHEN cancel_requested_at IS NOT NULL THEN N'canceled' ELSE N'queued' END,
             phase       = CASE WHEN cancel_requested_at IS NOT NULL THEN NULL ELSE N'recovering' END,
-            attempts    = CASE WHEN cancel_requested_at IS NOT NULL THEN attempts ELSE attempts + 1 END,
+            attempts    = CASE WHEN cancel_requested_at IS NOT NULL OR @given_back = 1 THEN attempts
+                               ELSE attempts + 1 END,
             owner_node  = NULL,
             error_class = CASE WHEN cancel_requested_at IS NOT NULL THEN N'canceled' ELSE error_class END,
             finished_at = CASE WHEN cancel_requested_at IS NOT NULL THEN SYSUTCDATETIME() END
@@ -404,7 +430,9 @@ BEGIN
           AND status IN (N'running', N'queued')
           AND archived_at IS NULL
           AND attempts = @attempts
-          AND attempts + 2 <= max_attempts;
+          AND attempts + CASE WHEN @given_back = 1 THEN 1 ELSE 2 END <= max_attempts
+          AND NOT EXISTS (SELECT 1 FROM leasehold_trigger_requests AS r WITH (UPDLOCK, HOLDLOCK)
+                          WHERE r.episode_id = @id AND r.status IN (N'pending', N'claimed'));
 
     -- No open request was seen; a closed one (completed, expired) is reused,
     -- as in RetryEpisode.

@@ -1,0 +1,221 @@
+package sqlite_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasehold/leasehold/adapters/sqlite"
+	"github.com/leasehold/leasehold/claims"
+	"github.com/leasehold/leasehold/internal/sqlitetest"
+)
+
+// Environment of the child processes of TestLeaseWritesLandUnderAFlood.
+const (
+	floodDBEnv   = "LEASEHOLD_SQLITE_FLOOD_DB"
+	floodHoldEnv = "LEASEHOLD_SQLITE_FLOOD_HOLD_MS"
+)
+
+// Flood shape: floodProcs processes of floodWriters goroutines each, every
+// one writing in a loop in a transaction that holds the write lock for
+// floodHold (a slow holder: a CPU-starved host, a caller's transaction
+// that does some work), so that the lock is never free for long.
+const (
+	floodProcs   = 3
+	floodWriters = 4
+	floodHold    = 15 * time.Millisecond
+)
+
+// Lease writes get SQLite's write lock before their lease runs out however
+// many other writers want it: while three other processes (four writers
+// each, every write transaction holding the lock 15 ms) keep the lock busy,
+// this process renews a lease every lease/3 and finally releases it, and
+// each of those writes lands within the local time a lease leaves
+// (lease - margin, 1.6 s of 2 s); in fact within a few holders' time,
+// because every other writer of every process on the file stands back
+// while a lease write waits (see the package's Lock section).
+func TestLeaseWritesLandUnderAFlood(t *testing.T) {
+	if os.Getenv(floodDBEnv) != "" {
+		t.Skip("child process")
+	}
+	const (
+		lease  = 2 * time.Second
+		margin = lease / 5
+		rounds = 12
+	)
+	path := sqlitetest.Path(t)
+	db := sqlitetest.Open(t, path)
+	_, err := db.ExecContext(t.Context(), `CREATE TABLE flood (id INTEGER PRIMARY KEY, by TEXT NOT NULL)`)
+	require.NoError(t, err)
+	s := sqlite.New(db)
+	c, err := s.Acquire(t.Context(), claims.AcquireParams{Key: "k", Owner: "node-a", Lease: lease})
+	require.NoError(t, err)
+
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	floodCtx, stopFlood := context.WithCancel(t.Context())
+	var children sync.WaitGroup
+	t.Cleanup(func() { stopFlood(); children.Wait() })
+	flooding := make(chan struct{}, floodProcs)
+	for range floodProcs {
+		cmd := exec.CommandContext(floodCtx, exe, "-test.run=^TestLeaseWritesFloodChild$", "-test.count=1")
+		cmd.Env = append(os.Environ(), floodDBEnv+"="+path, floodHoldEnv+"="+strconv.Itoa(int(floodHold.Milliseconds())))
+		cmd.Stderr = os.Stderr
+		out, err := cmd.StdoutPipe()
+		require.NoError(t, err)
+		require.NoError(t, cmd.Start())
+		children.Go(func() {
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+				if sc.Text() == "FLOODING" {
+					flooding <- struct{}{}
+				}
+			}
+			_ = cmd.Wait()
+		})
+	}
+	for range floodProcs { // every child has written
+		select {
+		case <-flooding:
+		case <-time.After(time.Minute):
+			t.Fatal("the flood did not start within a minute")
+		}
+	}
+
+	var took []time.Duration
+	tick := time.NewTicker(lease / 3)
+	defer tick.Stop()
+	for range rounds {
+		<-tick.C
+		start := time.Now()
+		renewed, err := s.RenewMany(t.Context(), "node-a", []claims.Held{{Key: c.Key, Fence: c.Fence}}, lease)
+		took = append(took, time.Since(start))
+		require.NoError(t, err)
+		require.Len(t, renewed, 1)
+	}
+	start := time.Now()
+	require.NoError(t, s.Release(t.Context(), c.Token))
+	took = append(took, time.Since(start))
+	var flooded int
+	require.NoError(t, db.QueryRowContext(t.Context(), `SELECT count(*) FROM flood`).Scan(&flooded))
+	stopFlood()
+
+	slices.Sort(took)
+	t.Logf("%d renewals and a release beside %d flood writes: p50 %v, max %v", rounds, flooded,
+		took[len(took)/2].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond))
+	require.Less(t, took[len(took)-1], lease-margin, "a lease write did not land within the lease's local time")
+}
+
+// TestLeaseWritesFloodChild is a child of TestLeaseWritesLandUnderAFlood:
+// floodWriters goroutines write until the parent kills the process.
+func TestLeaseWritesFloodChild(t *testing.T) {
+	path := os.Getenv(floodDBEnv)
+	if path == "" {
+		t.Skip("run by TestLeaseWritesLandUnderAFlood")
+	}
+	holdMS, err := strconv.Atoi(os.Getenv(floodHoldEnv))
+	require.NoError(t, err)
+	ctx := context.Background()
+	db, err := sqlite.Open(ctx, path)
+	require.NoError(t, err)
+	defer db.Close()
+	db.SetMaxOpenConns(floodWriters)
+	var (
+		wg    sync.WaitGroup
+		first sync.Once
+	)
+	for w := range floodWriters {
+		by := fmt.Sprintf("%d/%d", os.Getpid(), w)
+		wg.Go(func() {
+			for {
+				tx, err := db.BeginTx(ctx, nil)
+				if sqlite.IsRetryable(err) {
+					continue // busy_timeout ran out: nothing began
+				}
+				require.NoError(t, err)
+				_, err = tx.ExecContext(ctx, `INSERT INTO flood (by) VALUES (?)`, by)
+				require.NoError(t, err)
+				time.Sleep(time.Duration(holdMS) * time.Millisecond) // a slow holder, not a wait for expiry
+				require.NoError(t, tx.Commit())
+				first.Do(func() { fmt.Println("FLOODING") })
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// In one process, a lease write waiting for the write gate goes before
+// every takeover waiting there, and a takeover before every other write,
+// whichever came first: with a caller's transaction holding the lock and
+// five other writes queued behind it, then a takeover, a renewal sent last
+// is the first to land once the transaction ends, and the takeover next.
+func TestLeaseWritesGoFirstInTheProcess(t *testing.T) {
+	t.Parallel()
+	path := sqlitetest.Path(t)
+	db := sqlitetest.Open(t, path)
+	db.SetMaxOpenConns(10)
+	_, err := db.ExecContext(t.Context(), `CREATE TABLE queued (id INTEGER PRIMARY KEY, by TEXT NOT NULL)`)
+	require.NoError(t, err)
+	s := sqlite.New(db)
+	c, err := s.Acquire(t.Context(), claims.AcquireParams{Key: "k", Owner: "node-a", Lease: time.Minute})
+	require.NoError(t, err)
+
+	holder, err := db.BeginTx(t.Context(), nil)
+	require.NoError(t, err)
+	var (
+		mu    sync.Mutex
+		order []string
+		wg    sync.WaitGroup
+	)
+	write := func(ctx context.Context, who string) {
+		wg.Go(func() {
+			_, err := db.ExecContext(ctx, `INSERT INTO queued (by) VALUES (?)`, who)
+			require.NoError(t, err)
+			mu.Lock()
+			order = append(order, who)
+			mu.Unlock()
+		})
+	}
+	const others = 5
+	for i := range others {
+		write(context.Background(), fmt.Sprintf("other-%d", i))
+	}
+	waitQueued(t, path, 0, 0, others)
+	write(sqlite.WithTakeoverLane(context.Background()), "takeover")
+	waitQueued(t, path, 0, 1, others)
+	wg.Go(func() {
+		_, err := s.Renew(context.Background(), c.Token, time.Minute)
+		require.NoError(t, err)
+		mu.Lock()
+		order = append(order, "renewal")
+		mu.Unlock()
+	})
+	waitQueued(t, path, 1, 1, others)
+	require.NoError(t, holder.Commit())
+	wg.Wait()
+	require.Equal(t, []string{"renewal", "takeover"}, order[:2], "landed in the order %v", order)
+}
+
+// waitQueued waits until the write gate of the file at path has that many
+// lease writes, takeovers and other writes queued.
+func waitQueued(t *testing.T, path string, lease, takeover, others int) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		l, tk, o := sqlite.GateQueued(path)
+		if l == lease && tk == takeover && o == others {
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "queued %d lease, %d takeover, %d other writes; want %d, %d, %d", l, tk, o, lease, takeover, others)
+		time.Sleep(time.Millisecond) // the gate signals nothing when a write queues; this only waits for the goroutines above to get there
+	}
+}

@@ -1,0 +1,257 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasehold/leasehold/claims"
+	"github.com/leasehold/leasehold/episodes"
+)
+
+// runGivenBack runs the scenarios of what recovery's restart counts as an
+// attempt (sql/queries/postgres/recovery.sql): a grant its holder gave back
+// (released, fenced) restarts as the same attempt, once per orphaning
+// across concurrent sweepers; one that expired counts; and the hand-backs
+// are free only up to max_attempts, so an episode whose runs keep giving
+// their grant back still runs out of attempts.
+func runGivenBack(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
+	t.Run("GivenBackGrantIsNotAnAttempt", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		e := EpisodesBackend{Store: b.Store}
+		n := flowEpisode("event:a:e:given-back")
+		n.Owner, n.Lease, n.Start = "slow", time.Minute, true
+		o, err := b.Store.CreateEpisode(ctx(t), n)
+		require.NoError(t, err)
+		require.NoError(t, b.Store.AppendStep(ctx(t), o.Episode.ID, o.Claim.Token, 1, []byte(`{}`), time.Minute))
+		// The holder gives the grant back (a drain, a failed journal
+		// write, a lease past its local deadline): fenced, so a stale
+		// token cannot.
+		require.ErrorIs(t, b.Store.Release(ctx(t), claims.Token{Key: o.Claim.Key, Owner: "slow", Fence: o.Claim.Fence + 1}), claims.ErrNotOwner)
+		require.NoError(t, b.Store.Release(ctx(t), o.Claim.Token))
+
+		list := listedOrphan(t, b, o.Episode.ID)
+		require.True(t, list.GivenBack, "a released grant is listed as given back")
+		require.EqualValues(t, 1, list.Episode.Attempt())
+
+		const sweepers = 4
+		wins := requeueRace(t, b, o.Episode.ID, 0, sweepers)
+		require.Len(t, wins, 1, "exactly one sweeper requeues the orphan, though its attempts did not change")
+		require.EqualValues(t, 0, wins[0].Attempts, "the run given back is not counted")
+		got := get(t, e, o.Episode.ID)
+		require.Equal(t, episodes.StatusQueued, got.Status)
+		require.EqualValues(t, 1, got.Attempt(), "the restart is the same attempt again")
+		require.ErrorIs(t, b.Store.AppendStep(ctx(t), o.Episode.ID, o.Claim.Token, 2, nil, time.Minute), claims.ErrLeaseLost,
+			"the grant given back is fenced out")
+		_, err = b.Store.RequeueOrphan(ctx(t), o.Episode.ID, 0, "late-sweeper", time.Minute)
+		require.ErrorIs(t, err, claims.ErrBusy, "a sweeper that listed it before the requeue finds the pollers' request")
+
+		reqs := claimRequests(t, b, "poller", "", "", 10)
+		require.Len(t, reqs, 1)
+		d, err := b.Store.DispatchTriggerRequest(ctx(t), reqs[0], time.Minute)
+		require.NoError(t, err)
+		require.True(t, d.Started)
+		require.EqualValues(t, 1, d.Episode.Attempt(), "the restarted run is attempt 1")
+		require.EqualValues(t, 2, d.NextStep, "and resumes after the journal")
+
+		// That run's holder dies (its lease expires, nothing given back):
+		// the restart counts.
+		b.ExpireClaim(t, o.Claim.Key)
+		list = listedOrphan(t, b, o.Episode.ID)
+		require.False(t, list.GivenBack, "an expired grant is not given back")
+		again, err := b.Store.RequeueOrphan(ctx(t), o.Episode.ID, 0, "sweeper", time.Minute)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, again.Attempts, "an expired grant is an attempt")
+	})
+
+	t.Run("GivenBackGrantsAreFreeOnlyUpToMaxAttempts", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		n := flowEpisode("event:a:e:poison")
+		n.Owner, n.Lease, n.Start, n.MaxAttempts = "node-a", time.Minute, true, 2
+		o, err := b.Store.CreateEpisode(ctx(t), n)
+		require.NoError(t, err)
+		id, grant, attempts := o.Episode.ID, o.Claim, int32(0)
+		// Every run gives its grant back at once. The first max_attempts
+		// hand-backs are free; then each counts, and the episode runs out.
+		var seen []int32
+		for runs := 1; ; runs++ {
+			require.LessOrEqual(t, runs, 2*int(n.MaxAttempts), "runs that give their grant back are bounded")
+			require.NoError(t, b.Store.Release(ctx(t), grant.Token))
+			listed := listedOrphan(t, b, id)
+			require.Equal(t, attempts, listed.Episode.Attempts)
+			seen = append(seen, listed.Episode.Attempt())
+			res, err := b.Store.RequeueOrphan(ctx(t), id, attempts, "sweeper", time.Minute)
+			if err != nil {
+				require.ErrorIs(t, err, claims.ErrBusy, "out of attempts: recovery fails it instead")
+				require.Equal(t, 2*int(n.MaxAttempts), runs)
+				break
+			}
+			attempts = res.Attempts
+			reqs := claimRequests(t, b, "poller", "", "", 10)
+			require.Len(t, reqs, 1)
+			d, err := b.Store.DispatchTriggerRequest(ctx(t), reqs[0], time.Minute)
+			require.NoError(t, err)
+			require.True(t, d.Started)
+			grant = d.Claim
+		}
+		require.Equal(t, []int32{1, 1, 1, 2}, seen, "attempt 1 three times (twice given back for free), then attempt 2, the last")
+	})
+}
+
+// batchRequeuer is recovery.BatchRequeuer, for the stores that have it.
+type batchRequeuer interface {
+	RequeueOrphans(ctx context.Context, items []episodes.RequeueItem, owner string, staleAfter time.Duration) []episodes.RequeueResult
+}
+
+// runBatchRequeue: a store's RequeueOrphans decides each orphan as
+// RequeueOrphan would, on its own conditions, with its own outcome; and of
+// sweepers that requeue the same orphans at once, each orphan goes to one.
+func runBatchRequeue(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
+	t.Run("BatchRequeueDecidesEachOrphanAlone", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		br, ok := b.Store.(batchRequeuer)
+		if !ok {
+			t.Skip("this store requeues orphans one at a time (no RequeueOrphans)")
+		}
+		e := EpisodesBackend{Store: b.Store}
+		var (
+			items []episodes.RequeueItem
+			want  []error
+		)
+		add := func(key string, attempts int32, wantErr error, prepare func(o episodes.Created)) {
+			n := flowEpisode(key)
+			n.Owner, n.Lease, n.Start = "dead", time.Minute, true
+			o, err := b.Store.CreateEpisode(ctx(t), n)
+			require.NoError(t, err)
+			prepare(o)
+			items = append(items, episodes.RequeueItem{ID: o.Episode.ID, Attempts: attempts})
+			want = append(want, wantErr)
+		}
+		expire := func(o episodes.Created) { b.ExpireClaim(t, o.Claim.Key) }
+		giveBack := func(o episodes.Created) { require.NoError(t, b.Store.Release(ctx(t), o.Claim.Token)) }
+		add("event:a:e:batch-expired", 0, nil, expire)
+		add("event:a:e:batch-live", 0, claims.ErrBusy, func(episodes.Created) {}) // its holder is alive
+		add("event:a:e:batch-given-back", 0, nil, giveBack)
+		add("event:a:e:batch-stale-count", 3, claims.ErrBusy, expire) // listed with other attempts
+		add("event:a:e:batch-expired-2", 0, nil, expire)
+
+		got := br.RequeueOrphans(ctx(t), items, "sweeper", time.Minute)
+		require.Len(t, got, len(items))
+		for i, r := range got {
+			if want[i] != nil {
+				require.ErrorIs(t, r.Err, want[i], "item %d", i)
+				require.NotEqual(t, episodes.StatusQueued, get(t, e, items[i].ID).Status, "item %d untouched", i)
+				continue
+			}
+			require.NoError(t, r.Err, "item %d", i)
+			require.Equal(t, episodes.StatusQueued, r.Status, "item %d", i)
+			require.NotZero(t, r.RequestID, "item %d", i)
+			require.Equal(t, episodes.StatusQueued, get(t, e, items[i].ID).Status, "item %d", i)
+		}
+		require.EqualValues(t, 1, got[0].Attempts, "an expired grant counts an attempt")
+		require.EqualValues(t, 0, got[2].Attempts, "a grant given back does not")
+
+		again := br.RequeueOrphans(ctx(t), items, "late-sweeper", time.Minute)
+		for i, r := range again {
+			require.ErrorIs(t, r.Err, claims.ErrBusy, "item %d requeued once", i)
+		}
+		require.Len(t, claimRequests(t, b, "poller", "", "", 10), 3, "one open request per requeued orphan")
+	})
+
+	t.Run("ConcurrentBatchRequeuesTakeEachOrphanOnce", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		br, ok := b.Store.(batchRequeuer)
+		if !ok {
+			t.Skip("this store requeues orphans one at a time (no RequeueOrphans)")
+		}
+		var items []episodes.RequeueItem
+		for i := range 12 {
+			n := flowEpisode(fmt.Sprintf("event:a:e:batch-race-%d", i))
+			n.Owner, n.Lease, n.Start = "dead", time.Minute, true
+			o, err := b.Store.CreateEpisode(ctx(t), n)
+			require.NoError(t, err)
+			if i%2 == 0 {
+				b.ExpireClaim(t, o.Claim.Key)
+			} else {
+				require.NoError(t, b.Store.Release(ctx(t), o.Claim.Token))
+			}
+			items = append(items, episodes.RequeueItem{ID: o.Episode.ID})
+		}
+		const sweepers = 4
+		wins := make([]int, len(items))
+		var (
+			mu sync.Mutex
+			wg sync.WaitGroup
+		)
+		for k := range sweepers {
+			mine := slices.Clone(items)
+			rand.New(rand.NewPCG(uint64(k), 1)).Shuffle(len(mine), func(i, j int) { mine[i], mine[j] = mine[j], mine[i] })
+			wg.Go(func() {
+				res := br.RequeueOrphans(ctx(t), mine, fmt.Sprintf("sweeper-%d", k), time.Minute)
+				mu.Lock()
+				defer mu.Unlock()
+				for i, r := range res {
+					if r.Err == nil {
+						wins[slices.IndexFunc(items, func(it episodes.RequeueItem) bool { return it.ID == mine[i].ID })]++
+					} else {
+						require.ErrorIs(t, r.Err, claims.ErrBusy)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		for i, w := range wins {
+			require.Equal(t, 1, w, "orphan %d requeued by exactly one sweeper", i)
+		}
+		require.Len(t, claimRequests(t, b, "poller", "", "", 100), len(items))
+	})
+}
+
+// listedOrphan returns the listed orphan of episode id.
+func listedOrphan(t *testing.T, b DeferredBackend, id int64) episodes.Orphan {
+	t.Helper()
+	list, err := b.Store.ListOrphans(ctx(t), episodes.OrphanQuery{StaleAfter: time.Minute, Limit: 100})
+	require.NoError(t, err)
+	for _, o := range list {
+		if o.Episode.ID == id {
+			return o
+		}
+	}
+	require.Failf(t, "not listed", "episode %d is not an orphan", id)
+	return episodes.Orphan{}
+}
+
+// requeueRace has n sweepers requeue episode id, listed with attempts, at
+// once, and returns the results of those that won.
+func requeueRace(t *testing.T, b DeferredBackend, id int64, attempts int32, n int) []episodes.Requeued {
+	t.Helper()
+	var (
+		mu   sync.Mutex
+		wins []episodes.Requeued
+		wg   sync.WaitGroup
+	)
+	for range n {
+		wg.Go(func() {
+			res, err := b.Store.RequeueOrphan(ctx(t), id, attempts, "sweeper", time.Minute)
+			if err != nil {
+				require.ErrorIs(t, err, claims.ErrBusy)
+				return
+			}
+			mu.Lock()
+			wins = append(wins, res)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return wins
+}
