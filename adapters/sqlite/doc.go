@@ -158,7 +158,7 @@
 // process exits (the operating system releases its locks) or resumes. One
 // frozen with a lease write or a takeover waiting holds that lane's byte of
 // the turn file: the others' later writes wait for it only while nobody
-// takes the turn for 50 ms, then go on. Postgres's BoundTransaction and
+// takes the turn for 1 s (flagStale), once per process, then go on. Postgres's BoundTransaction and
 // BoundLockWait have no equivalent (sql/queries/dialects.go); keep
 // transactions short.
 //

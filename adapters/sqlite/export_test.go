@@ -35,3 +35,7 @@ var (
 	LeaseLaneByte = laneByte[laneLease]
 	TurnSuffix    = turnSuffix
 )
+
+// FlagStale is how long a write waits, once, for another process's lane
+// byte while nobody takes the turn.
+const FlagStale = flagStale

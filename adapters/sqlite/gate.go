@@ -65,8 +65,14 @@ const (
 	// flagStale: how long a write waits for another process's write of a
 	// lane before its own while nobody has the turn: a process frozen
 	// (SIGSTOP) with such a write waiting holds the lane's byte and never
-	// takes the turn.
-	flagStale = 50 * time.Millisecond
+	// takes the turn. Found stale once, the byte is not waited for again by
+	// this process until it has been seen let go. Long enough for a live
+	// but CPU-starved process to take the turn it waits for: at 50 ms, on a
+	// host with two CPU hogs beside race-enabled processes (wake-ups up to
+	// 350 ms late), a lease write waited up to 11.7 s beside a flood of
+	// other writers, who took its flag for a frozen one's; at 1 s, 31 ms to
+	// 1.65 s (TestLeaseWritesLandUnderAFlood).
+	flagStale = time.Second
 )
 
 // laneByte is the byte of the turn file that every process with a write of
@@ -88,6 +94,7 @@ type writeGate struct {
 	held        bool
 	waiting     [lanes][]*gateWaiter
 	flagged     [lanes]int // writes of each lane waiting for the gate or the turn: laneByte held while > 0
+	stale       [lanes]bool // another process's byte of the lane found stale (flagStale); cleared once seen let go
 	turnWaiters int        // writes polling for the turn: waitByte held while > 0
 	turnEnded   time.Time  // when this process last gave the turn back
 }
@@ -270,6 +277,7 @@ func (g *writeGate) takeTurn(ctx context.Context, o *op, deadline time.Time) err
 					freeSince = time.Now()
 				case time.Since(freeSince) > flagStale:
 					ignoreSeen = true
+					g.markStale(o.lane)
 				}
 				if !ignoreSeen {
 					sleep(ctx, poll)
@@ -297,14 +305,38 @@ func (g *writeGate) takeTurn(ctx context.Context, o *op, deadline time.Time) err
 }
 
 // earlierElsewhere reports whether another process has a write of a lane
-// before l waiting.
+// before l waiting, leaving out a lane whose byte was found stale and has
+// not been let go since.
 func (g *writeGate) earlierElsewhere(l lane) bool {
 	for first := range l {
-		if laneByte[first] >= 0 && g.turn.heldElsewhere(laneByte[first]) {
+		if laneByte[first] < 0 {
+			continue
+		}
+		held := g.turn.heldElsewhere(laneByte[first])
+		g.mu.Lock()
+		if !held {
+			g.stale[first] = false
+		}
+		stale := g.stale[first]
+		g.mu.Unlock()
+		if held && !stale {
 			return true
 		}
 	}
 	return false
+}
+
+// markStale marks the bytes of the lanes before l that another process
+// holds as stale: a frozen process's, which no write of this process waits
+// for again until it is let go.
+func (g *writeGate) markStale(l lane) {
+	for first := range l {
+		if laneByte[first] >= 0 && g.turn.heldElsewhere(laneByte[first]) {
+			g.mu.Lock()
+			g.stale[first] = true
+			g.mu.Unlock()
+		}
+	}
 }
 
 // sleep waits d or until ctx is done.
