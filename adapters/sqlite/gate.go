@@ -93,10 +93,10 @@ type writeGate struct {
 	mu          sync.Mutex
 	held        bool
 	waiting     [lanes][]*gateWaiter
-	flagged     [lanes]int // writes of each lane waiting for the gate or the turn: laneByte held while > 0
+	flagged     [lanes]int  // writes of each lane waiting for the gate or the turn: laneByte held while > 0
 	stale       [lanes]bool // another process's byte of the lane found stale (flagStale); cleared once seen let go
-	turnWaiters int        // writes polling for the turn: waitByte held while > 0
-	turnEnded   time.Time  // when this process last gave the turn back
+	turnWaiters int         // writes polling for the turn: waitByte held while > 0
+	turnEnded   time.Time   // when this process last gave the turn back
 }
 
 type gateWaiter struct {

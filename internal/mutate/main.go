@@ -18,6 +18,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io/fs"
 	"os"
@@ -26,6 +27,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -42,13 +44,49 @@ const pkg = "adapters/sqlserver"
 
 var testArgs = []string{"-test.run", "^Test(Static|Unit)", "-test.skip", "^TestStaticEmbeddedMatchesFiles$", "-test.v", "-test.count=1"}
 
+var (
+	flagDialects = flag.String("dialects", "listed,sqlserver,sqlite,postgres", "what to run, in order: listed (the hand-labelled T-SQL set against the static checks) and the generated mutants of sqlserver, sqlite, postgres")
+	flagSample   = flag.String("sample", "", "run a sample of the generated mutants of a dialect, e.g. postgres=40,sqlite=60 (default: all)")
+	flagSeed     = flag.Uint64("seed", 0, "the sample's seed (default: the time)")
+	flagList     = flag.Bool("list", false, "print the generated mutants and run nothing")
+	flagVerbose  = flag.Bool("v", false, "name the test that caught each mutant")
+)
+
 func run() error {
+	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	start := time.Now()
 	root, err := moduleRoot()
 	if err != nil {
 		return err
+	}
+	if *flagList {
+		for _, t := range targets {
+			ms, err := mutantsOf(root, t)
+			if err != nil {
+				return err
+			}
+			for _, m := range ms {
+				fmt.Printf("%-60s %s\n", m.ID, m.What)
+			}
+			fmt.Printf("%s: %d mutants\n\n", t.dialect, len(ms))
+		}
+		return nil
+	}
+	samples := map[string]int{}
+	for _, kv := range strings.Split(*flagSample, ",") {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				return fmt.Errorf("-sample %s: want dialect=count", kv)
+			}
+			samples[k] = n
+		}
+	}
+	seed := *flagSeed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
 	}
 	scratch, err := os.MkdirTemp("", "leasehold-mutate-")
 	if err != nil {
@@ -58,6 +96,51 @@ func run() error {
 	if err := copyModule(root, scratch); err != nil {
 		return err
 	}
+	var failed []string
+	results := map[string]tally{}
+	for _, d := range strings.Split(*flagDialects, ",") {
+		if d == "listed" {
+			if err := runListed(ctx, scratch); err != nil {
+				failed = append(failed, "listed: "+err.Error())
+			}
+			continue
+		}
+		i := slices.IndexFunc(targets, func(t target) bool { return t.dialect == d })
+		if i < 0 {
+			return fmt.Errorf("-dialects: %q is not listed, sqlserver, sqlite or postgres", d)
+		}
+		tl, err := runGenerated(ctx, scratch, targets[i], samples[d], seed, *flagVerbose)
+		if err != nil {
+			return err
+		}
+		results[d] = tl
+	}
+	fmt.Printf("\ngenerated mutants (seed %d):\n", seed)
+	for _, d := range strings.Split(*flagDialects, ",") {
+		tl, ok := results[d]
+		if !ok {
+			continue
+		}
+		fmt.Printf("  %-9s %4d run: %4d caught (%.1f%%); guarantee-breaking (all but the listed equivalents): %d of %d caught (%.1f%%)\n",
+			d, tl.total, tl.caught, pct(tl.caught, tl.total), tl.breakingCaught, tl.breaking, pct(tl.breakingCaught, tl.breaking))
+		for _, m := range tl.missed {
+			if _, eq := equivalents[m.ID]; !eq {
+				failed = append(failed, fmt.Sprintf("%s survives: %s", m.ID, m.What))
+			}
+		}
+	}
+	fmt.Printf("\n(%s)\n", time.Since(start).Round(time.Second))
+	if len(failed) > 0 {
+		return fmt.Errorf("%d guarantee-breaking mutant(s) survive, or a run failed; kill each with a test or list it in equivalent.go with its reason:\n  %s",
+			len(failed), strings.Join(failed, "\n  "))
+	}
+	return nil
+}
+
+// runListed runs the hand-labelled T-SQL mutations of mutations.go against
+// the SQL Server static checks.
+func runListed(ctx context.Context, scratch string) error {
+	start := time.Now()
 	var stale []string
 	for _, m := range mutations { // validate the whole list before running anything
 		orig, err := os.ReadFile(filepath.Join(scratch, filepath.FromSlash(m.File)))

@@ -121,7 +121,41 @@ func NewSchema(ctx context.Context, opts ...Options) (pool *pgxpool.Pool, drop f
 		pool.Close()
 		return nil, nil, errors.Join(fmt.Errorf("migrate schema %s: %w", name, err), dropSchema())
 	}
+	if err := offsetIdentities(ctx, pool); err != nil {
+		pool.Close()
+		return nil, nil, errors.Join(fmt.Errorf("offset the identities of schema %s: %w", name, err), dropSchema())
+	}
 	return pool, func() error { pool.Close(); return dropSchema() }, nil
+}
+
+// IdentityStride is how far apart offsetIdentities starts the identity
+// sequences of a test schema: the k-th sequence (by name) starts at
+// (k+1) * IdentityStride + k + 1.
+const IdentityStride = 1_000_000
+
+// offsetIdentities starts every identity sequence of the schema at its own
+// offset, so that no two tables hand out the same id in a test: a statement
+// that returned one table's id where another's was meant (two RETURNING
+// columns swapped, a join on the wrong id) reads a row that does not exist
+// and fails, instead of passing because both sequences started at 1.
+func offsetIdentities(ctx context.Context, pool *pgxpool.Pool) error {
+	rows, err := pool.Query(ctx, `SELECT c.relname FROM pg_class AS c
+		JOIN pg_namespace AS n ON n.oid = c.relnamespace
+		WHERE c.relkind = 'S' AND n.nspname = current_schema() ORDER BY c.relname`)
+	if err != nil {
+		return err
+	}
+	seqs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	for k, seq := range seqs {
+		start := int64(k+1)*IdentityStride + int64(k) + 1
+		if _, err := pool.Exec(ctx, fmt.Sprintf("ALTER SEQUENCE %s RESTART WITH %d", pgx.Identifier{seq}.Sanitize(), start)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Exec runs a test-only statement (backdating rows, inspecting state) and

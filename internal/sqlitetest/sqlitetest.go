@@ -36,7 +36,49 @@ func Open(t testing.TB, path string) *sql.DB {
 	t.Helper()
 	db := OpenUnmigrated(t, path)
 	require.NoError(t, sqlite.Migrate(context.Background(), db))
+	require.NoError(t, OffsetIdentities(context.Background(), db))
 	return db
+}
+
+// IdentityStride is how far apart OffsetIdentities starts the ids of the
+// AUTOINCREMENT tables: the k-th table (by name) hands out ids from
+// (k+1) * IdentityStride + k + 1.
+const IdentityStride = 1_000_000
+
+// OffsetIdentities starts every AUTOINCREMENT table of a fresh database at
+// its own offset (sqlite_sequence), so that no two tables hand out the same
+// id in a test: a statement that returned one table's id where another's
+// was meant reads a row that does not exist and fails, instead of passing
+// because both counted from 1. A counter already past its offset is kept.
+func OffsetIdentities(ctx context.Context, db *sql.DB) error {
+	rows, err := db.QueryContext(ctx, `SELECT name FROM sqlite_master
+		WHERE type = 'table' AND sql LIKE '%AUTOINCREMENT%' ORDER BY name`)
+	if err != nil {
+		return err
+	}
+	var tables []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			_ = rows.Close()
+			return err
+		}
+		tables = append(tables, name)
+	}
+	if err := rows.Close(); err != nil {
+		return err
+	}
+	for k, table := range tables {
+		seq := int64(k+1)*IdentityStride + int64(k)
+		if _, err := db.ExecContext(ctx, `DELETE FROM sqlite_sequence WHERE name = ?1 AND seq < ?2`, table, seq); err != nil {
+			return err
+		}
+		if _, err := db.ExecContext(ctx, `INSERT INTO sqlite_sequence (name, seq)
+			SELECT ?1, ?2 WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = ?1)`, table, seq); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // OpenUnmigrated is Open without the migration.

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+)
+
+// A target is one dialect's statements and the tests that read them.
+type target struct {
+	dialect string
+	// files are where its statements' text lives in the module: sqlc's
+	// generated Go for Postgres and SQLite (the text the adapters send,
+	// comments stripped), the .sql files themselves for T-SQL (embedded,
+	// and read from disk by the static checks).
+	files string
+	// pkg is the package whose tests run against each mutant, with run as
+	// their -test.run filter ("" runs them all).
+	pkg, run string
+	// needs says what the tests need, printed when they cannot run.
+	needs string
+}
+
+var targets = []target{
+	{dialect: "postgres", files: "db/*.sql.go", pkg: "adapters/postgres", needs: "a Postgres (make mutate starts a throwaway one when none is reachable)"},
+	{dialect: "sqlite", files: "db/sqlitedb/*.sql.go", pkg: "adapters/sqlite", run: "^Test(Conformance|Hold|FinishTx|Savepoint|Store|Grant|Due|Lanes)"},
+	{dialect: "sqlserver", files: "sql/queries/sqlserver/*.sql", pkg: "adapters/sqlserver", run: "^Test(Static|Unit)"},
+}
+
+// operatorReads are the files whose statements only read for operators
+// (the dashboard, the inspect CLI): no coordination decision rests on
+// them, so no mutant of theirs can break a guarantee; they are left out.
+var operatorReads = regexp.MustCompile(`(dashboard|inspect)\.sql`)
+
+var goConst = regexp.MustCompile("(?s)const \\w+ = `-- name: (\\w+) :\\w+\\n(.*?)`")
+var sqlName = regexp.MustCompile(`(?m)^-- name: (\w+) :\w+`)
+
+// mutantsOf generates every mutant of target t's statements in the module
+// at root.
+func mutantsOf(root string, t target) ([]generated, error) {
+	files, err := filepath.Glob(filepath.Join(root, filepath.FromSlash(t.files)))
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(files)
+	var out []generated
+	for _, f := range files {
+		if operatorReads.MatchString(filepath.Base(f)) {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		rel, _ := filepath.Rel(root, f)
+		rel = filepath.ToSlash(rel)
+		text := string(b)
+		if strings.HasSuffix(f, ".go") {
+			for _, m := range goConst.FindAllStringSubmatch(text, -1) {
+				out = append(out, generate(t.dialect, rel, m[1], m[2])...)
+			}
+			continue
+		}
+		locs := sqlName.FindAllStringSubmatchIndex(text, -1)
+		for i, l := range locs {
+			end := len(text)
+			if i+1 < len(locs) {
+				end = locs[i+1][0]
+			}
+			out = append(out, generate(t.dialect, rel, text[l[2]:l[3]], text[l[1]:end])...)
+		}
+	}
+	// A statement whose text occurs twice in its file cannot be told apart
+	// by its text: keep the first.
+	seen := map[string]bool{}
+	kept := out[:0]
+	for _, g := range out {
+		if seen[g.File+"\x00"+g.Old+"\x00"+g.New] {
+			continue
+		}
+		seen[g.File+"\x00"+g.Old+"\x00"+g.New] = true
+		kept = append(kept, g)
+	}
+	return kept, nil
+}
+
+// applyGenerated returns file's text with g's statement mutated; the
+// statement's text must occur in it exactly once.
+func applyGenerated(file string, g generated) (string, error) {
+	if n := strings.Count(file, g.Old); n != 1 {
+		return "", fmt.Errorf("%s: the statement %s occurs %d times in %s", g.ID, g.Statement, n, g.File)
+	}
+	return strings.Replace(file, g.Old, g.New, 1), nil
+}

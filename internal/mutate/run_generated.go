@@ -1,0 +1,157 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// tally counts one dialect's outcomes.
+type tally struct {
+	total, caught, breaking, breakingCaught int
+	missed                                  []generated
+}
+
+// runGenerated runs target t's generated mutants (a sample of n of them
+// when n > 0, chosen by seed) against its package's tests in the scratch
+// copy of the module, and returns what they caught.
+func runGenerated(ctx context.Context, scratch string, t target, n int, seed uint64, verbose bool) (tally, error) {
+	var tl tally
+	all, err := mutantsOf(scratch, t)
+	if err != nil {
+		return tl, err
+	}
+	picked := all
+	if n > 0 && n < len(all) {
+		picked = slices.Clone(all)
+		rand.New(rand.NewPCG(seed, 0x6d757461)).Shuffle(len(picked), func(i, j int) { picked[i], picked[j] = picked[j], picked[i] })
+		picked = picked[:n]
+		slices.SortFunc(picked, func(a, b generated) int { return strings.Compare(a.ID, b.ID) })
+	}
+	fmt.Printf("\n== %s: %d generated mutants, running %d against go test ./%s (-run %q)\n", t.dialect, len(all), len(picked), t.pkg, t.run)
+	bin := filepath.Join(scratch, t.dialect+".test")
+	if err := buildPkg(ctx, scratch, t.pkg, bin); err != nil {
+		return tl, fmt.Errorf("building %s's tests on the unmutated copy: %w", t.pkg, err)
+	}
+	baseline, err := failingPkg(ctx, scratch, t, bin)
+	if err != nil {
+		return tl, err
+	}
+	if len(baseline) > 0 {
+		fmt.Printf("note: %d test(s) fail on the unmutated tree and are ignored: %s\n", len(baseline), strings.Join(sortedKeys(baseline), ", "))
+	}
+	for _, g := range picked {
+		if ctx.Err() != nil {
+			return tl, ctx.Err()
+		}
+		start := time.Now()
+		path := filepath.Join(scratch, filepath.FromSlash(g.File))
+		orig, err := os.ReadFile(path)
+		if err != nil {
+			return tl, err
+		}
+		mutated, err := applyGenerated(string(orig), g)
+		if err != nil {
+			return tl, err
+		}
+		if err := os.WriteFile(path, []byte(mutated), 0o644); err != nil {
+			return tl, err
+		}
+		by := ""
+		runBin := bin
+		if strings.HasSuffix(g.File, ".go") {
+			runBin = filepath.Join(scratch, t.dialect+"-mutant.test")
+			if err := buildPkg(ctx, scratch, t.pkg, runBin); err != nil {
+				by = "build failed"
+			}
+		}
+		var fails map[string]bool
+		if by == "" {
+			fails, err = failingPkg(ctx, scratch, t, runBin)
+		}
+		if werr := os.WriteFile(path, orig, 0o644); werr != nil {
+			return tl, werr
+		}
+		if err != nil {
+			return tl, fmt.Errorf("%s: %w", g.ID, err)
+		}
+		for name := range fails {
+			if !baseline[name] && (by == "" || len(name) < len(by)) {
+				by = name
+			}
+		}
+		eq, isEq := equivalents[g.ID]
+		breaks := !isEq
+		tl.total++
+		if breaks {
+			tl.breaking++
+		}
+		mark := "CAUGHT  "
+		switch {
+		case by != "":
+			tl.caught++
+			if breaks {
+				tl.breakingCaught++
+			}
+		default:
+			mark = "MISSED  "
+			tl.missed = append(tl.missed, g)
+		}
+		label := "breaks  "
+		if isEq {
+			label = "equiv   "
+		}
+		fmt.Printf("%s%s%-58s %s (%s)\n", mark, label, g.ID, g.What, time.Since(start).Round(100*time.Millisecond))
+		if by != "" && verbose {
+			fmt.Printf("                by %s\n", by)
+		}
+		if by == "" && isEq {
+			fmt.Printf("                equivalent: %s\n", eq)
+		}
+	}
+	return tl, nil
+}
+
+func buildPkg(ctx context.Context, dir, pkg, out string) error {
+	cmd := exec.CommandContext(ctx, "go", "test", "-c", "-o", out, "./"+pkg)
+	cmd.Dir = dir
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%w\n%s", err, b)
+	}
+	return nil
+}
+
+// failingPkg runs t's tests from bin and returns the tests that failed.
+func failingPkg(ctx context.Context, dir string, t target, bin string) (map[string]bool, error) {
+	args := []string{"-test.count=1", "-test.v", "-test.failfast", "-test.timeout=10m"}
+	if t.run != "" {
+		args = append(args, "-test.run", t.run)
+	}
+	if t.dialect == "sqlserver" {
+		args = append(args, "-test.skip", "^TestStaticEmbeddedMatchesFiles$")
+	}
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Dir = filepath.Join(dir, filepath.FromSlash(t.pkg))
+	cmd.Env = append(os.Environ(), "MSSQL_URL=")
+	out, err := cmd.CombinedOutput()
+	fails := map[string]bool{}
+	for _, m := range failRE.FindAllStringSubmatch(string(out), -1) {
+		fails[m[1]] = true
+	}
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		return nil, err
+	}
+	if err != nil && len(fails) == 0 { // a panic or a timeout: count it
+		fails["(test binary failed: "+strings.TrimSpace(lastLine(string(out)))+")"] = true
+	}
+	return fails, nil
+}
