@@ -9,7 +9,7 @@ GOOSE     := $(BIN)/goose
 STATICCHECK := $(BIN)/staticcheck
 BENCHTIME ?= 3s
 
-.PHONY: all test test-loaded test-loaded-extra bench bench-compare chaos demo generate verify lint tools clean mutate
+.PHONY: all test test-loaded test-loaded-extra bench bench-compare chaos demo generate verify lint tools clean mutate mutate-all
 
 all: verify lint test
 
@@ -95,13 +95,27 @@ CHAOS_RUN_sqlite = ^TestChaosSQLite$$
 chaos:
 	cd internal/chaos && CHAOS=1 $(GO) test -race -count=3 -failfast -timeout 45m -run '$(CHAOS_RUN_$(CHAOS_DIALECT))' -chaos.duration=$(CHAOS_DURATION)
 
-## mutate: the SQL Server static checks' mutation suite: applies each of the
-## labelled mutations in internal/mutate to a scratch copy of the module (the
-## real files are never written), runs the adapter's TestStatic/TestUnit
-## checks, and prints the catch rate overall and among guarantee-breaking
-## mutations. About 1.5 minutes; not part of make test.
+## mutate: the mutation suites (internal/mutate), on a scratch copy of the
+## module (the real files are never written): the hand-labelled T-SQL
+## mutations against the SQL Server static checks, then a sample of the
+## mutants generated from every statement of every dialect (comparisons
+## flipped, predicates on a fence, owner, state, lease, due time, attempts
+## or archiving removed or negated, lock clauses removed, RETURNING/OUTPUT
+## columns swapped), each run against the tests that read its dialect: the
+## static checks for T-SQL, adapters/sqlite's on SQLite files, and
+## adapters/postgres's on a real Postgres. It prints caught / total and
+## guarantee-breaking caught / total per dialect, and fails while a
+## guarantee-breaking mutant survives (kill it with a test or list it in
+## internal/mutate/equivalent.go with the reason). MUTATE_SAMPLE sets the
+## sample, MUTATE_SEED its seed. Not part of make test.
+MUTATE_SAMPLE ?= sqlserver=60,sqlite=20,postgres=20
 mutate:
-	$(GO) run ./internal/mutate
+	scripts/with-postgres.sh $(GO) run ./internal/mutate -sample '$(MUTATE_SAMPLE)' $(if $(MUTATE_SEED),-seed $(MUTATE_SEED))
+
+## mutate-all: every generated mutant of every dialect (about 2,650; hours
+## on 2 cores).
+mutate-all:
+	scripts/with-postgres.sh $(GO) run ./internal/mutate
 
 ## demo: crash-recovery demo: three node processes share a throwaway
 ## database, one is SIGKILLed mid-episode, the summary shows nothing lost or

@@ -71,6 +71,27 @@ func runGivenBack(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		require.EqualValues(t, 1, again.Attempts, "an expired grant is an attempt")
 	})
 
+	t.Run("GivenBackIsListedForQueuedOrphansToo", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		// Queued under a grant (created, not started): the listing's
+		// second branch.
+		given := flowEpisode("event:a:e:queued-given-back")
+		given.Owner, given.Lease = "node-a", time.Minute
+		g, err := b.Store.CreateEpisode(ctx(t), given)
+		require.NoError(t, err)
+		require.Equal(t, episodes.StatusQueued, g.Episode.Status)
+		require.NoError(t, b.Store.Release(ctx(t), g.Claim.Token))
+		expired := flowEpisode("event:a:e:queued-expired")
+		expired.Owner, expired.Lease = "node-a", time.Minute
+		x, err := b.Store.CreateEpisode(ctx(t), expired)
+		require.NoError(t, err)
+		b.ExpireClaim(t, x.Claim.Key)
+
+		require.True(t, listedOrphan(t, b, g.Episode.ID).GivenBack, "a queued orphan's released grant is given back")
+		require.False(t, listedOrphan(t, b, x.Episode.ID).GivenBack, "a queued orphan's expired grant is not")
+	})
+
 	t.Run("GivenBackGrantsAreFreeOnlyUpToMaxAttempts", func(t *testing.T) {
 		t.Parallel()
 		b := newBackend(t)

@@ -1,17 +1,25 @@
-// Command mutate measures what the SQL Server static checks catch: it
-// applies each labelled mutation of mutations.go, one at a time, to a
-// scratch copy of the module, runs the adapter's static and unit checks
-// (go test -run '^Test(Static|Unit)' ./adapters/sqlserver) against it, and
-// prints the catch rate overall and among the mutations that would break a
-// guarantee on a real server. The real files are never written: the copy
-// lives in a temporary directory removed on exit, interrupt included.
+// Command mutate measures what the tests catch of plausible mistakes in the
+// SQL. It runs two kinds of mutants on a scratch copy of the module (the
+// real files are never written; the copy is removed on exit, interrupt
+// included):
 //
-// A mutation is caught when a test fails that passes on the unmutated
-// copy, so work in progress elsewhere in the package does not count as a
-// catch. The SQL mutations run one prebuilt test binary (the checks read
-// the .sql files from disk; TestStaticEmbeddedMatchesFiles, skipped here,
-// proves the shipped embedded copies are those files); a Go mutation
-// rebuilds it. Run it as make mutate. It is not part of make test.
+//   - listed: the hand-labelled T-SQL mutations of mutations.go, each
+//     marked guarantee-breaking or not, against the SQL Server static and
+//     unit checks;
+//   - generated (generate.go): for every statement of every dialect, each
+//     comparison on a deciding term flipped, each such predicate removed and
+//     negated, each lock clause or hint removed, each pair of adjacent
+//     RETURNING/OUTPUT columns swapped; applied to the text the adapter
+//     sends (sqlc's generated Go for Postgres and SQLite, the .sql files for
+//     T-SQL) and run against the tests that read that dialect (dialects.go).
+//     Every survivor counts as guarantee-breaking unless equivalent.go lists
+//     it with the reason it cannot change an outcome.
+//
+// A mutant is caught when a test fails that passes on the unmutated copy,
+// so work in progress elsewhere does not count as a catch. It prints
+// caught / total and guarantee-breaking caught / total per dialect and
+// exits non-zero while a guarantee-breaking mutant survives. Run it as make
+// mutate (a sample) or make mutate-all. It is not part of make test.
 package main
 
 import (
@@ -50,6 +58,7 @@ var (
 	flagSeed     = flag.Uint64("seed", 0, "the sample's seed (default: the time)")
 	flagList     = flag.Bool("list", false, "print the generated mutants and run nothing")
 	flagVerbose  = flag.Bool("v", false, "name the test that caught each mutant")
+	flagMatch    = flag.String("match", "", "run only the generated mutants whose ID matches this regular expression")
 )
 
 func run() error {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -27,6 +28,13 @@ func runGenerated(ctx context.Context, scratch string, t target, n int, seed uin
 	all, err := mutantsOf(scratch, t)
 	if err != nil {
 		return tl, err
+	}
+	if *flagMatch != "" {
+		re, err := regexp.Compile(*flagMatch)
+		if err != nil {
+			return tl, fmt.Errorf("-match: %w", err)
+		}
+		all = slices.DeleteFunc(all, func(g generated) bool { return !re.MatchString(g.ID) })
 	}
 	picked := all
 	if n > 0 && n < len(all) {
@@ -119,6 +127,11 @@ func runGenerated(ctx context.Context, scratch string, t target, n int, seed uin
 	return tl, nil
 }
 
+// mutantTimeout bounds one run of a package's tests: a mutant that makes
+// a test wait for ever (a grant never given, a lock never released) is
+// caught by it. The unmutated adapters/postgres tests take about 30 s.
+const mutantTimeout = 3 * time.Minute
+
 func buildPkg(ctx context.Context, dir, pkg, out string) error {
 	cmd := exec.CommandContext(ctx, "go", "test", "-c", "-o", out, "./"+pkg)
 	cmd.Dir = dir
@@ -131,7 +144,7 @@ func buildPkg(ctx context.Context, dir, pkg, out string) error {
 
 // failingPkg runs t's tests from bin and returns the tests that failed.
 func failingPkg(ctx context.Context, dir string, t target, bin string) (map[string]bool, error) {
-	args := []string{"-test.count=1", "-test.v", "-test.failfast", "-test.timeout=10m"}
+	args := []string{"-test.count=1", "-test.v", "-test.failfast", "-test.timeout=" + mutantTimeout.String()}
 	if t.run != "" {
 		args = append(args, "-test.run", t.run)
 	}
