@@ -30,7 +30,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"regexp"
@@ -48,9 +47,9 @@ func main() {
 	}
 }
 
-const pkg = "adapters/sqlserver"
-
-var testArgs = []string{"-test.run", "^Test(Static|Unit)", "-test.skip", "^TestStaticEmbeddedMatchesFiles$", "-test.v", "-test.count=1"}
+// sqlserverChecks is the target the listed mutations run against: the
+// SQL Server static and unit checks.
+var sqlserverChecks = targets[slices.IndexFunc(targets, func(t target) bool { return t.dialect == "sqlserver" })]
 
 var (
 	flagDialects = flag.String("dialects", "listed,sqlserver,sqlite,postgres", "what to run, in order: listed (the hand-labelled T-SQL set against the static checks) and the generated mutants of sqlserver, sqlite, postgres")
@@ -164,10 +163,10 @@ func runListed(ctx context.Context, scratch string) error {
 		return fmt.Errorf("the mutation list is stale, fix it:\n%s", strings.Join(stale, "\n"))
 	}
 	bin := filepath.Join(scratch, "checks.test")
-	if err := build(ctx, scratch, bin); err != nil {
+	if err := buildPkg(ctx, scratch, sqlserverChecks.pkg, bin); err != nil {
 		return fmt.Errorf("building the checks on the unmutated copy: %w", err)
 	}
-	baseline, err := failing(ctx, scratch, bin)
+	baseline, err := failingPkg(ctx, scratch, sqlserverChecks, bin)
 	if err != nil {
 		return err
 	}
@@ -196,13 +195,13 @@ func runListed(ctx context.Context, scratch string) error {
 		runBin, by := bin, ""
 		if strings.HasSuffix(m.File, ".go") {
 			runBin = filepath.Join(scratch, "mutant.test")
-			if err := build(ctx, scratch, runBin); err != nil {
+			if err := buildPkg(ctx, scratch, sqlserverChecks.pkg, runBin); err != nil {
 				by = "build failed"
 			}
 		}
 		var fails map[string]bool
 		if by == "" {
-			fails, err = failing(ctx, scratch, runBin)
+			fails, err = failingPkg(ctx, scratch, sqlserverChecks, runBin)
 		}
 		if werr := os.WriteFile(path, orig, 0o644); werr != nil {
 			return werr
@@ -331,37 +330,7 @@ func copyModule(root, dst string) error {
 	})
 }
 
-func build(ctx context.Context, dir, out string) error {
-	cmd := exec.CommandContext(ctx, "go", "test", "-c", "-o", out, "./"+pkg)
-	cmd.Dir = dir
-	b, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("%w\n%s", err, b)
-	}
-	return nil
-}
-
 var failRE = regexp.MustCompile(`(?m)^\s*--- FAIL: (\S+)`)
-
-// failing runs the checks and returns the tests that failed.
-func failing(ctx context.Context, dir, bin string) (map[string]bool, error) {
-	cmd := exec.CommandContext(ctx, bin, testArgs...)
-	cmd.Dir = filepath.Join(dir, filepath.FromSlash(pkg))
-	cmd.Env = append(os.Environ(), "MSSQL_URL=")
-	out, err := cmd.CombinedOutput()
-	fails := map[string]bool{}
-	for _, m := range failRE.FindAllStringSubmatch(string(out), -1) {
-		fails[m[1]] = true
-	}
-	var exit *exec.ExitError
-	if err != nil && !errors.As(err, &exit) {
-		return nil, err
-	}
-	if err != nil && len(fails) == 0 { // a panic or a build-time failure: count it
-		fails["(test binary failed: "+strings.TrimSpace(lastLine(string(out)))+")"] = true
-	}
-	return fails, nil
-}
 
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
