@@ -1,0 +1,145 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasehold/leasehold/adapters/postgres"
+	"github.com/leasehold/leasehold/claims"
+	"github.com/leasehold/leasehold/episodes"
+	"github.com/leasehold/leasehold/internal/pgtest"
+)
+
+// interleave runs op while a competing transaction holds rows op's
+// statement checks: it begins a transaction, runs the competing writes
+// (uncommitted), starts op, and commits the competitor once op waits for
+// its row locks (pg_blocking_pids) or has already returned. A statement
+// that locks what it checks (FOR UPDATE, FOR SHARE) waits and then decides
+// on the committed change; one whose lock was removed decides on its
+// snapshot, before the change, and the caller's assertions see it. Removing
+// a lock changes nothing in a sequential test; this is the interleaving
+// that tells (issue 30: tests that can see a missing lock).
+func interleave(t *testing.T, pool *pgxpool.Pool, competing []string, args [][]any, op func() error) (waited bool, err error) {
+	t.Helper()
+	ctx := t.Context()
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	var pid int32
+	require.NoError(t, tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid))
+	for i, stmt := range competing {
+		tag, err := tx.Exec(ctx, stmt, args[i]...)
+		require.NoError(t, err)
+		require.NotZero(t, tag.RowsAffected(), "the competing write %q matched nothing", stmt)
+	}
+	done := make(chan error, 1)
+	go func() { done <- op() }()
+	for {
+		select {
+		case err := <-done:
+			require.NoError(t, tx.Commit(ctx))
+			return false, err
+		default:
+		}
+		// The database says when op waits for the competitor's locks.
+		var blocked bool
+		require.NoError(t, pool.QueryRow(ctx,
+			`SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE $1::int = ANY (pg_blocking_pids(pid)))`, pid).Scan(&blocked))
+		if blocked {
+			require.NoError(t, tx.Commit(ctx))
+			return true, <-done
+		}
+	}
+}
+
+// StartEpisode's check of the grant (FOR SHARE on the claim row) against a
+// steal that commits between its check and its write: the stale holder
+// must not start the episode.
+func TestStartEpisodeWaitsForAStealOfItsClaim(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Schema(t)
+	s := postgres.New(pool)
+	o, err := s.CreateEpisode(t.Context(), episodes.New{ActorID: "a", ExpectationID: "e", TriggerType: episodes.TriggerEvent,
+		DedupeKey: "start-race", MaxAttempts: 3, Owner: "node-a", Lease: time.Minute})
+	require.NoError(t, err)
+	require.Equal(t, episodes.StatusQueued, o.Episode.Status)
+
+	waited, err := interleave(t, pool,
+		[]string{`UPDATE leasehold_work_claims SET owner_node = 'node-b', fence = fence + 1 WHERE dedupe_key = $1`},
+		[][]any{{o.Claim.Key}},
+		func() error { _, err := s.StartEpisode(t.Context(), o.Episode.ID, o.Claim.Token); return err })
+	require.True(t, waited, "StartEpisode did not wait for the steal's row lock")
+	require.ErrorIs(t, err, claims.ErrLeaseLost, "a stolen grant started the episode")
+	got, err := s.GetEpisode(t.Context(), o.Episode.ID)
+	require.NoError(t, err)
+	require.Equal(t, episodes.StatusQueued, got.Status)
+}
+
+// ClaimForRecovery against the owner's finish (claim done, episode done)
+// committing between its check and its write: recovery must not take over
+// work that finished meanwhile, nor reopen its finished claim.
+func TestClaimForRecoveryWaitsForTheOwnersFinish(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Schema(t)
+	s := postgres.New(pool)
+	o, err := s.CreateEpisode(t.Context(), episodes.New{ActorID: "a", ExpectationID: "e", TriggerType: episodes.TriggerEvent,
+		DedupeKey: "recovery-race", MaxAttempts: 3, Owner: "zombie", Lease: time.Minute, Start: true})
+	require.NoError(t, err)
+	pgtest.ExpireClaim(t, pool, o.Claim.Key)
+
+	waited, err := interleave(t, pool,
+		[]string{
+			`UPDATE leasehold_work_claims SET state = 'done', finished_at = now() WHERE dedupe_key = $1`,
+			`UPDATE leasehold_episodes SET status = 'done', finished_at = now() WHERE id = $1`,
+		},
+		[][]any{{o.Claim.Key}, {o.Episode.ID}},
+		func() error {
+			_, _, err := s.ClaimForRecovery(t.Context(), o.Episode.ID, "sweeper", time.Minute, time.Minute)
+			return err
+		})
+	require.True(t, waited, "ClaimForRecovery did not wait for the finish's row locks")
+	require.ErrorIs(t, err, claims.ErrBusy, "recovery took over finished work")
+	var state string
+	var fence int64
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT state, fence FROM leasehold_work_claims WHERE dedupe_key = $1`, o.Claim.Key).Scan(&state, &fence))
+	require.Equal(t, "done", state, "the finished claim was reopened")
+	require.Equal(t, o.Claim.Fence, fence)
+}
+
+// RequeueOrphan against the owner's finish, likewise: a finished episode is
+// never made available again.
+func TestRequeueOrphanWaitsForTheOwnersFinish(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Schema(t)
+	s := postgres.New(pool)
+	o, err := s.CreateEpisode(t.Context(), episodes.New{ActorID: "a", ExpectationID: "e", TriggerType: episodes.TriggerEvent,
+		DedupeKey: "requeue-race", MaxAttempts: 3, Owner: "zombie", Lease: time.Minute, Start: true})
+	require.NoError(t, err)
+	pgtest.ExpireClaim(t, pool, o.Claim.Key)
+
+	waited, err := interleave(t, pool,
+		[]string{
+			`UPDATE leasehold_work_claims SET state = 'done', finished_at = now() WHERE dedupe_key = $1`,
+			`UPDATE leasehold_episodes SET status = 'done', finished_at = now() WHERE id = $1`,
+		},
+		[][]any{{o.Claim.Key}, {o.Episode.ID}},
+		func() error {
+			_, err := s.RequeueOrphan(t.Context(), o.Episode.ID, 0, "sweeper", time.Minute)
+			return err
+		})
+	require.True(t, waited, "RequeueOrphan did not wait for the finish's row locks")
+	require.ErrorIs(t, err, claims.ErrBusy, "recovery requeued finished work")
+	var state string
+	var fence int64
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT state, fence FROM leasehold_work_claims WHERE dedupe_key = $1`, o.Claim.Key).Scan(&state, &fence))
+	require.Equal(t, "done", state, "the finished claim was fenced out")
+	require.Equal(t, o.Claim.Fence, fence)
+	var open int
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM leasehold_trigger_requests
+		WHERE episode_id = $1 AND status IN ('pending', 'claimed')`, o.Episode.ID).Scan(&open))
+	require.Zero(t, open, "a finished episode was made available again")
+}
