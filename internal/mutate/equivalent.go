@@ -10,4 +10,11 @@ var equivalents = map[string]string{
 		"they do not match, so a stale token's release of the live claim never commits",
 	"sqlite:ListNodes:drop#1": "an operator read (leasehold nodes ls, the dashboard): it counts the leases each node " +
 		"holds for display; no grant, finish or recovery decision reads it",
+	"postgres:ClaimForRecovery:lock#1": "the claim row's FOR UPDATE orders the locks (claim row, then episode row, " +
+		"as FinishEpisode takes them); without it the grant's ON CONFLICT DO UPDATE still waits for that row and " +
+		"re-checks its WHERE on the committed version (TestClaimForRecoveryWaitsForTheOwnersFinish passes), so " +
+		"only the order changes: a deadlock the database breaks (40P01, retried by the next sweep), never a wrong grant",
+	"postgres:RequeueOrphan:lock#1": "RequeueOrphanLock, sent first in the same implicit transaction, already holds " +
+		"the orphan's claim row FOR UPDATE until it ends, so this second lock on the same row changes nothing " +
+		"(TestRequeueOrphanWaitsForAConcurrentRequeue, TestRequeueOrphanWaitsForTheOwnersFinish)",
 }
