@@ -11,6 +11,7 @@ import (
 	"github.com/leasehold/leasehold/adapters/postgres"
 	"github.com/leasehold/leasehold/claims"
 	"github.com/leasehold/leasehold/episodes"
+	"github.com/leasehold/leasehold/findings"
 	"github.com/leasehold/leasehold/internal/pgtest"
 )
 
@@ -142,4 +143,79 @@ func TestRequeueOrphanWaitsForTheOwnersFinish(t *testing.T) {
 	require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM leasehold_trigger_requests
 		WHERE episode_id = $1 AND status IN ('pending', 'claimed')`, o.Episode.ID).Scan(&open))
 	require.Zero(t, open, "a finished episode was made available again")
+}
+
+// A finding written for a run (raise, update, clear) is checked against the
+// run's grant FOR SHARE: a zombie's finding write never lands after a steal
+// that commits between its check and its write.
+func TestFindingWritesWaitForAStealOfTheirClaim(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		write func(s *postgres.Store, tok claims.Token, id int64) error
+	}{
+		{"raise", func(s *postgres.Store, tok claims.Token, id int64) error {
+			_, err := s.RaiseFinding(t.Context(), tok, id, findings.Raise{Key: "zombie-raise", Class: "c", Severity: "high"})
+			return err
+		}},
+		{"update", func(s *postgres.Store, tok claims.Token, id int64) error {
+			_, err := s.UpdateFinding(t.Context(), tok, id, "existing", findings.Update{Severity: "zombie"})
+			return err
+		}},
+		{"clear", func(s *postgres.Store, tok claims.Token, id int64) error {
+			_, err := s.ClearFinding(t.Context(), tok, id, "existing")
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			pool := pgtest.Schema(t)
+			s := postgres.New(pool)
+			o, err := s.CreateEpisode(t.Context(), episodes.New{ActorID: "a", ExpectationID: "e", TriggerType: episodes.TriggerEvent,
+				DedupeKey: "finding-race", MaxAttempts: 3, Owner: "node-a", Lease: time.Minute, Start: true})
+			require.NoError(t, err)
+			_, err = s.RaiseFinding(t.Context(), o.Claim.Token, o.Episode.ID, findings.Raise{Key: "existing", Class: "c", Severity: "low"})
+			require.NoError(t, err)
+
+			waited, err := interleave(t, pool,
+				[]string{`UPDATE leasehold_work_claims SET owner_node = 'node-b', fence = fence + 1 WHERE dedupe_key = $1`},
+				[][]any{{o.Claim.Key}},
+				func() error { return tc.write(s, o.Claim.Token, o.Episode.ID) })
+			require.True(t, waited, "the finding write did not wait for the steal's row lock")
+			require.ErrorIs(t, err, findings.ErrLeaseLost, "a stolen grant's finding write landed")
+			var active int
+			var severity string
+			require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*), max(severity) FROM leasehold_findings WHERE status = 'active'`).Scan(&active, &severity))
+			require.Equal(t, 1, active, "only the finding raised under the live grant is active")
+			require.Equal(t, "low", severity, "the zombie changed nothing")
+		})
+	}
+}
+
+// CancelEpisode decides "held live" on the locked claim row: a grant that
+// commits between its check and its write is seen, and the cancel becomes
+// a request for the new holder instead of ending the episode under it.
+func TestCancelEpisodeWaitsForAGrant(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Schema(t)
+	s := postgres.New(pool)
+	o, err := s.CreateEpisode(t.Context(), episodes.New{ActorID: "a", ExpectationID: "e", TriggerType: episodes.TriggerEvent,
+		DedupeKey: "cancel-race", MaxAttempts: 3, Owner: "dead", Lease: time.Minute, Start: true})
+	require.NoError(t, err)
+	pgtest.ExpireClaim(t, pool, o.Claim.Key)
+
+	var c episodes.Canceled
+	waited, err := interleave(t, pool,
+		[]string{
+			`UPDATE leasehold_work_claims SET owner_node = 'node-b', fence = fence + 1, lease_until = now() + interval '1 hour' WHERE dedupe_key = $1`,
+			`UPDATE leasehold_episodes SET owner_node = 'node-b', last_step_at = now() WHERE id = $1`,
+		},
+		[][]any{{o.Claim.Key}, {o.Episode.ID}},
+		func() (err error) { c, err = s.CancelEpisode(t.Context(), o.Episode.ID, nil); return err })
+	require.True(t, waited, "CancelEpisode did not wait for the grant's row locks")
+	require.NoError(t, err)
+	require.False(t, c.Ended, "the episode was ended under a live grant")
+	var state string
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT state FROM leasehold_work_claims WHERE dedupe_key = $1`, o.Claim.Key).Scan(&state))
+	require.Equal(t, "claimed", state, "the live grant was fenced out")
 }
