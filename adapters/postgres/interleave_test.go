@@ -219,3 +219,27 @@ func TestCancelEpisodeWaitsForAGrant(t *testing.T) {
 	require.NoError(t, pool.QueryRow(t.Context(), `SELECT state FROM leasehold_work_claims WHERE dedupe_key = $1`, o.Claim.Key).Scan(&state))
 	require.Equal(t, "claimed", state, "the live grant was fenced out")
 }
+
+// CancelEpisode against the holder's finish committing between its check
+// and its write: a finished episode stays finished.
+func TestCancelEpisodeWaitsForTheOwnersFinish(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Schema(t)
+	s := postgres.New(pool)
+	o, err := s.CreateEpisode(t.Context(), episodes.New{ActorID: "a", ExpectationID: "e", TriggerType: episodes.TriggerEvent,
+		DedupeKey: "cancel-finish-race", MaxAttempts: 3, Owner: "node-a", Lease: time.Minute, Start: true})
+	require.NoError(t, err)
+
+	waited, err := interleave(t, pool,
+		[]string{
+			`UPDATE leasehold_work_claims SET state = 'done', finished_at = now() WHERE dedupe_key = $1`,
+			`UPDATE leasehold_episodes SET status = 'done', finished_at = now() WHERE id = $1`,
+		},
+		[][]any{{o.Claim.Key}, {o.Episode.ID}},
+		func() error { _, err := s.CancelEpisode(t.Context(), o.Episode.ID, nil); return err })
+	require.True(t, waited, "CancelEpisode did not wait for the finish's row locks")
+	require.ErrorIs(t, err, episodes.ErrNotLive, "a finished episode was canceled")
+	got, err := s.GetEpisode(t.Context(), o.Episode.ID)
+	require.NoError(t, err)
+	require.Equal(t, episodes.StatusDone, got.Status)
+}
