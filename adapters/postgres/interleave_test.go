@@ -57,6 +57,14 @@ func interleave(t *testing.T, pool *pgxpool.Pool, competing []string, args [][]a
 	}
 }
 
+// ownersFinish is the holder's fenced finish as interleave's competitor:
+// the claim done, then the episode done, in the writers' lock order
+// (arguments: the claim key, the episode id).
+var ownersFinish = []string{
+	`UPDATE leasehold_work_claims SET state = 'done', finished_at = now() WHERE dedupe_key = $1`,
+	`UPDATE leasehold_episodes SET status = 'done', finished_at = now() WHERE id = $1`,
+}
+
 // StartEpisode's check of the grant (FOR SHARE on the claim row) against a
 // steal that commits between its check and its write: the stale holder
 // must not start the episode.
@@ -93,11 +101,7 @@ func TestClaimForRecoveryWaitsForTheOwnersFinish(t *testing.T) {
 	pgtest.ExpireClaim(t, pool, o.Claim.Key)
 
 	waited, err := interleave(t, pool,
-		[]string{
-			`UPDATE leasehold_work_claims SET state = 'done', finished_at = now() WHERE dedupe_key = $1`,
-			`UPDATE leasehold_episodes SET status = 'done', finished_at = now() WHERE id = $1`,
-		},
-		[][]any{{o.Claim.Key}, {o.Episode.ID}},
+		ownersFinish, [][]any{{o.Claim.Key}, {o.Episode.ID}},
 		func() error {
 			_, _, err := s.ClaimForRecovery(t.Context(), o.Episode.ID, "sweeper", time.Minute, time.Minute)
 			return err
@@ -123,11 +127,7 @@ func TestRequeueOrphanWaitsForTheOwnersFinish(t *testing.T) {
 	pgtest.ExpireClaim(t, pool, o.Claim.Key)
 
 	waited, err := interleave(t, pool,
-		[]string{
-			`UPDATE leasehold_work_claims SET state = 'done', finished_at = now() WHERE dedupe_key = $1`,
-			`UPDATE leasehold_episodes SET status = 'done', finished_at = now() WHERE id = $1`,
-		},
-		[][]any{{o.Claim.Key}, {o.Episode.ID}},
+		ownersFinish, [][]any{{o.Claim.Key}, {o.Episode.ID}},
 		func() error {
 			_, err := s.RequeueOrphan(t.Context(), o.Episode.ID, 0, "sweeper", time.Minute)
 			return err
@@ -231,11 +231,7 @@ func TestCancelEpisodeWaitsForTheOwnersFinish(t *testing.T) {
 	require.NoError(t, err)
 
 	waited, err := interleave(t, pool,
-		[]string{
-			`UPDATE leasehold_work_claims SET state = 'done', finished_at = now() WHERE dedupe_key = $1`,
-			`UPDATE leasehold_episodes SET status = 'done', finished_at = now() WHERE id = $1`,
-		},
-		[][]any{{o.Claim.Key}, {o.Episode.ID}},
+		ownersFinish, [][]any{{o.Claim.Key}, {o.Episode.ID}},
 		func() error { _, err := s.CancelEpisode(t.Context(), o.Episode.ID, nil); return err })
 	require.True(t, waited, "CancelEpisode did not wait for the finish's row locks")
 	require.ErrorIs(t, err, episodes.ErrNotLive, "a finished episode was canceled")
