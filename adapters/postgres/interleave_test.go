@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -24,7 +25,7 @@ import (
 // snapshot, before the change, and the caller's assertions see it. Removing
 // a lock changes nothing in a sequential test; this is the interleaving
 // that tells (issue 30: tests that can see a missing lock).
-func interleave(t *testing.T, pool *pgxpool.Pool, competing []string, args [][]any, op func() error) (waited bool, err error) {
+func interleave(t *testing.T, pool *pgxpool.Pool, compete func(tx pgx.Tx), op func() error) (waited bool, err error) {
 	t.Helper()
 	ctx := t.Context()
 	tx, err := pool.Begin(ctx)
@@ -32,11 +33,7 @@ func interleave(t *testing.T, pool *pgxpool.Pool, competing []string, args [][]a
 	defer func() { _ = tx.Rollback(context.Background()) }()
 	var pid int32
 	require.NoError(t, tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid))
-	for i, stmt := range competing {
-		tag, err := tx.Exec(ctx, stmt, args[i]...)
-		require.NoError(t, err)
-		require.NotZero(t, tag.RowsAffected(), "the competing write %q matched nothing", stmt)
-	}
+	compete(tx)
 	done := make(chan error, 1)
 	go func() { done <- op() }()
 	for {
@@ -53,6 +50,18 @@ func interleave(t *testing.T, pool *pgxpool.Pool, competing []string, args [][]a
 		if blocked {
 			require.NoError(t, tx.Commit(ctx))
 			return true, <-done
+		}
+	}
+}
+
+// writes returns a competitor for interleave that runs stmts, each with
+// its args, and requires each to change a row.
+func writes(t *testing.T, stmts []string, args ...[]any) func(tx pgx.Tx) {
+	return func(tx pgx.Tx) {
+		for i, stmt := range stmts {
+			tag, err := tx.Exec(t.Context(), stmt, args[i]...)
+			require.NoError(t, err)
+			require.NotZero(t, tag.RowsAffected(), "the competing write %q matched nothing", stmt)
 		}
 	}
 }
@@ -78,8 +87,7 @@ func TestStartEpisodeWaitsForAStealOfItsClaim(t *testing.T) {
 	require.Equal(t, episodes.StatusQueued, o.Episode.Status)
 
 	waited, err := interleave(t, pool,
-		[]string{`UPDATE leasehold_work_claims SET owner_node = 'node-b', fence = fence + 1 WHERE dedupe_key = $1`},
-		[][]any{{o.Claim.Key}},
+		writes(t, []string{`UPDATE leasehold_work_claims SET owner_node = 'node-b', fence = fence + 1 WHERE dedupe_key = $1`}, []any{o.Claim.Key}),
 		func() error { _, err := s.StartEpisode(t.Context(), o.Episode.ID, o.Claim.Token); return err })
 	require.True(t, waited, "StartEpisode did not wait for the steal's row lock")
 	require.ErrorIs(t, err, claims.ErrLeaseLost, "a stolen grant started the episode")
@@ -101,7 +109,7 @@ func TestClaimForRecoveryWaitsForTheOwnersFinish(t *testing.T) {
 	pgtest.ExpireClaim(t, pool, o.Claim.Key)
 
 	waited, err := interleave(t, pool,
-		ownersFinish, [][]any{{o.Claim.Key}, {o.Episode.ID}},
+		writes(t, ownersFinish, []any{o.Claim.Key}, []any{o.Episode.ID}),
 		func() error {
 			_, _, err := s.ClaimForRecovery(t.Context(), o.Episode.ID, "sweeper", time.Minute, time.Minute)
 			return err
@@ -127,7 +135,7 @@ func TestRequeueOrphanWaitsForTheOwnersFinish(t *testing.T) {
 	pgtest.ExpireClaim(t, pool, o.Claim.Key)
 
 	waited, err := interleave(t, pool,
-		ownersFinish, [][]any{{o.Claim.Key}, {o.Episode.ID}},
+		writes(t, ownersFinish, []any{o.Claim.Key}, []any{o.Episode.ID}),
 		func() error {
 			_, err := s.RequeueOrphan(t.Context(), o.Episode.ID, 0, "sweeper", time.Minute)
 			return err
@@ -178,8 +186,7 @@ func TestFindingWritesWaitForAStealOfTheirClaim(t *testing.T) {
 			require.NoError(t, err)
 
 			waited, err := interleave(t, pool,
-				[]string{`UPDATE leasehold_work_claims SET owner_node = 'node-b', fence = fence + 1 WHERE dedupe_key = $1`},
-				[][]any{{o.Claim.Key}},
+				writes(t, []string{`UPDATE leasehold_work_claims SET owner_node = 'node-b', fence = fence + 1 WHERE dedupe_key = $1`}, []any{o.Claim.Key}),
 				func() error { return tc.write(s, o.Claim.Token, o.Episode.ID) })
 			require.True(t, waited, "the finding write did not wait for the steal's row lock")
 			require.ErrorIs(t, err, findings.ErrLeaseLost, "a stolen grant's finding write landed")
@@ -206,11 +213,10 @@ func TestCancelEpisodeWaitsForAGrant(t *testing.T) {
 
 	var c episodes.Canceled
 	waited, err := interleave(t, pool,
-		[]string{
+		writes(t, []string{
 			`UPDATE leasehold_work_claims SET owner_node = 'node-b', fence = fence + 1, lease_until = now() + interval '1 hour' WHERE dedupe_key = $1`,
 			`UPDATE leasehold_episodes SET owner_node = 'node-b', last_step_at = now() WHERE id = $1`,
-		},
-		[][]any{{o.Claim.Key}, {o.Episode.ID}},
+		}, []any{o.Claim.Key}, []any{o.Episode.ID}),
 		func() (err error) { c, err = s.CancelEpisode(t.Context(), o.Episode.ID, nil); return err })
 	require.True(t, waited, "CancelEpisode did not wait for the grant's row locks")
 	require.NoError(t, err)
@@ -231,7 +237,7 @@ func TestCancelEpisodeWaitsForTheOwnersFinish(t *testing.T) {
 	require.NoError(t, err)
 
 	waited, err := interleave(t, pool,
-		ownersFinish, [][]any{{o.Claim.Key}, {o.Episode.ID}},
+		writes(t, ownersFinish, []any{o.Claim.Key}, []any{o.Episode.ID}),
 		func() error { _, err := s.CancelEpisode(t.Context(), o.Episode.ID, nil); return err })
 	require.True(t, waited, "CancelEpisode did not wait for the finish's row locks")
 	require.ErrorIs(t, err, episodes.ErrNotLive, "a finished episode was canceled")

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasehold/leasehold/adapters/postgres"
@@ -29,27 +30,16 @@ func TestRequeueOrphanWaitsForAConcurrentRequeue(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, s.Release(t.Context(), o.Claim.Token), "the holder gives the grant back")
 
-	tx, err := pool.Begin(t.Context())
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(context.Background()) }()
-	var pid int32
-	require.NoError(t, tx.QueryRow(t.Context(), `SELECT pg_backend_pid()`).Scan(&pid))
-	first, err := postgres.New(tx).RequeueOrphan(t.Context(), o.Episode.ID, 0, "sweeper-1", time.Minute)
-	require.NoError(t, err)
-	require.EqualValues(t, 0, first.Attempts, "a grant given back is not an attempt")
-
-	done := make(chan error, 1)
-	go func() {
+	waited, err := interleave(t, pool, func(tx pgx.Tx) {
+		first, err := postgres.New(tx).RequeueOrphan(t.Context(), o.Episode.ID, 0, "sweeper-1", time.Minute)
+		require.NoError(t, err)
+		require.EqualValues(t, 0, first.Attempts, "a grant given back is not an attempt")
+	}, func() error {
 		_, err := s.RequeueOrphan(context.Background(), o.Episode.ID, 0, "sweeper-2", time.Minute)
-		done <- err
-	}()
-	// The database says when the second waits for the first's row lock.
-	for blocked := false; !blocked; {
-		require.NoError(t, pool.QueryRow(t.Context(),
-			`SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE $1::int = ANY (pg_blocking_pids(pid)))`, pid).Scan(&blocked))
-	}
-	require.NoError(t, tx.Commit(t.Context()))
-	require.ErrorIs(t, <-done, claims.ErrBusy, "the orphan was requeued once")
+		return err
+	})
+	require.True(t, waited, "the second requeue did not wait for the first's row lock")
+	require.ErrorIs(t, err, claims.ErrBusy, "the orphan was requeued once")
 	var fence int64
 	require.NoError(t, pool.QueryRow(t.Context(), `SELECT fence FROM leasehold_work_claims WHERE dedupe_key = 'k'`).Scan(&fence))
 	require.Equal(t, o.Claim.Fence+1, fence, "fenced out once")

@@ -62,7 +62,7 @@ func generate(dialect, file, name, text string) []generated {
 		trim := strings.TrimSpace(code)
 		upper := strings.ToUpper(trim)
 		switch {
-		case regexp.MustCompile(`(?i)(^|\s)SET\s`).MatchString(code) && !strings.HasPrefix(upper, "SET @") && !strings.Contains(upper, "ANSI"):
+		case setKeyword.MatchString(code) && !strings.HasPrefix(upper, "SET @") && !strings.Contains(upper, "ANSI"):
 			inSet = true
 		case startsClause(upper):
 			inSet = false
@@ -120,7 +120,7 @@ func generate(dialect, file, name, text string) []generated {
 		add("lock", removed, fmt.Sprintf("%s: lock clause removed: %q", name, strings.TrimSpace(text[loc[0]:loc[1]])))
 	}
 	// Adjacent columns of a RETURNING or OUTPUT list swapped.
-	for _, m := range regexp.MustCompile(`(?i)\b(RETURNING|OUTPUT)\s+([^;]*?)(;|\n\n|$|\nINTO\b|\nFROM\b|\nWHERE\b|\nVALUES\b|\nSELECT\b)`).FindAllStringSubmatchIndex(text, -1) {
+	for _, m := range returnedList.FindAllStringSubmatchIndex(text, -1) {
 		if insideComment(text, m[0]) {
 			continue
 		}
@@ -171,7 +171,12 @@ func startsClause(upper string) bool {
 	return false
 }
 
-var assignment = regexp.MustCompile(`^[A-Za-z_][\w.]*\s*=[^=]`)
+var (
+	assignment   = regexp.MustCompile(`^[A-Za-z_][\w.]*\s*=[^=]`)
+	bareColumn   = regexp.MustCompile(`^[A-Za-z_][\w.]*$`)
+	setKeyword   = regexp.MustCompile(`(?i)(^|\s)SET\s`)
+	returnedList = regexp.MustCompile(`(?i)\b(RETURNING|OUTPUT)\s+([^;]*?)(;|\n\n|$|\nINTO\b|\nFROM\b|\nWHERE\b|\nVALUES\b|\nSELECT\b)`)
+)
 
 // isAssignment reports whether a SET-list line assigns a column.
 func isAssignment(trim string) bool { return assignment.MatchString(trim) }
@@ -186,7 +191,7 @@ func isAssignmentAt(code string, i int, inSet bool) bool {
 	if strings.HasSuffix(strings.ToUpper(before), "SET "+lastWord(before)) || strings.HasPrefix(strings.ToUpper(strings.TrimSpace(code)), "SET ") {
 		return true
 	}
-	return inSet && regexp.MustCompile(`^[A-Za-z_][\w.]*$`).MatchString(before)
+	return inSet && bareColumn.MatchString(before)
 }
 
 func lastWord(s string) string {
