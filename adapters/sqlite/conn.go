@@ -43,7 +43,66 @@ func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {
 		_ = b.Close()
 		return nil, err
 	}
-	return &conn{base: b, c: c}, nil
+	level, err := synchronousOf(ctx, b)
+	if err != nil {
+		_ = b.Close()
+		return nil, err
+	}
+	return &conn{base: b, c: c, syncBase: level, syncNow: level}, nil
+}
+
+// SQLite's PRAGMA synchronous levels, as it reports them.
+const (
+	syncOff    = 0
+	syncNormal = 1
+)
+
+// synchronousOf reads the connection's PRAGMA synchronous (the DSN's, FULL
+// unless it says otherwise).
+func synchronousOf(ctx context.Context, b driver.Conn) (int64, error) {
+	rows, err := b.(driver.QueryerContext).QueryContext(ctx, "PRAGMA synchronous", nil)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	v := make([]driver.Value, 1)
+	if err := rows.Next(v); err != nil {
+		return 0, fmt.Errorf("PRAGMA synchronous: %w", err)
+	}
+	level, ok := v[0].(int64)
+	if !ok || level < syncOff {
+		return 0, fmt.Errorf("PRAGMA synchronous: unexpected %v", v[0])
+	}
+	return level, nil
+}
+
+// syncFor sets the connection's PRAGMA synchronous for a write of lane l,
+// before the write begins: NORMAL (or the DSN's level, if lower) for a
+// lease write, the DSN's level for every other. In WAL mode a NORMAL
+// commit is not fsynced itself: it reaches the disk with the next commit
+// that is (every later grant, finish or journal write, FULL) or the next
+// checkpoint, and only a power loss or an operating-system crash can undo
+// it, never a crash of a process. WAL needs shared memory, so every
+// process on the file runs on this host, and such a loss ends every holder
+// of every lease with it: a renewal or a release undone then keeps nobody
+// running on a lease the database forgot, and WAL's frames are replayed
+// in order, so no later durable commit survives without it. Grants stay
+// FULL: a grant undone by a power loss could hand its fence out twice to
+// systems outside the database. See the package's Lock section for what
+// this saves.
+func (c *conn) syncFor(ctx context.Context, l lane) error {
+	want := c.syncBase
+	if l == laneLease {
+		want = min(want, syncNormal)
+	}
+	if want == c.syncNow {
+		return nil
+	}
+	if _, err := c.base.(driver.ExecerContext).ExecContext(ctx, fmt.Sprintf("PRAGMA synchronous = %d", want), nil); err != nil {
+		return err
+	}
+	c.syncNow = want
+	return nil
 }
 
 func (c *connector) Driver() driver.Driver { return c.base.Driver() }
@@ -59,6 +118,9 @@ type conn struct {
 	base driver.Conn
 	c    *connector
 	tx   *op // the open transaction begun through BeginTx, if any
+	// syncBase is the connection's PRAGMA synchronous as opened, syncNow
+	// its level now (see syncFor).
+	syncBase, syncNow int64
 }
 
 var (
@@ -89,6 +151,9 @@ func (c *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, e
 		}
 		c.tx = &op{c: c, ended: true}
 		return &connTx{base: tx, c: c}, nil
+	}
+	if err := c.syncFor(ctx, laneOf(ctx)); err != nil {
+		return nil, err
 	}
 	o, err := c.enter(ctx, "tx")
 	if err != nil {
@@ -182,6 +247,9 @@ func (c *conn) query(ctx context.Context, info stmtInfo, query func() (driver.Ro
 // IMMEDIATE of its own. Any other write (DDL, a script) runs as it is,
 // with SQLite waiting for the lock itself for the rest of busy_timeout.
 func (c *conn) write(ctx context.Context, info stmtInfo) (*op, error) {
+	if err := c.syncFor(ctx, laneOf(ctx)); err != nil {
+		return nil, err
+	}
 	o, err := c.enter(ctx, info.name)
 	if err != nil {
 		return nil, err

@@ -3,6 +3,7 @@ package sqlite_test
 import (
 	"bufio"
 	"context"
+	"database/sql"
 	"fmt"
 	"os"
 	"os/exec"
@@ -42,12 +43,16 @@ const (
 // each of those writes lands within the local time a lease leaves
 // (lease - margin, 1.6 s of 2 s); in fact within a few holders' time,
 // because every other writer of every process on the file stands back
-// while a lease write waits (see the package's Lock section). On this
-// 2-core host with two CPU hogs beside (make test-loaded) it does not
-// always hold, and not because of the order: the lock profile shows a
-// renewal's own COMMIT (synchronous=FULL: an fsync) taking 0.5-3.5 s there,
-// and the holder before it likewise, so a lease write took up to 1.2-7.8 s
-// in 3 of 7 runs; quiet, 12-48 ms.
+// while a lease write waits (see the package's Lock section).
+//
+// What this tests is the order, which is leasehold's: the flood's writers
+// commit at synchronous=NORMAL (their DSN says so), so that a holder's
+// time is its 15 ms and not an fsync. A lease write cannot go before the
+// holder it finds, and a holder's COMMIT at FULL holds the lock through its
+// fsync: on this 2-core host with two CPU hogs beside (make test-loaded),
+// with the flood at FULL, a lease write took up to 0.8-7.7 s in 5 of 8 runs
+// (one holder's fsync), where with the flood at NORMAL it took 23-28 ms at
+// most in every run; the Lock section says what that means for a lease.
 func TestLeaseWritesLandUnderAFlood(t *testing.T) {
 	if os.Getenv(floodDBEnv) != "" {
 		t.Skip("child process")
@@ -130,7 +135,7 @@ func TestLeaseWritesFloodChild(t *testing.T) {
 	holdMS, err := strconv.Atoi(os.Getenv(floodHoldEnv))
 	require.NoError(t, err)
 	ctx := context.Background()
-	db, err := sqlite.Open(ctx, path)
+	db, err := sqlite.Open(ctx, path+"?_synchronous=NORMAL") // a holder's time is its hold, not an fsync
 	require.NoError(t, err)
 	defer db.Close()
 	db.SetMaxOpenConns(floodWriters)
@@ -223,4 +228,53 @@ func waitQueued(t *testing.T, path string, lease, takeover, others int) {
 		require.True(t, time.Now().Before(deadline), "queued %d lease, %d takeover, %d other writes; want %d, %d, %d", l, tk, o, lease, takeover, others)
 		time.Sleep(time.Millisecond) // the gate signals nothing when a write queues; this only waits for the goroutines above to get there
 	}
+}
+
+// Lease writes commit at synchronous=NORMAL and every other write at the
+// DSN's level (FULL by default): on a pool of one connection, a renewal
+// and a release leave the connection at NORMAL (1), and the next write of
+// another lane, a grant, sets it back to FULL (2) before it begins. A DSN
+// that asks for less than NORMAL keeps it for lease writes too.
+func TestLeaseWritesCommitAtNormal(t *testing.T) {
+	t.Parallel()
+	level := func(db *sql.DB) int {
+		var n int
+		require.NoError(t, db.QueryRowContext(t.Context(), `PRAGMA synchronous`).Scan(&n))
+		return n
+	}
+	db := sqlitetest.Open(t, sqlitetest.Path(t))
+	db.SetMaxOpenConns(1)
+	s := sqlite.New(db)
+	require.Equal(t, 2, level(db), "opened at the DSN's FULL")
+
+	c, err := s.Acquire(t.Context(), claims.AcquireParams{Key: "k", Owner: "node-a", Lease: time.Minute})
+	require.NoError(t, err)
+	require.Equal(t, 2, level(db), "a grant commits at FULL")
+	_, err = s.Renew(t.Context(), c.Token, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, 1, level(db), "a renewal commits at NORMAL")
+	_, err = s.Acquire(t.Context(), claims.AcquireParams{Key: "k2", Owner: "node-a", Lease: time.Minute})
+	require.NoError(t, err)
+	require.Equal(t, 2, level(db), "the next grant set FULL back before it began")
+	renewed, err := s.RenewMany(t.Context(), "node-a", []claims.Held{{Key: c.Key, Fence: c.Fence}}, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, renewed, 1)
+	require.Equal(t, 1, level(db), "RenewMany commits at NORMAL")
+	tx, err := db.BeginTx(t.Context(), nil)
+	require.NoError(t, err)
+	require.NoError(t, tx.QueryRowContext(t.Context(), `PRAGMA synchronous`).Scan(new(int)))
+	require.NoError(t, tx.Rollback())
+	require.Equal(t, 2, level(db), "a caller's transaction begins at FULL")
+	require.NoError(t, s.Release(t.Context(), c.Token))
+	require.Equal(t, 1, level(db), "a release commits at NORMAL")
+
+	off := sqlitetest.OpenUnmigrated(t, sqlitetest.Path(t)+"?_synchronous=OFF")
+	require.NoError(t, sqlite.Migrate(t.Context(), off))
+	off.SetMaxOpenConns(1)
+	so := sqlite.New(off)
+	c, err = so.Acquire(t.Context(), claims.AcquireParams{Key: "k", Owner: "node-a", Lease: time.Minute})
+	require.NoError(t, err)
+	_, err = so.Renew(t.Context(), c.Token, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, 0, level(off), "a DSN's OFF is never raised")
 }
