@@ -415,7 +415,6 @@ func RunDeferred(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 	runFlow(t, newBackend)
 	runGivenBack(t, newBackend)
 	runBatchRequeue(t, newBackend)
-	runCancel(t, newBackend)
 	runBatchDispatch(t, newBackend)
 	runRequestGiveBack(t, newBackend)
 

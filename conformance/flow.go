@@ -125,6 +125,8 @@ func runFlow(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		others, err := b.Store.ListCancelRequests(ctx(t), "node-b")
 		require.NoError(t, err)
 		require.Empty(t, others)
+		require.NoError(t, b.Store.AppendStep(ctx(t), live.Episode.ID, live.Claim.Token, 1, []byte(`{}`), time.Minute),
+			"a live grant is left to its holder, not fenced out")
 		require.NoError(t, b.Store.FinishEpisode(ctx(t), live.Episode.ID, live.Claim.Token,
 			episodes.Finish{Status: episodes.StatusCanceled, ErrorClass: episodes.ClassCanceled}), "the holder ends it with its fenced finish")
 		reqs, err = b.Store.ListCancelRequests(ctx(t), "node-a")
@@ -143,6 +145,8 @@ func runFlow(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		require.True(t, c.Ended)
 		require.ErrorIs(t, b.Store.AppendStep(ctx(t), z.Episode.ID, z.Claim.Token, 1, nil, time.Minute), claims.ErrLeaseLost)
 		require.ErrorIs(t, b.Store.FinishEpisode(ctx(t), z.Episode.ID, z.Claim.Token, episodes.Finish{Status: episodes.StatusDone}), claims.ErrLeaseLost)
+		require.ErrorIs(t, b.Store.Release(ctx(t), z.Claim.Token), claims.ErrNotOwner,
+			"the expired grant's fence moved on: its holder cannot even give it back (the writes above fail on the expired lease alone)")
 
 		// A cancel asked while an attempt runs wins over its retry.
 		n = flowEpisode("event:a:e:retry")
