@@ -8,6 +8,10 @@ var equivalents = map[string]string{
 	"sqlite:RetryEpisodeClaim:drop#2": "RetryEpisode's third statement, in the same BEGIN IMMEDIATE transaction, " +
 		"re-checks the claim's owner and fence (EXISTS ... c.fence = @fence) and rolls the whole retry back when " +
 		"they do not match, so a stale token's release of the live claim never commits",
+	"sqlite:ClaimForRecoveryGrant:drop#1": "archived_at IS NULL is implied by the status condition beside it in " +
+		"the same statement (status IN ('running', 'queued')): only ArchiveEpisodes sets archived_at, and only on " +
+		"terminal episodes, and RequeueEpisode, the one way back from a terminal status, refuses archived ones, so " +
+		"an archived episode is terminal for good and the grant matches nothing either way",
 	"sqlite:ListNodes:drop#1": "an operator read (leasehold nodes ls, the dashboard): it counts the leases each node " +
 		"holds for display; no grant, finish or recovery decision reads it",
 	"postgres:ClaimForRecovery:lock#1": "the claim row's FOR UPDATE orders the locks (claim row, then episode row, " +
