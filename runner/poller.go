@@ -155,10 +155,24 @@ func (n *Node) poll(ctx context.Context) {
 // when there is none, or the read failed (the interval then bounds the
 // wait).
 func (n *Node) nextDue(ctx context.Context) (time.Duration, bool) {
-	var actorIDs []string
+	var actorIDs, full []string
 	for _, id := range n.pollActors() {
 		if n.actors[id].exec.free() > 0 {
 			actorIDs = append(actorIDs, id)
+		} else {
+			full = append(full, id)
+		}
+	}
+	if len(full) > 0 {
+		// The full actors' due work is not looked at here, so a slot
+		// freeing must poll again (slotFreed), or a request falling due
+		// meanwhile waits for the interval. A slot that freed before the
+		// flag was set did not see it: look again.
+		n.backlog.Store(true)
+		for _, id := range full {
+			if n.actors[id].exec.free() > 0 {
+				return 0, true
+			}
 		}
 	}
 	if len(actorIDs) == 0 {
