@@ -51,11 +51,8 @@ func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {
 	return &conn{base: b, c: c, syncBase: level, syncNow: level}, nil
 }
 
-// SQLite's PRAGMA synchronous levels, as it reports them.
-const (
-	syncOff    = 0
-	syncNormal = 1
-)
+// syncNormal is PRAGMA synchronous NORMAL, as SQLite reports it.
+const syncNormal = 1
 
 // synchronousOf reads the connection's PRAGMA synchronous (the DSN's, FULL
 // unless it says otherwise).
@@ -70,7 +67,7 @@ func synchronousOf(ctx context.Context, b driver.Conn) (int64, error) {
 		return 0, fmt.Errorf("PRAGMA synchronous: %w", err)
 	}
 	level, ok := v[0].(int64)
-	if !ok || level < syncOff {
+	if !ok || level < 0 {
 		return 0, fmt.Errorf("PRAGMA synchronous: unexpected %v", v[0])
 	}
 	return level, nil
@@ -151,9 +148,6 @@ func (c *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, e
 		}
 		c.tx = &op{c: c, ended: true}
 		return &connTx{base: tx, c: c}, nil
-	}
-	if err := c.syncFor(ctx, laneOf(ctx)); err != nil {
-		return nil, err
 	}
 	o, err := c.enter(ctx, "tx")
 	if err != nil {
@@ -247,9 +241,6 @@ func (c *conn) query(ctx context.Context, info stmtInfo, query func() (driver.Ro
 // IMMEDIATE of its own. Any other write (DDL, a script) runs as it is,
 // with SQLite waiting for the lock itself for the rest of busy_timeout.
 func (c *conn) write(ctx context.Context, info stmtInfo) (*op, error) {
-	if err := c.syncFor(ctx, laneOf(ctx)); err != nil {
-		return nil, err
-	}
 	o, err := c.enter(ctx, info.name)
 	if err != nil {
 		return nil, err
@@ -304,8 +295,12 @@ func (l *lockClock) since(sent time.Time) time.Time {
 	return sent
 }
 
-// enter waits for the gate, in ctx's lane, then for the file's turn.
+// enter sets the connection's synchronous level for ctx's lane (syncFor),
+// then waits for the gate, in that lane, then for the file's turn.
 func (c *conn) enter(ctx context.Context, name string) (*op, error) {
+	if err := c.syncFor(ctx, laneOf(ctx)); err != nil {
+		return nil, err
+	}
 	g := c.c.gate
 	o := &op{c: c, lane: laneOf(ctx), name: name, start: time.Now()}
 	deadline := o.start.Add(c.c.wait)
