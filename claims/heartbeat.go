@@ -107,7 +107,8 @@ func NewHeartbeat(g *Gate, cfg HeartbeatConfig) (*Heartbeat, error) {
 // derived from ctx that is cancelled with cause ErrLeaseLost when the lease is
 // lost. The caller runs the lease's work under that context and calls stop
 // once it has completed, failed or released the claim. Passthrough claims are
-// not tracked.
+// not tracked. The context carries c's token (OnBehalfOf): the writes made
+// under it are made on behalf of c.
 //
 // The first local deadline is c's local start (the instant before its
 // granting statement was sent; see Claim.SetLocalStart) + lease - margin. A
@@ -126,6 +127,7 @@ func (h *Heartbeat) Hold(ctx context.Context, c Claim) (context.Context, func())
 		h.logger.ErrorContext(ctx, "leasehold: refusing to hold a claim without a local start", slog.String("claim", c.Token.String()))
 		return ctx, func() { cancel(context.Canceled) }
 	}
+	ctx = OnBehalfOf(ctx, c.Token)
 	id := Held{Key: c.Key, Fence: c.Fence}
 	h.mu.Lock()
 	h.held[id] = &heldLease{deadline: c.acquiredAt.Add(h.gate.lease - h.margin), cancel: cancel}
@@ -162,10 +164,10 @@ func (h *Heartbeat) Remaining(c Claim) (time.Duration, bool) {
 // renewals move is followed), or it was lost or stopped. A write made on
 // behalf of c that may wait for the database (a lock held by others) runs
 // under it, so that it keeps its place as long as renewals keep the lease,
-// and not past the point where the work must stop. Call cancel when the
-// write is done.
+// and not past the point where the work must stop; it carries c's token
+// (OnBehalfOf). Call cancel when the write is done.
 func (h *Heartbeat) WithLease(ctx context.Context, c Claim) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := context.WithCancel(OnBehalfOf(ctx, c.Token))
 	var (
 		mu      sync.Mutex
 		t       *time.Timer

@@ -315,9 +315,11 @@ func (s *slots) giveBack() {
 const dispatchConcurrency = 8
 
 // batchDispatcher is an adapter that hands many claimed requests over in
-// one statement (DispatchTriggerRequests on Postgres and SQLite), each row
+// one statement (DispatchTriggerRequests on Postgres; on SQLite a few
+// statements, committed in transactions of bounded length), each row
 // fenced on its own request claim; the poller uses it when the store has
-// it, else one DispatchTriggerRequest per request (SQL Server).
+// it, else one DispatchTriggerRequest per request (SQL Server). With an
+// error it returns the hand-overs it committed before the error, if any.
 type batchDispatcher interface {
 	DispatchTriggerRequests(ctx context.Context, owner string, reqs []episodes.TriggerRequest, lease time.Duration) ([]episodes.Dispatched, error)
 }
@@ -377,17 +379,26 @@ func (n *Node) dispatchBatch(ctx context.Context, bd batchDispatcher, reqs []epi
 		n.giveBackRequests(ctx, reqs)
 		return 0
 	}
-	var ds []episodes.Dispatched
+	var (
+		ds   []episodes.Dispatched
+		left = reqs
+	)
 	// As in dispatch: grants in flight are not abandoned when intake stops.
-	err := n.retrying(nil, func(wctx context.Context) (err error) {
-		ds, err = bd.DispatchTriggerRequests(wctx, n.id, reqs, n.gate.Lease())
+	// An adapter that commits a batch in several transactions returns what
+	// it handed over before an error: those are runs of ours, and only the
+	// rest is tried again (a request already handed over would come back
+	// missing, as if it had lapsed, and its run would never start here).
+	err := n.retrying(nil, func(wctx context.Context) error {
+		got, err := bd.DispatchTriggerRequests(wctx, n.id, left, n.gate.Lease())
+		ds = append(ds, got...)
+		_, left = handedOver(left, got)
 		return err
 	})
 	if err != nil {
 		n.log.WarnContext(ctx, "leasehold: trigger request hand-over failed; giving the requests back",
-			slog.Int("requests", len(reqs)), slog.Any("error", err))
-		n.giveBackRequests(ctx, reqs)
-		return 0
+			slog.Int("requests", len(left)), slog.Any("error", err))
+		n.giveBackRequests(ctx, left)
+		reqs, _ = handedOver(reqs, ds)
 	}
 	byRequest := make(map[int64]episodes.Dispatched, len(ds))
 	for _, d := range ds {
@@ -405,6 +416,22 @@ func (n *Node) dispatchBatch(ctx context.Context, bd batchDispatcher, reqs []epi
 		}
 	}
 	return runs
+}
+
+// handedOver splits reqs into the requests ds answers and the others.
+func handedOver(reqs []episodes.TriggerRequest, ds []episodes.Dispatched) (handed, rest []episodes.TriggerRequest) {
+	in := make(map[int64]bool, len(ds))
+	for _, d := range ds {
+		in[d.RequestID] = true
+	}
+	for _, r := range reqs {
+		if in[r.ID] {
+			handed = append(handed, r)
+		} else {
+			rest = append(rest, r)
+		}
+	}
+	return handed, rest
 }
 
 func (n *Node) pollOnce(ctx context.Context) {

@@ -3,6 +3,7 @@ package runner_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/leasehold/leasehold/claims"
 	"github.com/leasehold/leasehold/episodes"
 	"github.com/leasehold/leasehold/internal/nodetest"
 	"github.com/leasehold/leasehold/internal/pgtest"
@@ -31,6 +33,16 @@ type claimHook struct {
 	armed      atomic.Bool
 	before     func()
 	after      func([]episodes.TriggerRequest)
+	// nextDue, when set, runs before every NextTriggerRequestDue: the
+	// poller's look at when its next request falls due, after a poll.
+	nextDue func()
+}
+
+func (h *claimHook) NextTriggerRequestDue(ctx context.Context, q episodes.RequestQuery) (time.Duration, bool, error) {
+	if h.nextDue != nil {
+		h.nextDue()
+	}
+	return h.Store.NextTriggerRequestDue(ctx, q)
 }
 
 func newClaimHook() *claimHook { return &claimHook{polled: make(chan struct{})} }
@@ -111,6 +123,104 @@ func TestDueWorkStartsAtItsDueTime(t *testing.T) {
 	// tick of three nodes' 30 s intervals is seconds, most of them.
 	require.Less(t, lags[len(lags)-1], float64(testbound.Margin.Milliseconds()),
 		"a due request waited for the poll interval: lags %v", lags)
+}
+
+// quietWaker is a TriggerWaker that never wakes: with it a node's poller
+// polls on its timers, PollNow and freed slots only, as a node whose
+// notifications are all lost does.
+type quietWaker struct{}
+
+func (quietWaker) WaitTriggerRequests(ctx context.Context, _ func()) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// A slot that fills after a poll found it free, and frees after a request
+// fell due, wakes the poller: the poll saw free slots (nothing left behind),
+// a local trigger took the last one before the poller looked ahead, so the
+// look-ahead left the full actor out, and the request that fell due
+// meanwhile had no timer. Without the backlog flag that look-ahead sets,
+// the freed slot woke nobody (with a waker configured, a freed slot polls
+// only when work was left behind) and the request waited for the 30 s
+// interval; make test-loaded caught it as five hand-overs 13 s late.
+func TestASlotFreedAfterTheLookAheadWakesThePoller(t *testing.T) {
+	t.Parallel()
+	started := make(chan int64, 4)
+	release := make(chan struct{})
+	block := funcStrategy{StepFunc: func(ctx context.Context, r *runner.Run) (runner.StepResult, error) {
+		started <- r.EpisodeID()
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return runner.StepResult{}, ctx.Err()
+		}
+		return runner.StepResult{Done: true}, nil
+	}}
+	// A second actor, never full, so that the look-ahead still reads the
+	// next due time after leaving the full one out: the read is how the
+	// test knows a look-ahead is over.
+	idle := runner.Actor{ID: "zz-idle", MaxConcurrent: 1, Expectations: []runner.Expectation{
+		{ID: "noop", Trigger: runner.Event{Name: "never.fired"}, Strategy: block},
+	}}
+	var (
+		filled      = make(chan struct{})
+		lookedAhead = make(chan string, 16)
+	)
+	hook := newClaimHook()
+	hook.nextDue = func() {
+		select {
+		case <-filled:
+			lookedAhead <- "after the slot filled"
+		default:
+			lookedAhead <- "before"
+		}
+	}
+	interval := 30 * time.Second
+	c := nodetest.Start(t, 1, func(_ int, cfg *runner.Config) {
+		cfg.Poll.Interval = interval
+		cfg.TriggerWaker = quietWaker{} // a waker is set: a freed slot polls only after work was left behind
+		hook.Store = cfg.Store
+		cfg.Store = hook
+	}, eventActor(block, 1), idle)
+	node, ctx := c.Nodes[0], context.Background()
+	require.Equal(t, "before", <-lookedAhead, "the first poll and its look-ahead are over; the poller sleeps")
+
+	out, err := node.Fire(ctx, "monitor", "resource.updated", map[string]string{"delayed": "yes"}, runner.FireOptions{Delay: time.Hour})
+	require.NoError(t, err)
+	require.True(t, out[0].Deferred)
+	delayed := out[0].EpisodeID
+
+	var local atomic.Int64
+	hook.after = func([]episodes.TriggerRequest) {
+		// Between the poll's claim (a free slot, nothing due) and its
+		// look-ahead: a local trigger takes the slot.
+		out, err := node.Fire(ctx, "monitor", "resource.updated", map[string]string{"local": "yes"}, runner.FireOptions{})
+		if err == nil && !out[0].Deferred {
+			local.Store(out[0].EpisodeID)
+		}
+		close(filled)
+	}
+	hook.armed.Store(true)
+	node.PollNow()
+	require.Equal(t, "after the slot filled", <-lookedAhead)
+	require.NotZero(t, local.Load(), "the local trigger took the free slot")
+	require.Equal(t, local.Load(), <-started)
+
+	// The request falls due while the slot is taken (database time moved,
+	// not slept for; an UPDATE notifies nobody), then the slot frees.
+	tag, err := c.Pool.Exec(ctx, `UPDATE leasehold_trigger_requests SET run_after = now() WHERE episode_id = $1 AND status = 'pending'`, delayed)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, tag.RowsAffected())
+	freed := time.Now()
+	close(release)
+	select {
+	case id := <-started:
+		require.Equal(t, delayed, id)
+		t.Logf("the due request started %v after the slot freed (poll interval %v)", time.Since(freed).Round(time.Millisecond), interval)
+	case <-time.After(testbound.Margin):
+		t.Fatalf("the due request did not start within %v of the slot freeing: the poller slept for its %v interval", testbound.Margin, interval)
+	}
+	nodetest.WaitEnded(t, 2, c.Sigs[0])
 }
 
 // A hand-over that finds no free slot gives the work back: a local trigger
@@ -263,4 +373,91 @@ func TestDrainGivesBackUnhandedRequestClaims(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, requests, n, "another node takes the work at once, not after the claim lease")
 	nodetest.WaitEnded(t, requests, c.Sigs[1])
+}
+
+// cutDispatch is a runner.Store whose batch hand-over, once armed, hands
+// over the first request only and then fails retryably, as SQLite's does
+// when a later transaction of a batch cannot get the write lock: the
+// hand-overs committed before the error come back with it.
+type cutDispatch struct {
+	runner.Store
+	bd    batchDispatcher // the adapter's own batch hand-over
+	armed atomic.Bool
+}
+
+type batchDispatcher interface {
+	DispatchTriggerRequests(ctx context.Context, owner string, reqs []episodes.TriggerRequest, lease time.Duration) ([]episodes.Dispatched, error)
+}
+
+func (c *cutDispatch) DispatchTriggerRequests(ctx context.Context, owner string, reqs []episodes.TriggerRequest, lease time.Duration) ([]episodes.Dispatched, error) {
+	bd := c.bd
+	if len(reqs) > 1 && c.armed.CompareAndSwap(true, false) {
+		ds, err := bd.DispatchTriggerRequests(ctx, owner, reqs[:1], lease)
+		if err != nil {
+			return ds, err
+		}
+		return ds, fmt.Errorf("cut short after %d of %d: %w", len(ds), len(reqs), claims.ErrRetryable)
+	}
+	return bd.DispatchTriggerRequests(ctx, owner, reqs, lease)
+}
+
+// A batch hand-over cut short by an error starts the runs it handed over
+// and tries only the rest again. Before, the retry sent the whole batch:
+// the requests already handed over came back missing, were taken for
+// lapsed, and their episodes stayed running under this node's grant with
+// no strategy called until the lease ran out.
+func TestABatchHandOverCutShortStartsWhatItHandedOver(t *testing.T) {
+	t.Parallel()
+	started := make(chan int64, 4)
+	release := make(chan struct{})
+	block := funcStrategy{StepFunc: func(ctx context.Context, r *runner.Run) (runner.StepResult, error) {
+		started <- r.EpisodeID()
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return runner.StepResult{}, ctx.Err()
+		}
+		return runner.StepResult{Done: true}, nil
+	}}
+	hook, cut := newClaimHook(), &cutDispatch{}
+	c := nodetest.Start(t, 2, func(i int, cfg *runner.Config) {
+		cfg.TriggerWaker = nil
+		cfg.Poll.Interval = time.Hour
+		if i == 0 {
+			cut.bd = cfg.Store.(batchDispatcher)
+			hook.Store = cfg.Store
+			cut.Store = hook
+			cfg.Store = cut
+		} else {
+			cfg.Mode = runner.ModeTriggerOnly
+		}
+	}, eventActor(block, 4))
+	full, writer, ctx := c.Nodes[0], c.Nodes[1], context.Background()
+	<-hook.polled
+
+	want := map[int64]bool{}
+	for i := range 2 {
+		out, err := writer.Fire(ctx, "monitor", "resource.updated", map[string]int{"i": i}, runner.FireOptions{})
+		require.NoError(t, err)
+		require.True(t, out[0].Deferred)
+		want[out[0].EpisodeID] = true
+	}
+	cut.armed.Store(true)
+	n, err := full.PollOnce(ctx)
+	require.NoError(t, err)
+	require.False(t, cut.armed.Load(), "the batch hand-over was cut short")
+	require.Equal(t, 2, n, "both requests became local runs")
+	got := map[int64]bool{}
+	for range 2 {
+		select {
+		case id := <-started:
+			got[id] = true
+		case <-time.After(testbound.Margin):
+			t.Fatalf("a handed-over episode's strategy was never called (started: %v of %v)", got, want)
+		}
+	}
+	require.Equal(t, want, got)
+	require.Equal(t, 2, c.Count(t, "status = 'running' AND owner_node = 'node-0'"), "running in the database: exactly the two runs whose strategies run")
+	close(release)
+	nodetest.WaitEnded(t, 2, c.Sigs[0])
 }

@@ -57,24 +57,32 @@
 // writes themselves, and only one connection on the whole file asks SQLite:
 //
 //   - The write gate: one queue per process and file (every pool a process
-//     opens on the file shares it), in three lanes, each in arrival order:
+//     opens on the file shares it), in four lanes, each in arrival order:
 //     lease writes (RenewClaim(s), ReleaseClaim(s), so renewals, releases
-//     and a drain's hand-over), then takeovers (recovery's RequeueOrphan
-//     and ClaimForRecovery, the pollers' ClaimTriggerRequests, dispatch and
-//     give-back: work on its way to a live node, under a request claim or a
-//     sweep's bound), then everything else (journal, finishes, creations,
-//     membership, callers' transactions). A write outside a transaction
-//     runs in a BEGIN IMMEDIATE of its own (what SQLite does in
-//     autocommit); a transaction begun with BeginTx holds its place from
-//     before its BEGIN IMMEDIATE to its COMMIT or ROLLBACK. A write of a
-//     later lane still waiting hands its place to one of an earlier lane.
+//     and a drain's hand-over), then takeovers (recovery's RequeueOrphan(s)
+//     and ClaimForRecovery, the pollers' give-back: orphaned work on its way
+//     to a live node, in a sweep's bounded batches), then the writes of
+//     work a node holds (journal steps, finishes, retries, Complete, Fail,
+//     and every write whose context says it is made on behalf of a held
+//     lease, claims.OnBehalf: a caller's transaction begun inside a run),
+//     then everything else: new work above all (creations, the pollers'
+//     ClaimTriggerRequests and dispatch), membership, callers' transactions
+//     outside a run. Work a node holds goes before work it takes on: when
+//     the file cannot serve both, new work waits (and a Fire or a poll
+//     fails retryably after busy_timeout) instead of starving the writes
+//     that keep running work within its lease (see Overload below). A
+//     write outside a transaction runs in a BEGIN IMMEDIATE of its own
+//     (what SQLite does in autocommit); a transaction begun with BeginTx
+//     holds its place from before its BEGIN IMMEDIATE to its COMMIT or
+//     ROLLBACK. A write of a later lane still waiting hands its place to
+//     one of an earlier lane.
 //   - The turn, across processes: the gate's holder takes an exclusive
 //     record lock (fcntl) on one byte of <database>-leasehold-turn before
-//     it asks SQLite, and every process with a lease write or a takeover
-//     waiting holds a shared lock on that lane's byte, so that the other
-//     processes' writes of later lanes wait before they take the turn; a
-//     process that just ended its turn waits 3 ms before the next while
-//     others wait for one. Waiting for the turn polls every 0.5 ms (lease
+//     it asks SQLite, and every process with a lease write, a takeover or
+//     a write of held work waiting holds a shared lock on that lane's
+//     byte, so that the other processes' writes of later lanes wait before
+//     they take the turn; a process that just ended its turn waits 3 ms
+//     before the next while others wait for one. Waiting for the turn polls every 0.5 ms (lease
 //     writes) or 1 ms: a system call, where a try of BEGIN IMMEDIATE is an
 //     SQLite statement (234 µs each under -race). The operating system
 //     drops the locks of a process that exits or is killed.
@@ -142,12 +150,37 @@
 // where other suites share the two cores, reports it without failing
 // (6-25 s seen there), while make chaos asserts it.
 //
+// Overload. When the writes asked of the file exceed what it serves (the
+// lock busy 90%+ of the time), something must wait, and it should be new
+// work, not the work already running: a journal step or a finish that
+// waits past its lease loses the run, recovery requeues it, the repeat
+// costs the file the same writes again, and the goodput falls while the
+// backlog grows. Before the held lane, journal steps and finishes queued
+// in arrival order with every creation, and the pollers' claims and
+// dispatches went before them; a client that retries unanswered triggers
+// (the chaos driver re-sends each every 3 s) fills that queue without
+// bound. Measured with TestChaosSQLite at twice its fire rate (a trigger
+// every 50 ms for 30 s, four CPU hogs, -race, a 2 s lease; a deliberate
+// overload, several times what the file serves there): with the journal in
+// the last lane, its steps waited 1.3-1.4 s at the median in the gate and
+// 220-347 of ~720 episodes were done two minutes after the faults; with
+// the held lane, 116-119 ms and 392-407; in the default run beside five
+// hogs, the slowest takeover fell from 27.8 s to 19.0 s and lost leases
+// from 42 to 26. A batch hand-over (DispatchTriggerRequests) commits every
+// dispatchHold, two requests to a statement, so a burst of new work holds
+// the lock no longer than a sweep's requeues do. What the lanes cannot do
+// is make room: under a sustained overload the backlog stays in the
+// database (available, exactly once) until the offered load falls.
+//
 // A grant's local lease clock (claims.Claim.SetLocalStart) starts when the
 // granting statement or transaction held the write lock, not when it was
 // sent (Store.grantStart): the grant runs after that instant, on the same
 // host's clock, so the database starts the lease no earlier, and the time
 // spent queued behind other writers, most of a lease on a loaded host, is
-// not taken from the run. A renewal's likewise (claims.Renewed.Start).
+// not taken from the run. A renewal's likewise (claims.Renewed.Start). In
+// a batch hand-over each grant's clock starts just before its own
+// statement is sent, so the grants made before it in the transaction are
+// not taken from it either.
 //
 // A Store bound to a caller's transaction (WithTx) runs an operation of
 // several statements inside a SAVEPOINT of it, rolled back to when the
@@ -179,7 +212,7 @@
 // holding the turn, blocks every writer of the file, each of which fails
 // claims.ErrRetryable after busy_timeout and retries, until the frozen
 // process exits (the operating system releases its locks) or resumes. One
-// frozen with a lease write or a takeover waiting holds that lane's byte of
+// frozen with a write of an earlier lane waiting holds that lane's byte of
 // the turn file: the others' later writes wait for it only while nobody
 // takes the turn for 1 s (flagStale), once per process, then go on. Postgres's BoundTransaction and
 // BoundLockWait have no equivalent (sql/queries/dialects.go); keep

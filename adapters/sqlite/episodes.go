@@ -23,6 +23,7 @@ var errNoMatch = errors.New("sqlite: a statement of the transaction matched noth
 // land together. A duplicate reads the live episode's id (FindLiveEpisode)
 // in the same transaction.
 func (s *Store) CreateEpisode(ctx context.Context, n episodes.New) (episodes.Created, error) {
+	ctx = withLane(ctx, laneOther) // new work: see the package's Lock section
 	var out episodes.Created
 	sent := time.Now()
 	err := s.inTx(ctx, func(s *Store) error {
@@ -96,6 +97,7 @@ func (s *Store) liveEpisode(ctx context.Context, key string) (int64, error) {
 
 // StartEpisode runs StartEpisode and returns the next free step number.
 func (s *Store) StartEpisode(ctx context.Context, id int64, t claims.Token) (int32, error) {
+	ctx = withLane(ctx, laneHeld) // on behalf of a held lease: see the package's Lock section
 	row, err := s.q.StartEpisode(ctx, s.conn, sqlitedb.StartEpisodeParams{ClaimKey: t.Key, OwnerNode: t.Owner, Fence: t.Fence, ID: id})
 	if err != nil {
 		return 0, episodeFenced("StartEpisode", err)
@@ -106,6 +108,7 @@ func (s *Store) StartEpisode(ctx context.Context, id int64, t claims.Token) (int
 // AppendStep runs AppendStepLease, AppendStepEpisode and AppendStep in one
 // transaction; the step also extends the lease to lease.
 func (s *Store) AppendStep(ctx context.Context, id int64, t claims.Token, stepNo int32, data json.RawMessage, lease time.Duration) error {
+	ctx = withLane(ctx, laneHeld) // on behalf of a held lease: see the package's Lock section
 	return s.inTx(ctx, func(s *Store) error {
 		if _, err := s.q.AppendStepLease(ctx, s.conn, sqlitedb.AppendStepLeaseParams{
 			LeaseMs: lease.Milliseconds(), ClaimKey: t.Key, OwnerNode: t.Owner, Fence: t.Fence,
@@ -134,6 +137,7 @@ func (s *Store) AppendStep(ctx context.Context, id int64, t claims.Token, stepNo
 // (SQLITE_CONSTRAINT_FOREIGNKEY) and rolls it back, so a caller that
 // ignores the error and commits lands nothing of it.
 func (s *Store) FinishEpisode(ctx context.Context, id int64, t claims.Token, f episodes.Finish) error {
+	ctx = withLane(ctx, laneHeld) // on behalf of a held lease: see the package's Lock section
 	err := s.finishEpisode(ctx, id, t, f)
 	if _, inTx := s.conn.(*sql.Tx); inTx && errors.Is(err, episodes.ErrLeaseLost) {
 		return s.doomTransaction(ctx, "FinishEpisode", t)
@@ -180,6 +184,7 @@ func (s *Store) finishStep(ctx context.Context, id int64, t claims.Token, stepNo
 // the ids of the episodes finished; an item missing from them lost its
 // grant.
 func (s *Store) FinishEpisodes(ctx context.Context, owner string, items []episodes.FinishItem) ([]int64, error) {
+	ctx = withLane(ctx, laneHeld) // on behalf of a held lease: see the package's Lock section
 	if len(items) == 0 {
 		return nil, nil
 	}
@@ -242,6 +247,7 @@ func (s *Store) FinishEpisodes(ctx context.Context, owner string, items []episod
 // in one transaction; claims.ErrLeaseLost (episodes.ErrLeaseLost) when the
 // grant no longer holds the claim.
 func (s *Store) RetryEpisode(ctx context.Context, id int64, t claims.Token, r episodes.Retry) (episodes.Retried, error) {
+	ctx = withLane(ctx, laneHeld) // on behalf of a held lease: see the package's Lock section
 	var out episodes.Retried
 	err := s.inTx(ctx, func(s *Store) error {
 		if _, err := s.q.RetryEpisodeClaim(ctx, s.conn, sqlitedb.RetryEpisodeClaimParams{

@@ -23,6 +23,15 @@ func GateQueued(path string) (lease, takeover, other int) {
 	return len(g.waiting[laneLease]), len(g.waiting[laneTakeover]), len(g.waiting[laneOther])
 }
 
+// GateQueuedHeld returns how many writes of held work (made on behalf of a
+// lease, claims.OnBehalf) wait in the write gate of the file at path.
+func GateQueuedHeld(path string) int {
+	g := gateFor(path)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.waiting[laneHeld])
+}
+
 // WithTakeoverLane marks ctx's writes as takeovers.
 func WithTakeoverLane(ctx context.Context) context.Context { return withLane(ctx, laneTakeover) }
 

@@ -11,15 +11,17 @@ import (
 )
 
 // lane is a writer's place in the queue for the write lock: every waiting
-// lease write (renew, release) is let in before any takeover, and every
-// takeover before any other write, each lane in arrival order, in this
-// process (the write gate) and across the processes on the file (the turn).
+// lease write (renew, release) is let in before any takeover, every
+// takeover before any write of held work, and those before any other
+// write, each lane in arrival order, in this process (the write gate) and
+// across the processes on the file (the turn).
 type lane int
 
 const (
 	laneLease    lane = iota // RenewClaim(s), ReleaseClaim(s): keeping or giving back a lease
-	laneTakeover             // recovery's requeue and claim, the pollers' claim, dispatch and give-back: orphaned and available work on its way to a live node
-	laneOther                // everything else: journal, finishes, creations, callers' transactions, membership
+	laneTakeover             // recovery's requeue and claim, the pollers' give-back: orphaned work on its way to a live node, a sweep's bounded batch
+	laneHeld                 // writes made on behalf of a held lease (claims.OnBehalf): journal steps, finishes, retries, callers' transactions inside a run
+	laneOther                // everything else, new work above all: creations, the pollers' claim and dispatch, membership, callers' transactions outside a run
 	lanes
 )
 
@@ -29,6 +31,8 @@ func (l lane) String() string {
 		return "lease"
 	case laneTakeover:
 		return "takeover"
+	case laneHeld:
+		return "held"
 	}
 	return "other"
 }
@@ -40,9 +44,15 @@ func withLane(ctx context.Context, l lane) context.Context {
 	return context.WithValue(ctx, laneKey{}, l)
 }
 
+// laneOf is the lane withLane put on ctx; else held for a write made on
+// behalf of a lease (claims.OnBehalf: a run's context and its writes'),
+// else other.
 func laneOf(ctx context.Context) lane {
 	if l, ok := ctx.Value(laneKey{}).(lane); ok {
 		return l
+	}
+	if _, ok := claims.OnBehalf(ctx); ok {
+		return laneHeld
 	}
 	return laneOther
 }
@@ -78,7 +88,7 @@ const (
 // laneByte is the byte of the turn file that every process with a write of
 // the lane waiting holds shared, so that the other processes' writes of the
 // lanes after it wait before they take the turn; the last lane has none.
-var laneByte = [lanes]int64{laneLease: 1, laneTakeover: 3, laneOther: -1}
+var laneByte = [lanes]int64{laneLease: 1, laneTakeover: 3, laneHeld: 4, laneOther: -1}
 
 // writeGate is the process's queue for one database file's write lock (see
 // the Lock section of the package documentation): one writer of the

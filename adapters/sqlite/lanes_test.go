@@ -164,10 +164,12 @@ func TestLeaseWritesFloodChild(t *testing.T) {
 }
 
 // In one process, a lease write waiting for the write gate goes before
-// every takeover waiting there, and a takeover before every other write,
-// whichever came first: with a caller's transaction holding the lock and
-// five other writes queued behind it, then a takeover, a renewal sent last
-// is the first to land once the transaction ends, and the takeover next.
+// every takeover waiting there, a takeover before every write of held
+// work, and those before every other write, whichever came first: with a
+// caller's transaction holding the lock and five other writes queued
+// behind it, then a takeover, then a write made on behalf of a lease, a
+// renewal sent last is the first to land once the transaction ends, the
+// takeover next, the held work's write third.
 func TestLeaseWritesGoFirstInTheProcess(t *testing.T) {
 	t.Parallel()
 	path := sqlitetest.Path(t)
@@ -202,6 +204,13 @@ func TestLeaseWritesGoFirstInTheProcess(t *testing.T) {
 	waitQueued(t, path, 0, 0, others)
 	write(sqlite.WithTakeoverLane(context.Background()), "takeover")
 	waitQueued(t, path, 0, 1, others)
+	// A write of held work (a caller's transaction inside a run, say):
+	// after the takeover, before every other write, queued earlier or not.
+	write(claims.OnBehalfOf(context.Background(), c.Token), "held")
+	for deadline := time.Now().Add(time.Minute); sqlite.GateQueuedHeld(path) != 1; {
+		require.True(t, time.Now().Before(deadline), "the write made on behalf of a lease is not queued as held work")
+		time.Sleep(time.Millisecond) // as in waitQueued
+	}
 	wg.Go(func() {
 		_, err := s.Renew(context.Background(), c.Token, time.Minute)
 		require.NoError(t, err)
@@ -212,7 +221,7 @@ func TestLeaseWritesGoFirstInTheProcess(t *testing.T) {
 	waitQueued(t, path, 1, 1, others)
 	require.NoError(t, holder.Commit())
 	wg.Wait()
-	require.Equal(t, []string{"renewal", "takeover"}, order[:2], "landed in the order %v", order)
+	require.Equal(t, []string{"renewal", "takeover", "held"}, order[:3], "landed in the order %v", order)
 }
 
 // waitQueued waits until the write gate of the file at path has that many

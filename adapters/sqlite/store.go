@@ -423,12 +423,14 @@ func (s *Store) RenewMany(ctx context.Context, owner string, held []claims.Held,
 
 // Complete runs CompleteClaim.
 func (s *Store) Complete(ctx context.Context, t claims.Token) error {
+	ctx = withLane(ctx, laneHeld) // on behalf of a held lease: see the package's Lock section
 	_, err := s.q.CompleteClaim(ctx, s.conn, sqlitedb.CompleteClaimParams{DedupeKey: t.Key, OwnerNode: t.Owner, Fence: t.Fence})
 	return fenced("CompleteClaim", err)
 }
 
 // Fail runs FailClaim.
 func (s *Store) Fail(ctx context.Context, t claims.Token, detail json.RawMessage) error {
+	ctx = withLane(ctx, laneHeld) // on behalf of a held lease: see the package's Lock section
 	_, err := s.q.FailClaim(ctx, s.conn, sqlitedb.FailClaimParams{ErrorDetail: jsonText(detail), DedupeKey: t.Key, OwnerNode: t.Owner, Fence: t.Fence})
 	return fenced("FailClaim", err)
 }
