@@ -44,3 +44,36 @@ func TestRequeueOrphanWaitsForAConcurrentRequeue(t *testing.T) {
 	require.NoError(t, pool.QueryRow(t.Context(), `SELECT fence FROM leasehold_work_claims WHERE dedupe_key = 'k'`).Scan(&fence))
 	require.Equal(t, o.Claim.Fence+1, fence, "fenced out once")
 }
+
+// A claim-less orphan has no claim row for RequeueOrphanLock to wait on:
+// the episode row's FOR UPDATE OF e is what makes a second sweeper wait
+// for the first and re-check the orphan on its latest version, where the
+// first requeue counted an attempt (attempts no longer the count the
+// second listed). Without that lock the second decides on its snapshot,
+// then its UPDATE waits for the first and writes over it: the orphan is
+// requeued twice and its one crash counted as two attempts.
+func TestRequeueOrphanWaitsForAConcurrentRequeueOfAClaimlessOrphan(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Schema(t)
+	s := postgres.New(pool)
+	var id int64
+	require.NoError(t, pool.QueryRow(t.Context(), `INSERT INTO leasehold_episodes
+		(actor_id, expectation_id, trigger_type, status, max_attempts, owner_node, created_at, started_at, last_step_at)
+		VALUES ('a', 'e', 'event', 'running', 3, 'dead', now() - interval '2 hours', now() - interval '1 hour', now() - interval '1 hour')
+		RETURNING id`).Scan(&id))
+
+	waited, err := interleave(t, pool, func(tx pgx.Tx) {
+		first, err := postgres.New(tx).RequeueOrphan(t.Context(), id, 0, "sweeper-1", time.Minute)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, first.Attempts, "a claim-less orphan's run counts")
+	}, func() error {
+		_, err := s.RequeueOrphan(context.Background(), id, 0, "sweeper-2", time.Minute)
+		return err
+	})
+	require.True(t, waited, "the second requeue did not wait for the first's row lock")
+	require.ErrorIs(t, err, claims.ErrBusy, "the orphan was requeued once")
+	got, err := s.GetEpisode(t.Context(), id)
+	require.NoError(t, err)
+	require.Equal(t, episodes.StatusQueued, got.Status)
+	require.EqualValues(t, 1, got.Attempts, "the orphan's run was counted once")
+}
