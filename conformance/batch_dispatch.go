@@ -128,7 +128,7 @@ func runBatchDispatch(t *testing.T, newBackend func(t *testing.T) DeferredBacken
 				<-start
 				for {
 					reqs, err := b.Store.ClaimTriggerRequests(context.Background(), episodes.RequestQuery{
-						Owner: owner, Lease: time.Minute, ActorIDs: []string{"a"}, Limit: 7,
+						Owner: owner, Lease: time.Minute, Runnable: onE("a"), Limit: 7,
 					})
 					if err == nil && len(reqs) == 0 {
 						return

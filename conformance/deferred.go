@@ -187,7 +187,7 @@ func RunDeferred(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 				<-start
 				for {
 					reqs, err := b.Store.ClaimTriggerRequests(context.Background(), episodes.RequestQuery{
-						Owner: owner, Lease: time.Minute, ActorIDs: []string{"a"}, Limit: 4,
+						Owner: owner, Lease: time.Minute, Runnable: onE("a"), Limit: 4,
 					})
 					if err == nil && len(reqs) == 0 {
 						return
@@ -231,7 +231,7 @@ func RunDeferred(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		deferEpisode(t, b, "event:a:e:stack-b", "stack-b", "")
 		claimed := func(owner, stack, env string, actors ...string) []string {
 			reqs, err := b.Store.ClaimTriggerRequests(ctx(t), episodes.RequestQuery{
-				Owner: owner, Lease: time.Minute, Env: env, Stack: stack, ActorIDs: actors, Limit: 10,
+				Owner: owner, Lease: time.Minute, Env: env, Stack: stack, Runnable: onE(actors...), Limit: 10,
 			})
 			require.NoError(t, err)
 			var keys []string
@@ -249,6 +249,49 @@ func RunDeferred(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		require.ElementsMatch(t, []string{"event:a:e:stack-b"}, claimed("p", "", "", "a"),
 			"an empty stack filter sees every stack; rc is another env")
 		require.ElementsMatch(t, []string{"env:rc:event:a:e:rc"}, claimed("p", "", "rc", "a"))
+	})
+
+	// A node of another version (an expectation added or removed) asks for
+	// the (actor, expectation) pairs it runs: a request of a pair it does
+	// not run is neither claimed nor counted in its next due time, so it
+	// is never started, nor an attempt spent, where its code is missing.
+	t.Run("PollersTakeOnlyTheExpectationsTheyRun", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		refund := newEpisode("event:a:refund:1")
+		refund.ActorID, refund.ExpectationID = "a", "refund"
+		res, err := b.Store.CreateDeferredEpisode(ctx(t), episodes.Deferred{New: refund, SourceNode: "new-node"})
+		require.NoError(t, err)
+		require.True(t, res.Created)
+		later := newEpisode("event:a:refund:later")
+		later.ActorID, later.ExpectationID = "a", "refund"
+		res, err = b.Store.CreateDeferredEpisode(ctx(t), episodes.Deferred{New: later, SourceNode: "new-node", Delay: time.Hour})
+		require.NoError(t, err)
+		require.True(t, res.Created)
+		charge := deferEpisode(t, b, "event:a:e:charge", "", "")
+
+		old := []episodes.Runnable{{ActorID: "a", ExpectationID: "e"}, {ActorID: "b", ExpectationID: "refund"}}
+		_, ok, err := b.Store.NextTriggerRequestDue(ctx(t), episodes.RequestQuery{Runnable: old})
+		require.NoError(t, err)
+		require.False(t, ok, "the delayed refund is not the old node's to wait for")
+		reqs, err := b.Store.ClaimTriggerRequests(ctx(t), episodes.RequestQuery{Owner: "old-node", Lease: time.Minute, Runnable: old, Limit: 10})
+		require.NoError(t, err)
+		require.Len(t, reqs, 1, "only the expectation the old node runs")
+		require.Equal(t, charge.Episode.ID, reqs[0].EpisodeID)
+
+		current := []episodes.Runnable{{ActorID: "a", ExpectationID: "refund"}}
+		w, ok, err := b.Store.NextTriggerRequestDue(ctx(t), episodes.RequestQuery{Runnable: current})
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Greater(t, w, 59*time.Minute)
+		reqs, err = b.Store.ClaimTriggerRequests(ctx(t), episodes.RequestQuery{Owner: "new-node", Lease: time.Minute, Runnable: current, Limit: 10})
+		require.NoError(t, err)
+		require.Len(t, reqs, 1, "the due refund, for the node that runs it")
+		require.Equal(t, "refund", reqs[0].ExpectationID)
+		ep, err := b.Store.GetEpisode(ctx(t), reqs[0].EpisodeID)
+		require.NoError(t, err)
+		require.Equal(t, "event:a:refund:1", ep.DedupeKey)
+		require.Zero(t, ep.Attempts, "waiting cost no attempt")
 	})
 
 	t.Run("DispatchSkipsEpisodesThatAreNotOurs", func(t *testing.T) {
@@ -467,10 +510,20 @@ func deferEpisode(t *testing.T, b DeferredBackend, key, stack, env string) episo
 	return res
 }
 
+// onE is the (actor, "e") pair of each actor: what a poller that runs
+// expectation "e" of those actors asks work for.
+func onE(actors ...string) []episodes.Runnable {
+	out := make([]episodes.Runnable, len(actors))
+	for i, a := range actors {
+		out[i] = episodes.Runnable{ActorID: a, ExpectationID: "e"}
+	}
+	return out
+}
+
 func claimRequests(t *testing.T, b DeferredBackend, owner, stack, env string, limit int) []episodes.TriggerRequest {
 	t.Helper()
 	reqs, err := b.Store.ClaimTriggerRequests(ctx(t), episodes.RequestQuery{
-		Owner: owner, Lease: time.Minute, Env: env, Stack: stack, ActorIDs: []string{"a"}, Limit: limit,
+		Owner: owner, Lease: time.Minute, Env: env, Stack: stack, Runnable: onE("a"), Limit: limit,
 	})
 	require.NoError(t, err)
 	return reqs

@@ -94,7 +94,7 @@ func runRequestGiveBack(t *testing.T, newBackend func(t *testing.T) DeferredBack
 		b := newBackend(t)
 		due := func(env string, actors ...string) (time.Duration, bool) {
 			t.Helper()
-			w, ok, err := b.Store.NextTriggerRequestDue(ctx(t), episodes.RequestQuery{Env: env, ActorIDs: actors})
+			w, ok, err := b.Store.NextTriggerRequestDue(ctx(t), episodes.RequestQuery{Env: env, Runnable: onE(actors...)})
 			require.NoError(t, err)
 			return w, ok
 		}

@@ -18,7 +18,11 @@ WITH picked AS (
       AND ((r.status = 'pending' AND r.run_after <= now()) OR r.claim_until <= now())
       AND r.source_env = $3::text
       AND ($4::text = '' OR r.source_stack IN ($4::text, ''))
-      AND r.actor_id = ANY ($5::text[])
+      AND EXISTS (
+            SELECT 1
+            FROM jsonb_to_recordset($5::text::jsonb) AS k (actor_id text, expectation_id text)
+            WHERE k.actor_id = r.actor_id
+              AND k.expectation_id = r.expectation_id)
     ORDER BY r.run_after, r.id
     LIMIT $6::integer
     FOR UPDATE SKIP LOCKED
@@ -40,7 +44,7 @@ type ClaimTriggerRequestsParams struct {
 	LeaseMs     int64
 	SourceEnv   string
 	SourceStack string
-	ActorIds    []string
+	Runnable    string
 	MaxRows     int32
 }
 
@@ -57,9 +61,14 @@ type ClaimTriggerRequestsRow struct {
 // Claims up to max_rows open requests for owner_node, due first: pending
 // ones whose run_after has come (database clock), and claimed ones whose
 // poller let the claim lapse (it died between claiming and handing over).
-// Only requests for actor_ids (the actors this node runs in full mode) are
-// taken; a node asks for no more than it has free slots for, so work flows
-// to the nodes with capacity instead of waiting in one node's memory.
+// Only requests for the (actor, expectation) pairs this node runs in full
+// mode are taken (runnable, a JSON array of {"actor_id", "expectation_id"}
+// objects, the same in every dialect): a node of another
+// version, without an expectation or its actor, never claims work it cannot
+// run, so it never starts it nor spends an attempt on it; the work waits
+// for a node that can. A node asks for no more than it has free slots for,
+// so work flows to the nodes with capacity instead of waiting in one node's
+// memory.
 //
 // Guarantee: each request goes to exactly one poller per claim. FOR UPDATE
 // SKIP LOCKED locks the picked rows, so concurrent pollers take disjoint
@@ -77,7 +86,7 @@ func (q *Queries) ClaimTriggerRequests(ctx context.Context, db DBTX, arg ClaimTr
 		arg.LeaseMs,
 		arg.SourceEnv,
 		arg.SourceStack,
-		arg.ActorIds,
+		arg.Runnable,
 		arg.MaxRows,
 	)
 	if err != nil {
@@ -854,7 +863,11 @@ FROM (
       AND r.run_after > now()
       AND r.source_env = $1::text
       AND ($2::text = '' OR r.source_stack IN ($2::text, ''))
-      AND r.actor_id = ANY ($3::text[])
+      AND EXISTS (
+            SELECT 1
+            FROM jsonb_to_recordset($3::text::jsonb) AS k (actor_id text, expectation_id text)
+            WHERE k.actor_id = r.actor_id
+              AND k.expectation_id = r.expectation_id)
     UNION ALL
     SELECT min(r.claim_until)
     FROM leasehold_trigger_requests AS r
@@ -862,18 +875,22 @@ FROM (
       AND r.claim_until > now()
       AND r.source_env = $1::text
       AND ($2::text = '' OR r.source_stack IN ($2::text, ''))
-      AND r.actor_id = ANY ($3::text[])
+      AND EXISTS (
+            SELECT 1
+            FROM jsonb_to_recordset($3::text::jsonb) AS k (actor_id text, expectation_id text)
+            WHERE k.actor_id = r.actor_id
+              AND k.expectation_id = r.expectation_id)
 ) AS d
 `
 
 type NextTriggerRequestDueParams struct {
 	SourceEnv   string
 	SourceStack string
-	ActorIds    []string
+	Runnable    string
 }
 
 // How long until the next open request of a poller's scope (source_env,
-// source_stack, actor_ids, as ClaimTriggerRequests) becomes claimable, in
+// source_stack, runnable, as ClaimTriggerRequests) becomes claimable, in
 // milliseconds on the database clock: the earliest run_after of a pending
 // request that is not due yet (a delayed run, a retry's backoff), or the
 // claim_until of a claimed one whose poller may still let it lapse. -1 when
@@ -886,7 +903,7 @@ type NextTriggerRequestDueParams struct {
 // starts the work late. The partial index leasehold_trigger_requests_due_idx
 // (source_env, run_after) serves the pending branch.
 func (q *Queries) NextTriggerRequestDue(ctx context.Context, db DBTX, arg NextTriggerRequestDueParams) (int64, error) {
-	row := db.QueryRow(ctx, nextTriggerRequestDue, arg.SourceEnv, arg.SourceStack, arg.ActorIds)
+	row := db.QueryRow(ctx, nextTriggerRequestDue, arg.SourceEnv, arg.SourceStack, arg.Runnable)
 	var wait_ms int64
 	err := row.Scan(&wait_ms)
 	return wait_ms, err

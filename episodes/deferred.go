@@ -58,10 +58,34 @@ type RequestQuery struct {
 	// stack; otherwise Stack and unstamped rows.
 	Env   string
 	Stack string
-	// ActorIDs are the actors the poller runs in full mode; requests for
-	// other actors are left for other nodes. Empty claims nothing.
-	ActorIDs []string
+	// Runnable are the (actor, expectation) pairs the poller runs in full
+	// mode; requests for any other pair are left for the nodes that run
+	// it (a node of another version never claims work it has no code
+	// for). Empty claims nothing.
+	Runnable []Runnable
 	Limit    int
+}
+
+// Runnable names one (actor, expectation) pair a node has the code for: what
+// a poller asks work for.
+type Runnable struct {
+	ActorID       string
+	ExpectationID string
+}
+
+// RunnableJSON is rs as a JSON array of {"actor_id": ..., "expectation_id":
+// ...} objects, the form every dialect's statements read.
+func RunnableJSON(rs []Runnable) (string, error) {
+	type pair struct {
+		ActorID       string `json:"actor_id"`
+		ExpectationID string `json:"expectation_id"`
+	}
+	pairs := make([]pair, len(rs))
+	for i, r := range rs {
+		pairs[i] = pair(r)
+	}
+	b, err := json.Marshal(pairs)
+	return string(b), err
 }
 
 // TriggerRequest is a request a poller claimed.

@@ -267,18 +267,6 @@ func (n *Node) member(draining bool) membership.Member {
 	return membership.Member{ID: n.id, Stack: n.cfg.StackSlug, Env: n.cfg.Env, Mode: string(n.Mode()), Draining: draining}
 }
 
-// register announces the node (advisory; a failure is logged and the
-// membership heartbeat retries).
-func (n *Node) register(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.cfg.WriteTimeout)
-	defer cancel()
-	err := n.store.RegisterNode(ctx, n.member(false))
-	n.dbFailing.Store(err != nil)
-	if err != nil {
-		n.log.WarnContext(ctx, "leasehold: membership: register failed; will retry", slog.Any("error", err))
-	}
-}
-
 // memberPeriod is how often the membership row is refreshed, and the
 // timeout of each refresh: the heartbeat interval, at most 5 s. The refresh
 // is also the node's probe of its database while it holds no lease, so a
@@ -299,9 +287,6 @@ func (n *Node) refreshMembership(ctx context.Context) {
 		case <-t.C:
 		}
 		n.heartbeatMember(ctx, n.stopping())
-		if !n.dbFailing.Load() {
-			n.recordDefinitions(ctx) // if Start could not
-		}
 		wait := n.memberPeriod()
 		if n.dbFailing.Load() {
 			wait = min(wait, n.hb.RetryInterval())

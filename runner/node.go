@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -88,7 +89,7 @@ type Store interface {
 	// the ids released.
 	ReleaseTriggerRequests(ctx context.Context, owner string, reqs []episodes.TriggerRequest) ([]int64, error)
 	// NextTriggerRequestDue is how long until the next request of a
-	// poller's scope (q's Env, Stack and ActorIDs) becomes claimable, on
+	// poller's scope (q's Env, Stack and Runnable pairs) becomes claimable, on
 	// the database clock; false when none waits. The poller sleeps until
 	// then rather than until its next interval.
 	NextTriggerRequestDue(ctx context.Context, q episodes.RequestQuery) (time.Duration, bool, error)
@@ -235,9 +236,6 @@ type Node struct {
 	// jobs counts the episodes this node holds: submitted to an executor
 	// (queued for a slot, about to run, or running) and not yet ended.
 	jobs atomic.Int32
-	// definitionsRecorded: Start (or a later membership refresh) recorded
-	// every registered expectation's definition.
-	definitionsRecorded atomic.Bool
 
 	// running holds the cancel of every run in progress. Keyed by run, not
 	// episode: a zombie run of an episode this node has re-acquired since is
@@ -259,6 +257,17 @@ type actorState struct {
 	actor Actor
 	exps  map[string]*Expectation
 	exec  *executor
+}
+
+// runnable lists the actor's (actor, expectation) pairs, sorted: what this
+// node's poller asks work for, so that it never claims a request of an
+// expectation it has no code for (another version's).
+func (as *actorState) runnable() []episodes.Runnable {
+	out := make([]episodes.Runnable, 0, len(as.exps))
+	for _, id := range slices.Sorted(maps.Keys(as.exps)) {
+		out = append(out, episodes.Runnable{ActorID: as.actor.ID, ExpectationID: id})
+	}
+	return out
 }
 
 // NewNode validates cfg and returns a Node ready for Register and Start.
@@ -468,8 +477,15 @@ func (n *Node) Register(a Actor) error {
 	return nil
 }
 
-// Start begins renewing leases and firing schedules. The node runs until
-// Stop; ctx only bounds Start itself.
+// Start checks the schema, announces the node (its membership row) and
+// records its definitions, then begins renewing leases, polling and firing
+// schedules. The node runs until Stop; ctx bounds Start itself: each of
+// those database calls runs under ctx and is retried until it succeeds or
+// ctx ends (WriteTimeout bounds them all when ctx has no deadline). If one
+// has not succeeded by then, Start returns an error that names it, with
+// its last error, and the node is not started (Start may be called again).
+// A schema that is missing or older than this binary's fails at once
+// (ErrSchema).
 func (n *Node) Start(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -479,19 +495,13 @@ func (n *Node) Start(ctx context.Context) error {
 	if lifecycle(n.state.Load()) != stateNew {
 		return fmt.Errorf("%w: Start called twice", ErrInvalid)
 	}
-	if err := n.CheckSchema(ctx); errors.Is(err, ErrSchema) {
+	if err := n.reachDatabase(ctx); err != nil {
 		return fmt.Errorf("runner: start %s: %w", n.id, err)
-	} else if err != nil {
-		// Unreachable now, perhaps: the node starts degraded and its
-		// statements fail loudly if the schema is really missing.
-		n.log.WarnContext(ctx, "leasehold: could not check the schema; starting anyway", slog.Any("error", err))
 	}
 	n.base, n.cancelBase = context.WithCancel(context.Background())
 	life, cancelLife := context.WithCancel(n.base)
 	intake, cancelIntake := context.WithCancel(n.base)
 	n.cancelLife, n.cancelIntake = cancelLife, cancelIntake
-	n.register(ctx)
-	n.recordDefinitions(ctx)
 	n.state.Store(int32(stateRunning))
 	n.lifeBg.Go(func() { _ = n.hb.Run(life) })
 	n.lifeBg.Go(func() { n.refreshMembership(life) })

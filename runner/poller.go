@@ -155,10 +155,13 @@ func (n *Node) poll(ctx context.Context) {
 // when there is none, or the read failed (the interval then bounds the
 // wait).
 func (n *Node) nextDue(ctx context.Context) (time.Duration, bool) {
-	var actorIDs, full []string
+	var (
+		runnable []episodes.Runnable
+		full     []string
+	)
 	for _, id := range n.pollActors() {
 		if n.actors[id].exec.free() > 0 {
-			actorIDs = append(actorIDs, id)
+			runnable = append(runnable, n.actors[id].runnable()...)
 		} else {
 			full = append(full, id)
 		}
@@ -175,7 +178,7 @@ func (n *Node) nextDue(ctx context.Context) (time.Duration, bool) {
 			}
 		}
 	}
-	if len(actorIDs) == 0 {
+	if len(runnable) == 0 {
 		return 0, false
 	}
 	stack, env := n.pollScope()
@@ -184,7 +187,7 @@ func (n *Node) nextDue(ctx context.Context) (time.Duration, bool) {
 		ok   bool
 	)
 	err := n.retryingUntil(ctx, func(wctx context.Context) (err error) {
-		wait, ok, err = n.store.NextTriggerRequestDue(wctx, episodes.RequestQuery{Env: env, Stack: stack, ActorIDs: actorIDs})
+		wait, ok, err = n.store.NextTriggerRequestDue(wctx, episodes.RequestQuery{Env: env, Stack: stack, Runnable: runnable})
 		return err
 	})
 	if err != nil {
@@ -255,7 +258,7 @@ func (n *Node) PollOnce(ctx context.Context) (int, error) {
 			err := n.retryingUntil(ctx, func(wctx context.Context) (err error) {
 				reqs, err = n.store.ClaimTriggerRequests(wctx, episodes.RequestQuery{
 					Owner: n.id, Lease: n.cfg.Poll.ClaimLease, Env: env, Stack: stack,
-					ActorIDs: []string{id}, Limit: limit,
+					Runnable: as.runnable(), Limit: limit,
 				})
 				return err
 			})

@@ -2,7 +2,12 @@ package runner
 
 import (
 	"context"
-	"log/slog"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"time"
 
 	"github.com/leasehold/leasehold/episodes"
 	"github.com/leasehold/leasehold/sql/schema"
@@ -33,26 +38,67 @@ func (n *Node) CheckSchema(ctx context.Context) error {
 	return c.CheckSchema(ctx)
 }
 
-// recordDefinitions upserts the recovery policy and max attempts of every
-// registered expectation (PutAgentDefinition), so that a sweeper on a node
-// without an actor's code, and the operator CLI, know what the nodes that
-// run it would do with its orphans. A failure is logged and retried with
-// the membership refresh until it succeeds.
-func (n *Node) recordDefinitions(ctx context.Context) {
-	if n.definitionsRecorded.Load() {
-		return
+// reachDatabase makes Start's database calls, each under ctx (bounded by
+// WriteTimeout when ctx has no deadline) and retried until it succeeds or
+// ctx ends: the schema check (ErrSchema fails at once), the membership row
+// (RegisterNode), and the definitions (PutAgentDefinition of every
+// registered expectation's recovery policy and max attempts, so that a
+// sweeper on a node without an actor's code, and the operator CLI, know
+// what the nodes that run it would do with its orphans).
+func (n *Node) reachDatabase(ctx context.Context) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, n.cfg.WriteTimeout)
+		defer cancel()
 	}
-	for _, as := range n.actors {
-		for _, e := range as.exps {
+	if err := untilReached(ctx, "check the schema", n.CheckSchema); err != nil {
+		return err
+	}
+	err := untilReached(ctx, "register the node", func(ctx context.Context) error {
+		return n.store.RegisterNode(ctx, n.member(false))
+	})
+	if err != nil {
+		return err
+	}
+	for _, id := range slices.Sorted(maps.Keys(n.actors)) {
+		as := n.actors[id]
+		for _, eid := range slices.Sorted(maps.Keys(as.exps)) {
+			e := as.exps[eid]
 			d := episodes.Definition{ActorID: as.actor.ID, ExpectationID: e.ID,
 				RecoveryPolicy: string(e.Recovery), MaxAttempts: e.MaxAttempts}
-			err := n.retryingUntil(ctx, func(ctx context.Context) error { return n.store.PutAgentDefinition(ctx, d) })
+			err := untilReached(ctx, fmt.Sprintf("record the definition of %s/%s", d.ActorID, d.ExpectationID), func(ctx context.Context) error {
+				return n.store.PutAgentDefinition(ctx, d)
+			})
 			if err != nil {
-				n.log.WarnContext(ctx, "leasehold: recording definitions failed; will retry",
-					slog.String("actor", d.ActorID), slog.String("expectation", d.ExpectationID), slog.Any("error", err))
-				return
+				return err
 			}
 		}
 	}
-	n.definitionsRecorded.Store(true)
+	return nil
+}
+
+// untilReached runs call until it succeeds, it fails with ErrSchema, or
+// ctx ends, backing off between tries; the error names what, with the
+// last failure.
+func untilReached(ctx context.Context, what string, call func(context.Context) error) error {
+	backoff := 20 * time.Millisecond
+	for {
+		err := call(ctx)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, ErrSchema):
+			return err
+		case ctx.Err() != nil:
+			return fmt.Errorf("%s: %w (gave up: %w)", what, err, context.Cause(ctx))
+		}
+		t := time.NewTimer(backoff/2 + rand.N(backoff/2+1))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%s: %w (gave up: %w)", what, err, context.Cause(ctx))
+		case <-t.C:
+		}
+		backoff = min(2*backoff, time.Second)
+	}
 }

@@ -3,11 +3,14 @@ package runner_test
 import (
 	"context"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasehold/leasehold/adapters/postgres"
@@ -15,6 +18,7 @@ import (
 	"github.com/leasehold/leasehold/health"
 	"github.com/leasehold/leasehold/internal/nodetest"
 	"github.com/leasehold/leasehold/internal/pgtest"
+	"github.com/leasehold/leasehold/internal/testbound"
 	"github.com/leasehold/leasehold/recovery"
 	"github.com/leasehold/leasehold/runner"
 	"github.com/leasehold/leasehold/sql/schema"
@@ -106,4 +110,61 @@ func TestNodesRecordDefinitionsForSweepersWithoutTheActor(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, episodes.StatusDone, got.Status)
 	require.Equal(t, int32(2), got.Attempt())
+}
+
+// Start honours its ctx for every database call it makes, and reports a
+// database it could not reach instead of starting: against a port that
+// refuses connections and against a server that accepts and never
+// answers, a Start with a 1 s ctx returns an error naming the call within
+// that second (plus the scheduling margin), and the node is not started.
+// Before, the first returned nil after the ctx and the second after 32 s
+// (the membership and definition writes ran detached from ctx).
+func TestStartHonoursItsContext(t *testing.T) {
+	t.Parallel()
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = silent.Close() })
+	var held sync.WaitGroup
+	t.Cleanup(held.Wait)
+	go func() {
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			held.Go(func() { // keep it open, answer nothing, until the test ends
+				<-t.Context().Done()
+				_ = c.Close()
+			})
+		}
+	}()
+	refused, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	refusedAddr := refused.Addr().String()
+	require.NoError(t, refused.Close()) // nothing listens there now
+
+	for name, addr := range map[string]string{"refused": refusedAddr, "silent": silent.Addr().String()} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			pool, err := pgxpool.New(context.Background(), "postgres://postgres@"+addr+"/leasehold?sslmode=disable")
+			require.NoError(t, err) // lazy: nothing is dialled yet
+			t.Cleanup(pool.Close)
+			node, err := runner.NewNode(runner.Config{Store: postgres.New(pool), Identity: "n", Logger: slog.New(slog.DiscardHandler)})
+			require.NoError(t, err)
+			require.NoError(t, node.Register(eventActor(oneStep, 1)))
+
+			const bound = time.Second
+			ctx, cancel := context.WithTimeout(context.Background(), bound)
+			defer cancel()
+			began := time.Now()
+			err = node.Start(ctx)
+			took := time.Since(began)
+			require.Error(t, err, "Start reported success against a database it never reached")
+			require.Contains(t, err.Error(), "check the schema", "the error names the call that failed")
+			require.Less(t, took, bound+testbound.Margin, "Start outlived its ctx: %v", err)
+			require.Equal(t, runner.StateStarting, node.Readiness().State, "the node did not start")
+			_, err = node.Fire(context.Background(), "monitor", "resource.updated", nil, runner.FireOptions{})
+			require.ErrorIs(t, err, runner.ErrStopped, "the node never started")
+		})
+	}
 }

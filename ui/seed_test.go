@@ -110,7 +110,10 @@ func seed(t testing.TB, bulk int) seeded {
 	// starts it there, as a poller does.
 	take := func(id int64, actor, owner string) (claims.Token, int32) {
 		t.Helper()
-		reqs, err := st.ClaimTriggerRequests(ctx, episodes.RequestQuery{Owner: owner, Lease: lease, ActorIDs: []string{actor}, Limit: 10})
+		ep, err := st.GetEpisode(ctx, id)
+		require.NoError(t, err)
+		reqs, err := st.ClaimTriggerRequests(ctx, episodes.RequestQuery{Owner: owner, Lease: lease,
+			Runnable: []episodes.Runnable{{ActorID: actor, ExpectationID: ep.ExpectationID}}, Limit: 10})
 		require.NoError(t, err)
 		for _, r := range reqs {
 			if r.EpisodeID != id {

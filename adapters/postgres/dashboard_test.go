@@ -36,7 +36,7 @@ func TestDashboardReads(t *testing.T) {
 	}
 	take := func(id int64, owner string) (claims.Token, int32) {
 		t.Helper()
-		reqs, err := s.ClaimTriggerRequests(ctx, episodes.RequestQuery{Owner: owner, Lease: lease, ActorIDs: []string{"billing"}, Limit: 10})
+		reqs, err := s.ClaimTriggerRequests(ctx, episodes.RequestQuery{Owner: owner, Lease: lease, Runnable: []episodes.Runnable{{ActorID: "billing", ExpectationID: "charge"}}, Limit: 10})
 		require.NoError(t, err)
 		require.Len(t, reqs, 1)
 		require.Equal(t, id, reqs[0].EpisodeID)

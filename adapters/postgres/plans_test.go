@@ -77,13 +77,13 @@ func TestHandOverPlansReachRowsByKey(t *testing.T) {
 	}
 
 	reqs, err := s.ClaimTriggerRequests(ctx, episodes.RequestQuery{
-		Owner: "poller", Lease: time.Minute, ActorIDs: []string{"a"}, Limit: 500,
+		Owner: "poller", Lease: time.Minute, Runnable: []episodes.Runnable{{ActorID: "a", ExpectationID: "e"}}, Limit: 500,
 	})
 	require.NoError(t, err)
 	require.Len(t, reqs, 500)
 	claim := dryRun(t, pool, func(s *postgres.Store) error {
 		_, err := s.ClaimTriggerRequests(ctx, episodes.RequestQuery{
-			Owner: "poller-2", Lease: time.Minute, ActorIDs: []string{"a"}, Limit: 500,
+			Owner: "poller-2", Lease: time.Minute, Runnable: []episodes.Runnable{{ActorID: "a", ExpectationID: "e"}}, Limit: 500,
 		})
 		return err
 	})

@@ -49,12 +49,16 @@ func (s *Store) CreateDeferredEpisode(ctx context.Context, d episodes.Deferred) 
 
 // ClaimTriggerRequests runs ClaimTriggerRequests (FOR UPDATE SKIP LOCKED).
 func (s *Store) ClaimTriggerRequests(ctx context.Context, q episodes.RequestQuery) ([]episodes.TriggerRequest, error) {
-	if len(q.ActorIDs) == 0 || q.Limit <= 0 {
+	if len(q.Runnable) == 0 || q.Limit <= 0 {
 		return nil, nil
+	}
+	runnable, err := episodes.RunnableJSON(q.Runnable)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: ClaimTriggerRequests: %w", err)
 	}
 	rows, err := s.q.ClaimTriggerRequests(ctx, unnamedStatement{s.conn}, db.ClaimTriggerRequestsParams{
 		OwnerNode: q.Owner, LeaseMs: q.Lease.Milliseconds(), SourceEnv: q.Env, SourceStack: q.Stack,
-		ActorIds: q.ActorIDs, MaxRows: int32(min(q.Limit, 1<<31-1)),
+		Runnable: runnable, MaxRows: int32(min(q.Limit, 1<<31-1)),
 	})
 	if err != nil {
 		return nil, dbError("ClaimTriggerRequests", err)
@@ -235,14 +239,18 @@ func (s *Store) ReleaseTriggerRequests(ctx context.Context, owner string, reqs [
 }
 
 // NextTriggerRequestDue runs NextTriggerRequestDue for q's scope (Env,
-// Stack, ActorIDs): how long until its next request becomes claimable on
+// Stack, Runnable): how long until its next request becomes claimable on
 // the database clock; false when none is waiting.
 func (s *Store) NextTriggerRequestDue(ctx context.Context, q episodes.RequestQuery) (time.Duration, bool, error) {
-	if len(q.ActorIDs) == 0 {
+	if len(q.Runnable) == 0 {
 		return 0, false, nil
 	}
+	runnable, err := episodes.RunnableJSON(q.Runnable)
+	if err != nil {
+		return 0, false, fmt.Errorf("postgres: NextTriggerRequestDue: %w", err)
+	}
 	ms, err := s.q.NextTriggerRequestDue(ctx, s.conn, db.NextTriggerRequestDueParams{
-		SourceEnv: q.Env, SourceStack: q.Stack, ActorIds: q.ActorIDs,
+		SourceEnv: q.Env, SourceStack: q.Stack, Runnable: runnable,
 	})
 	if err != nil {
 		return 0, false, dbError("NextTriggerRequestDue", err)

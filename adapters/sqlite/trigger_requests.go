@@ -132,16 +132,16 @@ func (s *Store) CreateDeferredEpisodes(ctx context.Context, b episodes.DeferredB
 // database write lock (where Postgres takes FOR UPDATE SKIP LOCKED).
 func (s *Store) ClaimTriggerRequests(ctx context.Context, q episodes.RequestQuery) ([]episodes.TriggerRequest, error) {
 	ctx = withLane(ctx, laneOther) // new work for this node: in arrival order with the writes of the work it runs (see the package's Lock section)
-	if len(q.ActorIDs) == 0 || q.Limit <= 0 {
+	if len(q.Runnable) == 0 || q.Limit <= 0 {
 		return nil, nil
 	}
-	actors, err := json.Marshal(q.ActorIDs)
+	runnable, err := episodes.RunnableJSON(q.Runnable)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: ClaimTriggerRequests: %w", err)
 	}
 	rows, err := s.q.ClaimTriggerRequests(ctx, s.conn, sqlitedb.ClaimTriggerRequestsParams{
 		OwnerNode: q.Owner, LeaseMs: q.Lease.Milliseconds(), SourceEnv: q.Env, SourceStack: q.Stack,
-		ActorIds: string(actors), MaxRows: rowLimit(q.Limit),
+		Runnable: runnable, MaxRows: rowLimit(q.Limit),
 	})
 	if err != nil {
 		return nil, dbError("ClaimTriggerRequests", err)
@@ -385,18 +385,18 @@ func (s *Store) ReleaseTriggerRequests(ctx context.Context, owner string, reqs [
 }
 
 // NextTriggerRequestDue runs NextTriggerRequestDue for q's scope (Env,
-// Stack, ActorIDs): how long until its next request becomes claimable on
+// Stack, Runnable): how long until its next request becomes claimable on
 // the database clock; false when none is waiting.
 func (s *Store) NextTriggerRequestDue(ctx context.Context, q episodes.RequestQuery) (time.Duration, bool, error) {
-	if len(q.ActorIDs) == 0 {
+	if len(q.Runnable) == 0 {
 		return 0, false, nil
 	}
-	actors, err := json.Marshal(q.ActorIDs)
+	runnable, err := episodes.RunnableJSON(q.Runnable)
 	if err != nil {
 		return 0, false, fmt.Errorf("sqlite: NextTriggerRequestDue: %w", err)
 	}
 	ms, err := s.q.NextTriggerRequestDue(ctx, s.conn, sqlitedb.NextTriggerRequestDueParams{
-		SourceEnv: q.Env, SourceStack: q.Stack, ActorIds: string(actors),
+		SourceEnv: q.Env, SourceStack: q.Stack, Runnable: runnable,
 	})
 	if err != nil {
 		return 0, false, dbError("NextTriggerRequestDue", err)

@@ -68,7 +68,7 @@ func TestUnitDurationsAsMilliseconds(t *testing.T) {
 	sent("InspectEpisodes", map[string]time.Duration{"stale_after_ms": staleAfter})
 	_, _ = s.CreateDeferredEpisode(ctx, episodes.Deferred{New: episodes.New{ActorID: "x", MaxAttempts: 3}, SourceNode: "t", Delay: delay})
 	sent("CreateDeferredEpisode", map[string]time.Duration{"delay_ms": delay})
-	_, _ = s.ClaimTriggerRequests(ctx, episodes.RequestQuery{Owner: "a", Lease: lease, ActorIDs: []string{"x"}, Limit: 5})
+	_, _ = s.ClaimTriggerRequests(ctx, episodes.RequestQuery{Owner: "a", Lease: lease, Runnable: []episodes.Runnable{{ActorID: "x", ExpectationID: "e"}}, Limit: 5})
 	sent("ClaimTriggerRequests", map[string]time.Duration{"lease_ms": lease})
 	_, _ = s.DispatchTriggerRequest(ctx, episodes.TriggerRequest{ID: 1, Owner: "a", Fence: 2}, lease)
 	sent("DispatchTriggerRequest", map[string]time.Duration{"lease_ms": lease})

@@ -78,11 +78,6 @@ var dialectDifferences = []difference{
 	{"DispatchTriggerRequest", "(SELECT FROM ) = id",
 		"Postgres reads the episode by the request CTE's episode id in the episode CTE (a scalar subquery, for a primary-key lookup); T-SQL joins @request in the SELECT that reads @claim_key " +
 			"(its start UPDATE's WHERE id = (SELECT episode_id FROM @request) matches the other)"},
-	{"ClaimTriggerRequests", "actor_id = any(@actor_ids)",
-		"no arrays on SQL Server: r.actor_id IN (SELECT actor_id FROM OPENJSON(@actor_ids) WITH (... COLLATE Latin1_General_100_BIN2 '$'))"},
-	{"NextTriggerRequestDue", "actor_id = any(@actor_ids)",
-		"no arrays on SQL Server: r.actor_id IN (SELECT actor_id FROM OPENJSON(@actor_ids) ...), as in ClaimTriggerRequests (once per branch)"},
-	{"NextTriggerRequestDue", "actor_id = any(@actor_ids)", "the second branch's, as above"},
 	{"DeleteSpentClaims", "greatest(coalesce(finished_at, lease_until), lease_until) < now-ms(@horizon_ms)",
 		"GREATEST needs SQL Server 2022: CASE WHEN finished_at > lease_until THEN finished_at ELSE lease_until END is the same value (a NULL finished_at fails the comparison and yields lease_until); listed twice, candidate list and re-check"},
 	{"DeleteSpentClaims", "greatest(coalesce(finished_at, lease_until), lease_until) < now-ms(@horizon_ms)", "the re-check on the locked row, as above"},

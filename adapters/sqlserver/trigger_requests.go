@@ -3,7 +3,6 @@ package sqlserver
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -61,13 +60,13 @@ func (s *Store) CreateDeferredEpisode(ctx context.Context, d episodes.Deferred) 
 }
 
 // ClaimTriggerRequests runs ClaimTriggerRequests (UPDLOCK, READPAST: SQL
-// Server's SKIP LOCKED). The actors travel as one JSON array in @actor_ids.
-// No actors or no room claims nothing and sends nothing.
+// Server's SKIP LOCKED). The (actor, expectation) pairs travel as one JSON
+// array in @runnable. No pairs or no room claims nothing and sends nothing.
 func (s *Store) ClaimTriggerRequests(ctx context.Context, q episodes.RequestQuery) ([]episodes.TriggerRequest, error) {
-	if len(q.ActorIDs) == 0 || q.Limit <= 0 {
+	if len(q.Runnable) == 0 || q.Limit <= 0 {
 		return nil, nil
 	}
-	actors, err := json.Marshal(q.ActorIDs)
+	runnable, err := episodes.RunnableJSON(q.Runnable)
 	if err != nil {
 		return nil, fmt.Errorf("sqlserver: ClaimTriggerRequests: %w", err)
 	}
@@ -75,7 +74,7 @@ func (s *Store) ClaimTriggerRequests(ctx context.Context, q episodes.RequestQuer
 		sql.Named("max_rows", maxRows(q.Limit)),
 		sql.Named("source_env", q.Env),
 		sql.Named("source_stack", q.Stack),
-		sql.Named("actor_ids", string(actors)),
+		sql.Named("runnable", runnable),
 		sql.Named("owner_node", q.Owner),
 		sql.Named("lease_ms", q.Lease.Milliseconds()),
 	)
@@ -301,13 +300,13 @@ func (s *Store) ReleaseTriggerRequests(ctx context.Context, owner string, reqs [
 }
 
 // NextTriggerRequestDue runs NextTriggerRequestDue for q's scope (Env,
-// Stack, ActorIDs as one JSON array): how long until its next request
+// Stack, Runnable as one JSON array): how long until its next request
 // becomes claimable on the database clock; false when none is waiting.
 func (s *Store) NextTriggerRequestDue(ctx context.Context, q episodes.RequestQuery) (time.Duration, bool, error) {
-	if len(q.ActorIDs) == 0 {
+	if len(q.Runnable) == 0 {
 		return 0, false, nil
 	}
-	actors, err := json.Marshal(q.ActorIDs)
+	runnable, err := episodes.RunnableJSON(q.Runnable)
 	if err != nil {
 		return 0, false, fmt.Errorf("sqlserver: NextTriggerRequestDue: %w", err)
 	}
@@ -315,7 +314,7 @@ func (s *Store) NextTriggerRequestDue(ctx context.Context, q episodes.RequestQue
 	err = s.queryRow(ctx, "NextTriggerRequestDue",
 		sql.Named("source_env", q.Env),
 		sql.Named("source_stack", q.Stack),
-		sql.Named("actor_ids", string(actors)),
+		sql.Named("runnable", runnable),
 	).Scan(&ms)
 	if err != nil {
 		return 0, false, err

@@ -421,11 +421,11 @@ func TestUnitParamsMatchPostgres(t *testing.T) {
 	_, _ = s.CreateDeferredEpisode(ctx, episodes.Deferred{New: episodes.New{ActorID: "x", MaxAttempts: 3}, SourceNode: "t"})
 	_, _ = s.CreateDeferredEpisodes(ctx, episodes.DeferredBatch{New: episodes.New{ActorID: "x", MaxAttempts: 3},
 		Items: []episodes.BatchItem{{DedupeKey: "k"}}, SourceNode: "t"})
-	_, _ = s.ClaimTriggerRequests(ctx, episodes.RequestQuery{Owner: "a", Lease: time.Second, ActorIDs: []string{"x", `y"z`}, Limit: 5})
+	_, _ = s.ClaimTriggerRequests(ctx, episodes.RequestQuery{Owner: "a", Lease: time.Second, Runnable: []episodes.Runnable{{ActorID: "x", ExpectationID: "e"}, {ActorID: `y"z`, ExpectationID: "f"}}, Limit: 5})
 	_, _ = s.DispatchTriggerRequest(ctx, episodes.TriggerRequest{ID: 1, Owner: "a", Fence: 2}, time.Second)
 	_, _ = s.ExpireTriggerRequests(ctx, episodes.ExpireQuery{Env: "rc", TTL: time.Hour})
 	_, _ = s.ReleaseTriggerRequests(ctx, "a", []episodes.TriggerRequest{{ID: 1, Owner: "a", Fence: 2}})
-	_, _, _ = s.NextTriggerRequestDue(ctx, episodes.RequestQuery{Env: "rc", ActorIDs: []string{"x"}})
+	_, _, _ = s.NextTriggerRequestDue(ctx, episodes.RequestQuery{Env: "rc", Runnable: []episodes.Runnable{{ActorID: "x", ExpectationID: "e"}}})
 	_, _ = s.ListTriggerRequests(ctx, episodes.RequestListQuery{Env: "rc", Limit: 10})
 	_, _ = s.RaiseFinding(ctx, tk, 1, findings.Raise{Key: "f", Class: "c", Data: json.RawMessage(`{"n":1}`)})
 	_, _ = s.UpdateFinding(ctx, tk, 1, "f", findings.Update{Severity: "high"})
@@ -522,7 +522,7 @@ func TestUnitParamsMatchPostgres(t *testing.T) {
 	require.Equal(t, "{}", f.params["AppendStep"]["data"])
 	require.Equal(t, `[{"dedupe_key":"k","fence":7}]`, f.params["RenewClaims"]["held"])
 	require.Equal(t, int64(1000), f.params["AcquireClaim"]["lease_ms"])
-	require.Equal(t, `["x","y\"z"]`, f.params["ClaimTriggerRequests"]["actor_ids"], "actors travel as one JSON array")
+	require.Equal(t, `[{"actor_id":"x","expectation_id":"e"},{"actor_id":"y\"z","expectation_id":"f"}]`, f.params["ClaimTriggerRequests"]["runnable"], "the (actor, expectation) pairs travel as one JSON array")
 	require.Nil(t, f.params["CreateDeferredEpisode"]["opts"])
 	require.Nil(t, f.params["CreateDeferredEpisode"]["dedupe_key"])
 	require.Equal(t, "t", f.params["CreateDeferredEpisode"]["source_node"])
@@ -618,7 +618,7 @@ func TestUnitEmptyResultMapping(t *testing.T) {
 	deferred, err := s.CreateDeferredEpisode(ctx, episodes.Deferred{New: episodes.New{ActorID: "x", DedupeKey: "d"}})
 	require.NoError(t, err)
 	require.False(t, deferred.Created)
-	reqs, err := s.ClaimTriggerRequests(ctx, episodes.RequestQuery{Owner: "a", ActorIDs: []string{"x"}, Limit: 5})
+	reqs, err := s.ClaimTriggerRequests(ctx, episodes.RequestQuery{Owner: "a", Runnable: []episodes.Runnable{{ActorID: "x", ExpectationID: "e"}}, Limit: 5})
 	require.NoError(t, err)
 	require.Empty(t, reqs)
 	_, err = s.DispatchTriggerRequest(ctx, episodes.TriggerRequest{ID: 1, Owner: "a", Fence: 1}, time.Second)
@@ -845,7 +845,7 @@ func TestUnitTriggerRequests(t *testing.T) {
 		got, err := s.ClaimTriggerRequests(ctx, episodes.RequestQuery{Owner: "a", Limit: 5})
 		require.NoError(t, err)
 		require.Empty(t, got)
-		got, err = s.ClaimTriggerRequests(ctx, episodes.RequestQuery{Owner: "a", ActorIDs: []string{"x"}})
+		got, err = s.ClaimTriggerRequests(ctx, episodes.RequestQuery{Owner: "a", Runnable: []episodes.Runnable{{ActorID: "x", ExpectationID: "e"}}})
 		require.NoError(t, err)
 		require.Empty(t, got)
 		require.Equal(t, before, f.calls("ClaimTriggerRequests"), "no actors or no room: nothing is sent")
@@ -854,7 +854,7 @@ func TestUnitTriggerRequests(t *testing.T) {
 			{int64(3), int64(9), "x", "e", "t", int64(2), `{"o":1}`},
 			{int64(4), int64(10), "x", "e", "t", int64(1), nil},
 		}}
-		got, err = s.ClaimTriggerRequests(ctx, episodes.RequestQuery{Owner: "a", ActorIDs: []string{"x"}, Limit: 5})
+		got, err = s.ClaimTriggerRequests(ctx, episodes.RequestQuery{Owner: "a", Runnable: []episodes.Runnable{{ActorID: "x", ExpectationID: "e"}}, Limit: 5})
 		require.NoError(t, err)
 		require.Equal(t, []episodes.TriggerRequest{
 			{ID: 3, EpisodeID: 9, ActorID: "x", ExpectationID: "e", SourceNode: "t", Owner: "a", Fence: 2, Opts: json.RawMessage(`{"o":1}`)},

@@ -24,7 +24,11 @@ WHERE id IN (
            OR r.claim_until <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER))
       AND r.source_env = CAST(?3 AS TEXT)
       AND (CAST(?4 AS TEXT) = '' OR r.source_stack IN (CAST(?4 AS TEXT), ''))
-      AND r.actor_id IN (SELECT a.value FROM json_each(?5) AS a)
+      AND EXISTS (
+            SELECT 1
+            FROM json_each(?5) AS k
+            WHERE json_extract(k.value, '$.actor_id') = r.actor_id
+              AND json_extract(k.value, '$.expectation_id') = r.expectation_id)
     ORDER BY r.run_after, r.id
     LIMIT CAST(?6 AS INTEGER)
 )
@@ -38,7 +42,7 @@ type ClaimTriggerRequestsParams struct {
 	LeaseMs     int64
 	SourceEnv   string
 	SourceStack string
-	ActorIds    interface{}
+	Runnable    interface{}
 	MaxRows     int64
 }
 
@@ -55,9 +59,13 @@ type ClaimTriggerRequestsRow struct {
 // Claims up to max_rows open requests for owner_node, due first: pending
 // ones whose run_after has come (database clock), and claimed ones whose
 // poller let the claim lapse (it died between claiming and handing over).
-// Only requests for actor_ids (a JSON array: the actors this node runs in
-// full mode) are taken; a node asks for no more than it has free slots
-// for, so work flows to the nodes with capacity.
+// Only requests for the (actor, expectation) pairs this node runs in full
+// mode are taken (runnable, a JSON array of {"actor_id", "expectation_id"}
+// objects): a node of another version, without an expectation or its actor,
+// never claims work it cannot run, so it never starts it nor spends an
+// attempt on it; the work waits for a node that can. A node asks for no
+// more than it has free slots for, so work flows to the nodes with
+// capacity.
 //
 // Guarantee: each request goes to exactly one poller per claim. One
 // statement, holding the write lock from its start to its end: where
@@ -72,7 +80,7 @@ func (q *Queries) ClaimTriggerRequests(ctx context.Context, db DBTX, arg ClaimTr
 		arg.LeaseMs,
 		arg.SourceEnv,
 		arg.SourceStack,
-		arg.ActorIds,
+		arg.Runnable,
 		arg.MaxRows,
 	)
 	if err != nil {
@@ -790,7 +798,11 @@ FROM (
       AND r.run_after > CAST(round(unixepoch('subsec') * 1000) AS INTEGER)
       AND r.source_env = CAST(?1 AS TEXT)
       AND (CAST(?2 AS TEXT) = '' OR r.source_stack IN (CAST(?2 AS TEXT), ''))
-      AND r.actor_id IN (SELECT a.value FROM json_each(?3) AS a)
+      AND EXISTS (
+            SELECT 1
+            FROM json_each(?3) AS k
+            WHERE json_extract(k.value, '$.actor_id') = r.actor_id
+              AND json_extract(k.value, '$.expectation_id') = r.expectation_id)
     UNION ALL
     SELECT r.claim_until
     FROM leasehold_trigger_requests AS r
@@ -798,18 +810,22 @@ FROM (
       AND r.claim_until > CAST(round(unixepoch('subsec') * 1000) AS INTEGER)
       AND r.source_env = CAST(?1 AS TEXT)
       AND (CAST(?2 AS TEXT) = '' OR r.source_stack IN (CAST(?2 AS TEXT), ''))
-      AND r.actor_id IN (SELECT a.value FROM json_each(?3) AS a)
+      AND EXISTS (
+            SELECT 1
+            FROM json_each(?3) AS k
+            WHERE json_extract(k.value, '$.actor_id') = r.actor_id
+              AND json_extract(k.value, '$.expectation_id') = r.expectation_id)
 ) AS d
 `
 
 type NextTriggerRequestDueParams struct {
 	SourceEnv   string
 	SourceStack string
-	ActorIds    interface{}
+	Runnable    interface{}
 }
 
 // How long until the next open request of a poller's scope (source_env,
-// source_stack, actor_ids as a JSON array, as ClaimTriggerRequests) becomes
+// source_stack, runnable as ClaimTriggerRequests) becomes
 // claimable, in milliseconds on the database clock: the earliest run_after
 // of a pending request that is not due yet (a delayed run, a retry's
 // backoff), or the claim_until of a claimed one whose poller may still let
@@ -820,7 +836,7 @@ type NextTriggerRequestDueParams struct {
 // ClaimTriggerRequests re-checks due-ness on the database clock when it
 // wakes, so a timer that fires early claims nothing and asks again.
 func (q *Queries) NextTriggerRequestDue(ctx context.Context, db DBTX, arg NextTriggerRequestDueParams) (int64, error) {
-	row := db.QueryRowContext(ctx, nextTriggerRequestDue, arg.SourceEnv, arg.SourceStack, arg.ActorIds)
+	row := db.QueryRowContext(ctx, nextTriggerRequestDue, arg.SourceEnv, arg.SourceStack, arg.Runnable)
 	var wait_ms int64
 	err := row.Scan(&wait_ms)
 	return wait_ms, err

@@ -111,9 +111,14 @@ WHERE NOT EXISTS (SELECT 1 FROM created AS c WHERE c.dedupe_key = i.dedupe_key);
 -- Claims up to max_rows open requests for owner_node, due first: pending
 -- ones whose run_after has come (database clock), and claimed ones whose
 -- poller let the claim lapse (it died between claiming and handing over).
--- Only requests for actor_ids (the actors this node runs in full mode) are
--- taken; a node asks for no more than it has free slots for, so work flows
--- to the nodes with capacity instead of waiting in one node's memory.
+-- Only requests for the (actor, expectation) pairs this node runs in full
+-- mode are taken (runnable, a JSON array of {"actor_id", "expectation_id"}
+-- objects, the same in every dialect): a node of another
+-- version, without an expectation or its actor, never claims work it cannot
+-- run, so it never starts it nor spends an attempt on it; the work waits
+-- for a node that can. A node asks for no more than it has free slots for,
+-- so work flows to the nodes with capacity instead of waiting in one node's
+-- memory.
 --
 -- Guarantee: each request goes to exactly one poller per claim. FOR UPDATE
 -- SKIP LOCKED locks the picked rows, so concurrent pollers take disjoint
@@ -132,7 +137,11 @@ WITH picked AS (
       AND ((r.status = 'pending' AND r.run_after <= now()) OR r.claim_until <= now())
       AND r.source_env = sqlc.arg(source_env)::text
       AND (sqlc.arg(source_stack)::text = '' OR r.source_stack IN (sqlc.arg(source_stack)::text, ''))
-      AND r.actor_id = ANY (sqlc.arg(actor_ids)::text[])
+      AND EXISTS (
+            SELECT 1
+            FROM jsonb_to_recordset(sqlc.arg(runnable)::text::jsonb) AS k (actor_id text, expectation_id text)
+            WHERE k.actor_id = r.actor_id
+              AND k.expectation_id = r.expectation_id)
     ORDER BY r.run_after, r.id
     LIMIT sqlc.arg(max_rows)::integer
     FOR UPDATE SKIP LOCKED
@@ -434,7 +443,7 @@ ORDER BY released.id;
 
 -- name: NextTriggerRequestDue :one
 -- How long until the next open request of a poller's scope (source_env,
--- source_stack, actor_ids, as ClaimTriggerRequests) becomes claimable, in
+-- source_stack, runnable, as ClaimTriggerRequests) becomes claimable, in
 -- milliseconds on the database clock: the earliest run_after of a pending
 -- request that is not due yet (a delayed run, a retry's backoff), or the
 -- claim_until of a claimed one whose poller may still let it lapse. -1 when
@@ -454,7 +463,11 @@ FROM (
       AND r.run_after > now()
       AND r.source_env = sqlc.arg(source_env)::text
       AND (sqlc.arg(source_stack)::text = '' OR r.source_stack IN (sqlc.arg(source_stack)::text, ''))
-      AND r.actor_id = ANY (sqlc.arg(actor_ids)::text[])
+      AND EXISTS (
+            SELECT 1
+            FROM jsonb_to_recordset(sqlc.arg(runnable)::text::jsonb) AS k (actor_id text, expectation_id text)
+            WHERE k.actor_id = r.actor_id
+              AND k.expectation_id = r.expectation_id)
     UNION ALL
     SELECT min(r.claim_until)
     FROM leasehold_trigger_requests AS r
@@ -462,5 +475,9 @@ FROM (
       AND r.claim_until > now()
       AND r.source_env = sqlc.arg(source_env)::text
       AND (sqlc.arg(source_stack)::text = '' OR r.source_stack IN (sqlc.arg(source_stack)::text, ''))
-      AND r.actor_id = ANY (sqlc.arg(actor_ids)::text[])
+      AND EXISTS (
+            SELECT 1
+            FROM jsonb_to_recordset(sqlc.arg(runnable)::text::jsonb) AS k (actor_id text, expectation_id text)
+            WHERE k.actor_id = r.actor_id
+              AND k.expectation_id = r.expectation_id)
 ) AS d;

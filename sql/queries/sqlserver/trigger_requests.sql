@@ -191,8 +191,10 @@ WHERE NOT EXISTS (SELECT 1 FROM @created AS c WHERE c.dedupe_key = i.dedupe_key)
 -- name: ClaimTriggerRequests :many
 -- Claims up to @max_rows open requests for @owner_node, oldest first:
 -- pending ones, and claimed ones whose poller let the claim lapse (it died
--- between claiming and handing over). Only requests for @actor_ids (the
--- actors this node runs in full mode) are taken.
+-- between claiming and handing over). Only requests for the (actor,
+-- expectation) pairs this node runs in full mode are taken: a node of
+-- another version, without an expectation or its actor, never claims work
+-- it cannot run, so it never starts it nor spends an attempt on it.
 --
 -- Guarantee: each request goes to exactly one poller per claim, and
 -- concurrent pollers take disjoint sets without waiting on each other: the
@@ -206,10 +208,10 @@ WHERE NOT EXISTS (SELECT 1 FROM @created AS c WHERE c.dedupe_key = i.dedupe_key)
 -- READPAST alone is refused. Every claim bumps fence, which the hand-over is
 -- conditioned on.
 --
--- @actor_ids is an nvarchar(max) JSON array of strings ["a","b"] read with
--- OPENJSON (compatibility level 130 or higher), with the key column's binary
--- collation as in RenewClaims. IN is a semi-join: an actor listed twice
--- claims nothing twice.
+-- @runnable is an nvarchar(max) JSON array of objects
+-- [{"actor_id":"a","expectation_id":"e"}] read with OPENJSON (compatibility
+-- level 130 or higher), with the key columns' binary collation as in RenewClaims.
+-- EXISTS is a semi-join: a pair listed twice claims nothing twice.
 WITH picked AS (
     SELECT TOP (@max_rows) r.id, r.episode_id, r.actor_id, r.expectation_id,
         r.source_node, r.status, r.claimed_by, r.claimed_at, r.claim_until,
@@ -219,11 +221,14 @@ WITH picked AS (
       AND ((r.status = N'pending' AND r.run_after <= SYSUTCDATETIME()) OR r.claim_until <= SYSUTCDATETIME())
       AND r.source_env = @source_env
       AND (@source_stack = N'' OR r.source_stack IN (@source_stack, N''))
-      AND r.actor_id IN (
-            SELECT a.actor_id
-            FROM OPENJSON(@actor_ids) WITH (
-                actor_id nvarchar(255) COLLATE Latin1_General_100_BIN2 '$'
-            ) AS a)
+      AND EXISTS (
+            SELECT 1
+            FROM OPENJSON(@runnable) WITH (
+                actor_id       nvarchar(255) COLLATE Latin1_General_100_BIN2 '$.actor_id',
+                expectation_id nvarchar(255) COLLATE Latin1_General_100_BIN2 '$.expectation_id'
+            ) AS k
+            WHERE k.actor_id = r.actor_id
+              AND k.expectation_id = r.expectation_id)
     ORDER BY r.run_after, r.id
 )
 UPDATE picked
@@ -501,7 +506,7 @@ WHERE r.claimed_by = @owner_node
 
 -- name: NextTriggerRequestDue :one
 -- How long until the next open request of a poller's scope (@source_env,
--- @source_stack, @actor_ids as a JSON array, as ClaimTriggerRequests)
+-- @source_stack, @runnable as ClaimTriggerRequests)
 -- becomes claimable, in milliseconds on the database clock: the earliest
 -- run_after of a pending request that is not due yet (a delayed run, a
 -- retry's backoff), or the claim_until of a claimed one whose poller may
@@ -519,11 +524,14 @@ FROM (
       AND r.run_after > SYSUTCDATETIME()
       AND r.source_env = @source_env
       AND (@source_stack = N'' OR r.source_stack IN (@source_stack, N''))
-      AND r.actor_id IN (
-            SELECT a.actor_id
-            FROM OPENJSON(@actor_ids) WITH (
-                actor_id nvarchar(255) COLLATE Latin1_General_100_BIN2 '$'
-            ) AS a)
+      AND EXISTS (
+            SELECT 1
+            FROM OPENJSON(@runnable) WITH (
+                actor_id       nvarchar(255) COLLATE Latin1_General_100_BIN2 '$.actor_id',
+                expectation_id nvarchar(255) COLLATE Latin1_General_100_BIN2 '$.expectation_id'
+            ) AS k
+            WHERE k.actor_id = r.actor_id
+              AND k.expectation_id = r.expectation_id)
     UNION ALL
     SELECT r.claim_until
     FROM leasehold_trigger_requests AS r
@@ -531,9 +539,12 @@ FROM (
       AND r.claim_until > SYSUTCDATETIME()
       AND r.source_env = @source_env
       AND (@source_stack = N'' OR r.source_stack IN (@source_stack, N''))
-      AND r.actor_id IN (
-            SELECT a.actor_id
-            FROM OPENJSON(@actor_ids) WITH (
-                actor_id nvarchar(255) COLLATE Latin1_General_100_BIN2 '$'
-            ) AS a)
+      AND EXISTS (
+            SELECT 1
+            FROM OPENJSON(@runnable) WITH (
+                actor_id       nvarchar(255) COLLATE Latin1_General_100_BIN2 '$.actor_id',
+                expectation_id nvarchar(255) COLLATE Latin1_General_100_BIN2 '$.expectation_id'
+            ) AS k
+            WHERE k.actor_id = r.actor_id
+              AND k.expectation_id = r.expectation_id)
 ) AS d;
