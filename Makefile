@@ -45,17 +45,20 @@ test:
 test-loaded:
 	scripts/with-cpu-load.sh $(MAKE) test
 
-## test-loaded-extra: the demo tests once more under the same load (CI
-## runs it after make test): TestDemoSQLite, TestDemoSQLiteKeep and
-## TestDemoPostgres, each expecting "lost 0, duplicated 0". The SQLite chaos
-## test (TestChaosSQLite) does not hold under this load yet: with the
-## faults of make chaos (two minutes, a trigger every 100 ms) under -race and
-## two hogs, the file keeps up with only 100-220 of ~1,250 episodes and the
-## backlog never drains (issue 29, item 1, in progress); it joins this
-## target when it does. About a minute on 2 cores.
+## test-loaded-extra: the demo tests and the SQLite chaos test once more
+## under the same load (CI runs it after make test): TestDemoSQLite,
+## TestDemoSQLiteKeep and TestDemoPostgres, each expecting "lost 0,
+## duplicated 0", and TestChaosSQLite (its make-test length, 15 s of faults
+## at a trigger every 100 ms: every trigger once, fenced, linearizable,
+## nothing left; its takeover bound is reported, as in make test). make
+## chaos's two minutes at that rate are more than the file serves under
+## -race beside two hogs (see adapters/sqlite, Overload). About two minutes
+## on 2 cores.
 LOADED_EXTRA_RUN = ^(TestDemoSQLite|TestDemoSQLiteKeep|TestDemoPostgres)$$
+LOADED_EXTRA_CHAOS = ^TestChaosSQLite$$
 test-loaded-extra:
 	scripts/with-cpu-load.sh scripts/with-postgres.sh $(GO) test -race -count=1 -timeout 15m -run '$(LOADED_EXTRA_RUN)' ./cmd/leasehold/
+	scripts/with-cpu-load.sh scripts/with-postgres.sh $(GO) test -race -count=1 -timeout 15m -run '$(LOADED_EXTRA_CHAOS)' ./internal/chaos/
 
 ## bench: claim benchmarks, with pgbench running the same statement as the
 ## baseline in the same run; then handover after Drain versus after SIGKILL

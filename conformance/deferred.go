@@ -258,14 +258,18 @@ func RunDeferred(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 	t.Run("PollersTakeOnlyTheExpectationsTheyRun", func(t *testing.T) {
 		t.Parallel()
 		b := newBackend(t)
-		refund := newEpisode("event:a:refund:1")
-		refund.ActorID, refund.ExpectationID = "a", "refund"
-		res, err := b.Store.CreateDeferredEpisode(ctx(t), episodes.Deferred{New: refund, SourceNode: "new-node"})
-		require.NoError(t, err)
-		require.True(t, res.Created)
+		// Expectations the old node lacks, named on both sides of its own
+		// ("e"), so no ordering of the names can pass for equality.
+		for _, exp := range []string{"audit", "refund"} {
+			n := newEpisode("event:a:" + exp + ":1")
+			n.ActorID, n.ExpectationID = "a", exp
+			res, err := b.Store.CreateDeferredEpisode(ctx(t), episodes.Deferred{New: n, SourceNode: "new-node"})
+			require.NoError(t, err)
+			require.True(t, res.Created)
+		}
 		later := newEpisode("event:a:refund:later")
 		later.ActorID, later.ExpectationID = "a", "refund"
-		res, err = b.Store.CreateDeferredEpisode(ctx(t), episodes.Deferred{New: later, SourceNode: "new-node", Delay: time.Hour})
+		res, err := b.Store.CreateDeferredEpisode(ctx(t), episodes.Deferred{New: later, SourceNode: "new-node", Delay: time.Hour})
 		require.NoError(t, err)
 		require.True(t, res.Created)
 		charge := deferEpisode(t, b, "event:a:e:charge", "", "")
@@ -274,6 +278,14 @@ func RunDeferred(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		_, ok, err := b.Store.NextTriggerRequestDue(ctx(t), episodes.RequestQuery{Runnable: old})
 		require.NoError(t, err)
 		require.False(t, ok, "the delayed refund is not the old node's to wait for")
+		early := newEpisode("event:a:audit:later")
+		early.ActorID, early.ExpectationID = "a", "audit"
+		res, err = b.Store.CreateDeferredEpisode(ctx(t), episodes.Deferred{New: early, SourceNode: "new-node", Delay: time.Minute})
+		require.NoError(t, err)
+		require.True(t, res.Created)
+		_, ok, err = b.Store.NextTriggerRequestDue(ctx(t), episodes.RequestQuery{Runnable: old})
+		require.NoError(t, err)
+		require.False(t, ok, "nor the delayed audit")
 		reqs, err := b.Store.ClaimTriggerRequests(ctx(t), episodes.RequestQuery{Owner: "old-node", Lease: time.Minute, Runnable: old, Limit: 10})
 		require.NoError(t, err)
 		require.Len(t, reqs, 1, "only the expectation the old node runs")

@@ -182,6 +182,7 @@ func (c *cluster) read(p *proc, stdout io.Reader) {
 			c.book.answer(f[1], true, f[2] == "created")
 		case f[0] == "fireerr" && len(f) >= 2:
 			c.book.answer(f[1], false, false)
+			fmt.Fprintf(p.log, "(stdout) %s\n", sc.Text()) // shown with its stderr when a test fails
 		case f[0] == "event" && len(f) >= 2 && f[1] == "lease_lost":
 			c.leaseLost.Add(1)
 			p.lost.Add(1)

@@ -24,6 +24,10 @@ var equivalents = map[string]string{
 	"postgres:ClaimTriggerRequests:lock#2": "SKIP LOCKED only makes a poller pass over requests another poller is " +
 		"claiming instead of waiting for them; without it the poller waits, and the UPDATE re-checks the claimable " +
 		"condition on the committed row, so each request still goes to one poller: slower under contention, never wrong",
+	"sqlite:ClaimTriggerRequests:cmp-strict#3": "a lapsed request claim becomes claimable at claim_until " +
+		"or one millisecond (the clock's resolution) later: either way the request's fence is bumped by the new " +
+		"claim and every hand-over is conditioned on the claimant's fence, so the poller whose claim lapsed can " +
+		"hand nothing over after it; only the moment another poller may take it moves, by 1 ms",
 	"postgres:ArchiveEpisodes:lock#2": "SKIP LOCKED only makes maintenance pass over rows a writer holds instead of " +
 		"waiting for them; without it maintenance waits and re-checks the archivable condition on the committed row",
 }
