@@ -28,6 +28,13 @@ var equivalents = map[string]string{
 		"or one millisecond (the clock's resolution) later: either way the request's fence is bumped by the new " +
 		"claim and every hand-over is conditioned on the claimant's fence, so the poller whose claim lapsed can " +
 		"hand nothing over after it; only the moment another poller may take it moves, by 1 ms",
+	"sqlite:CreateEpisode:cmp-neg#3": "it swaps which new episodes get a creation-time timestamp (started_at or " +
+		"last_step_at, set to the statement's 'now', which SQLite keeps fixed within one statement, as created_at " +
+		"is): every decision that reads them reads coalesce(last_step_at, started_at, created_at), which is that " +
+		"same instant either way; only what the dashboard shows as started changes",
+	"sqlite:ClaimForRecoveryGrant:ret-swap#5": "lease_until and claimed_at of a returned Claim are database times " +
+		"for display and diagnostics (claims.Claim's doc): the recovering node's local deadline starts from its " +
+		"own clock before the grant (grantStart) plus the lease, and no node compares either field with its clock",
 	"postgres:ArchiveEpisodes:lock#2": "SKIP LOCKED only makes maintenance pass over rows a writer holds instead of " +
 		"waiting for them; without it maintenance waits and re-checks the archivable condition on the committed row",
 }
