@@ -260,29 +260,24 @@ func RunDeferred(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		b := newBackend(t)
 		// Expectations the old node lacks, named on both sides of its own
 		// ("e"), so no ordering of the names can pass for equality.
-		for _, exp := range []string{"audit", "refund"} {
-			n := newEpisode("event:a:" + exp + ":1")
+		deferFor := func(exp, key string, delay time.Duration) {
+			t.Helper()
+			n := newEpisode(key)
 			n.ActorID, n.ExpectationID = "a", exp
-			res, err := b.Store.CreateDeferredEpisode(ctx(t), episodes.Deferred{New: n, SourceNode: "new-node"})
+			res, err := b.Store.CreateDeferredEpisode(ctx(t), episodes.Deferred{New: n, SourceNode: "new-node", Delay: delay})
 			require.NoError(t, err)
 			require.True(t, res.Created)
 		}
-		later := newEpisode("event:a:refund:later")
-		later.ActorID, later.ExpectationID = "a", "refund"
-		res, err := b.Store.CreateDeferredEpisode(ctx(t), episodes.Deferred{New: later, SourceNode: "new-node", Delay: time.Hour})
-		require.NoError(t, err)
-		require.True(t, res.Created)
+		deferFor("audit", "event:a:audit:1", 0)
+		deferFor("refund", "event:a:refund:1", 0)
+		deferFor("refund", "event:a:refund:later", time.Hour)
 		charge := deferEpisode(t, b, "event:a:e:charge", "", "")
 
 		old := []episodes.Runnable{{ActorID: "a", ExpectationID: "e"}, {ActorID: "b", ExpectationID: "refund"}}
 		_, ok, err := b.Store.NextTriggerRequestDue(ctx(t), episodes.RequestQuery{Runnable: old})
 		require.NoError(t, err)
 		require.False(t, ok, "the delayed refund is not the old node's to wait for")
-		early := newEpisode("event:a:audit:later")
-		early.ActorID, early.ExpectationID = "a", "audit"
-		res, err = b.Store.CreateDeferredEpisode(ctx(t), episodes.Deferred{New: early, SourceNode: "new-node", Delay: time.Minute})
-		require.NoError(t, err)
-		require.True(t, res.Created)
+		deferFor("audit", "event:a:audit:later", time.Minute)
 		_, ok, err = b.Store.NextTriggerRequestDue(ctx(t), episodes.RequestQuery{Runnable: old})
 		require.NoError(t, err)
 		require.False(t, ok, "nor the delayed audit")

@@ -257,17 +257,11 @@ type actorState struct {
 	actor Actor
 	exps  map[string]*Expectation
 	exec  *executor
-}
-
-// runnable lists the actor's (actor, expectation) pairs, sorted: what this
-// node's poller asks work for, so that it never claims a request of an
-// expectation it has no code for (another version's).
-func (as *actorState) runnable() []episodes.Runnable {
-	out := make([]episodes.Runnable, 0, len(as.exps))
-	for _, id := range slices.Sorted(maps.Keys(as.exps)) {
-		out = append(out, episodes.Runnable{ActorID: as.actor.ID, ExpectationID: id})
-	}
-	return out
+	// runnable lists the actor's (actor, expectation) pairs, sorted: what
+	// this node's poller asks work for, so that it never claims a request
+	// of an expectation it has no code for (another version's). Set by
+	// Register; read-only after.
+	runnable []episodes.Runnable
 }
 
 // NewNode validates cfg and returns a Node ready for Register and Start.
@@ -471,6 +465,9 @@ func (n *Node) Register(a Actor) error {
 				"(a retried episode is available to any polling node); this node's Poll.Disabled is set", ErrInvalid, a.ID, e.ID)
 		}
 		as.exps[e.ID] = e
+	}
+	for _, id := range slices.Sorted(maps.Keys(as.exps)) {
+		as.runnable = append(as.runnable, episodes.Runnable{ActorID: a.ID, ExpectationID: id})
 	}
 	as.exec = &executor{node: n, max: a.MaxConcurrent}
 	n.actors[a.ID] = as

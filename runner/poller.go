@@ -161,7 +161,7 @@ func (n *Node) nextDue(ctx context.Context) (time.Duration, bool) {
 	)
 	for _, id := range n.pollActors() {
 		if n.actors[id].exec.free() > 0 {
-			runnable = append(runnable, n.actors[id].runnable()...)
+			runnable = append(runnable, n.actors[id].runnable...)
 		} else {
 			full = append(full, id)
 		}
@@ -258,7 +258,7 @@ func (n *Node) PollOnce(ctx context.Context) (int, error) {
 			err := n.retryingUntil(ctx, func(wctx context.Context) (err error) {
 				reqs, err = n.store.ClaimTriggerRequests(wctx, episodes.RequestQuery{
 					Owner: n.id, Lease: n.cfg.Poll.ClaimLease, Env: env, Stack: stack,
-					Runnable: as.runnable(), Limit: limit,
+					Runnable: as.runnable, Limit: limit,
 				})
 				return err
 			})

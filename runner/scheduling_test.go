@@ -125,6 +125,23 @@ func TestDueWorkStartsAtItsDueTime(t *testing.T) {
 		"a due request waited for the poll interval: lags %v", lags)
 }
 
+// heldUntil is a strategy whose run calls called (when set) and sends its
+// episode's id on started, then holds its slot until release is closed.
+func heldUntil(started chan<- int64, release <-chan struct{}, called func(int64)) funcStrategy {
+	return funcStrategy{StepFunc: func(ctx context.Context, r *runner.Run) (runner.StepResult, error) {
+		if called != nil {
+			called(r.EpisodeID())
+		}
+		started <- r.EpisodeID()
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return runner.StepResult{}, ctx.Err()
+		}
+		return runner.StepResult{Done: true}, nil
+	}}
+}
+
 // quietWaker is a TriggerWaker that never wakes: with it a node's poller
 // polls on its timers, PollNow and freed slots only, as a node whose
 // notifications are all lost does.
@@ -145,17 +162,8 @@ func (quietWaker) WaitTriggerRequests(ctx context.Context, _ func()) error {
 // interval; make test-loaded caught it as five hand-overs 13 s late.
 func TestASlotFreedAfterTheLookAheadWakesThePoller(t *testing.T) {
 	t.Parallel()
-	started := make(chan int64, 4)
-	release := make(chan struct{})
-	block := funcStrategy{StepFunc: func(ctx context.Context, r *runner.Run) (runner.StepResult, error) {
-		started <- r.EpisodeID()
-		select {
-		case <-release:
-		case <-ctx.Done():
-			return runner.StepResult{}, ctx.Err()
-		}
-		return runner.StepResult{Done: true}, nil
-	}}
+	started, release := make(chan int64, 4), make(chan struct{})
+	block := heldUntil(started, release, nil)
 	// A second actor, never full, so that the look-ahead still reads the
 	// next due time after leaving the full one out: the read is how the
 	// test knows a look-ahead is over.
@@ -237,18 +245,11 @@ func TestHandOverWithoutASlotGivesTheWorkBack(t *testing.T) {
 		started = make(chan int64, 8)
 		release = make(chan struct{})
 	)
-	block := funcStrategy{StepFunc: func(ctx context.Context, r *runner.Run) (runner.StepResult, error) {
+	block := heldUntil(started, release, func(id int64) {
 		mu.Lock()
-		called[r.EpisodeID()] = true
+		called[id] = true
 		mu.Unlock()
-		started <- r.EpisodeID()
-		select {
-		case <-release:
-		case <-ctx.Done():
-			return runner.StepResult{}, ctx.Err()
-		}
-		return runner.StepResult{Done: true}, nil
-	}}
+	})
 	hook := newClaimHook()
 	var localOut atomic.Pointer[runner.Outcome]
 	c := nodetest.Start(t, 2, func(i int, cfg *runner.Config) {
@@ -408,17 +409,8 @@ func (c *cutDispatch) DispatchTriggerRequests(ctx context.Context, owner string,
 // no strategy called until the lease ran out.
 func TestABatchHandOverCutShortStartsWhatItHandedOver(t *testing.T) {
 	t.Parallel()
-	started := make(chan int64, 4)
-	release := make(chan struct{})
-	block := funcStrategy{StepFunc: func(ctx context.Context, r *runner.Run) (runner.StepResult, error) {
-		started <- r.EpisodeID()
-		select {
-		case <-release:
-		case <-ctx.Done():
-			return runner.StepResult{}, ctx.Err()
-		}
-		return runner.StepResult{Done: true}, nil
-	}}
+	started, release := make(chan int64, 4), make(chan struct{})
+	block := heldUntil(started, release, nil)
 	hook, cut := newClaimHook(), &cutDispatch{}
 	c := nodetest.Start(t, 2, func(i int, cfg *runner.Config) {
 		cfg.TriggerWaker = nil
