@@ -17,6 +17,7 @@ import (
 	"github.com/leasehold/leasehold/claims"
 	"github.com/leasehold/leasehold/episodes"
 	"github.com/leasehold/leasehold/internal/nodetest"
+	"github.com/leasehold/leasehold/internal/testbound"
 	"github.com/leasehold/leasehold/internal/pgtest"
 	"github.com/leasehold/leasehold/runner"
 )
@@ -384,7 +385,11 @@ func TestStopDeadlineCancelsStepsAndReleasesClaims(t *testing.T) {
 		<-ctx.Done()
 		return runner.StepResult{}, ctx.Err()
 	}}
-	c := setup(t, 1, nil, eventActor(stuck, 1))
+	// The cancelled steps' hand-over writes have half of DrainGrace after
+	// the deadline: on a loaded host the default (1 s) left one release
+	// unsent (make test-loaded), so the grace here is the scheduling margin
+	// twice over.
+	c := setup(t, 1, func(cfg *runner.Config) { cfg.DrainGrace = 2 * testbound.Margin }, eventActor(stuck, 1))
 	for i := range 2 { // one running; the other finds no free slot and is created available
 		_, err := c.Nodes[0].Fire(t.Context(), "monitor", "resource.updated", i, runner.FireOptions{})
 		require.NoError(t, err)
