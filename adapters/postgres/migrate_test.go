@@ -16,6 +16,7 @@ import (
 
 	"github.com/leasehold/leasehold/adapters/postgres"
 	"github.com/leasehold/leasehold/internal/pgtest"
+	"github.com/leasehold/leasehold/internal/testbound"
 )
 
 // migrators is how many processes start at once in the concurrency tests
@@ -100,7 +101,9 @@ func TestMigrateLockIsPerSchema(t *testing.T) {
 	require.NoError(t, postgres.Migrate(t.Context(), schemaDB(t, other)), "another schema's lock held this one up")
 	requireAppliedOnce(t, other)
 
-	ctx, cancel := context.WithTimeout(t.Context(), 1500*time.Millisecond)
+	// Long enough for the statements before the lock on a loaded host (at
+	// 1.5 s, make test-loaded once timed out finding the schema).
+	ctx, cancel := context.WithTimeout(t.Context(), 2*testbound.Margin)
 	defer cancel()
 	err = postgres.Migrate(ctx, schemaDB(t, name))
 	require.ErrorContains(t, err, "take the leasehold migration lock")
