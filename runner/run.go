@@ -563,15 +563,24 @@ func (n *Node) retry(parent context.Context, j *job, write func(context.Context)
 		if err == nil || once || !errors.Is(err, claims.ErrRetryable) {
 			return err
 		}
-		t := time.NewTimer(backoff/2 + rand.N(backoff/2+1))
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !backOff(ctx, &backoff) {
 			return err
-		case <-t.C:
 		}
-		backoff = min(2*backoff, time.Second)
 	}
+}
+
+// backOff waits a jittered *backoff (half of it to all of it), then
+// doubles it up to a second; false when ctx ended first.
+func backOff(ctx context.Context, backoff *time.Duration) bool {
+	t := time.NewTimer(*backoff/2 + rand.N(*backoff/2+1))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+	}
+	*backoff = min(2**backoff, time.Second)
+	return true
 }
 
 func safely(f func() error) (err error) {

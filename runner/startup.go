@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math/rand/v2"
 	"slices"
 	"time"
 
@@ -62,9 +61,9 @@ func (n *Node) reachDatabase(ctx context.Context) error {
 	}
 	for _, id := range slices.Sorted(maps.Keys(n.actors)) {
 		as := n.actors[id]
-		for _, eid := range slices.Sorted(maps.Keys(as.exps)) {
-			e := as.exps[eid]
-			d := episodes.Definition{ActorID: as.actor.ID, ExpectationID: e.ID,
+		for _, r := range as.runnable {
+			e := as.exps[r.ExpectationID]
+			d := episodes.Definition{ActorID: r.ActorID, ExpectationID: r.ExpectationID,
 				RecoveryPolicy: string(e.Recovery), MaxAttempts: e.MaxAttempts}
 			err := untilReached(ctx, fmt.Sprintf("record the definition of %s/%s", d.ActorID, d.ExpectationID), func(ctx context.Context) error {
 				return n.store.PutAgentDefinition(ctx, d)
@@ -89,16 +88,8 @@ func untilReached(ctx context.Context, what string, call func(context.Context) e
 			return nil
 		case errors.Is(err, ErrSchema):
 			return err
-		case ctx.Err() != nil:
+		case ctx.Err() != nil || !backOff(ctx, &backoff):
 			return fmt.Errorf("%s: %w (gave up: %w)", what, err, context.Cause(ctx))
 		}
-		t := time.NewTimer(backoff/2 + rand.N(backoff/2+1))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("%s: %w (gave up: %w)", what, err, context.Cause(ctx))
-		case <-t.C:
-		}
-		backoff = min(2*backoff, time.Second)
 	}
 }
