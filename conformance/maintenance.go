@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/leasehold/leasehold/claims"
 	"github.com/leasehold/leasehold/episodes"
+	"github.com/leasehold/leasehold/findings"
 	"github.com/leasehold/leasehold/maintenance"
 	"github.com/leasehold/leasehold/membership"
 )
@@ -22,6 +24,9 @@ type MaintenanceStore interface {
 	DeferredStore
 	membership.Store
 	maintenance.Store
+	// The waiting-for-node read and the findings it raises (waiting.go).
+	membership.WaitingReader
+	ActiveFindings(ctx context.Context, q findings.Query) ([]findings.Finding, error)
 }
 
 // MaintenanceBackend is what the maintenance scenarios need from one
@@ -35,7 +40,8 @@ type MaintenanceBackend struct {
 	// AgeClaim moves key's claimed_at, last_heartbeat_at, lease_until and
 	// finished_at (when set) back by d.
 	AgeClaim func(t testing.TB, key string, d time.Duration)
-	// AgeRequest moves trigger request id's created_at back by d.
+	// AgeRequest moves trigger request id's created_at and run_after back
+	// by d.
 	AgeRequest func(t testing.TB, id int64, d time.Duration)
 	// AgeNode moves node id's started_at and heartbeat_at back by d.
 	AgeNode func(t testing.TB, id string, d time.Duration)
@@ -53,6 +59,7 @@ type MaintenanceBackend struct {
 // Store.Maintain with Plans directly, some far below what Config.Validate
 // accepts, to show that the statements themselves never touch live work.
 func RunMaintenance(t *testing.T, newBackend func(t *testing.T) MaintenanceBackend) {
+	t.Run("WaitingForNode", func(t *testing.T) { RunWaitingForNode(t, newBackend) })
 	const day = 24 * time.Hour
 	// The default Plan: Retention 7 days, ClaimHorizon 30 days, no
 	// RequestTTL (requests never expire), NodeStaleAfter 24 hours.
@@ -203,6 +210,9 @@ func RunMaintenance(t *testing.T, newBackend func(t *testing.T) MaintenanceBacke
 		for _, r := range []episodes.DeferredCreated{polled, def, rc, staging, held} {
 			f.b.AgeRequest(t, r.RequestID, 30*day)
 		}
+		// No node runs a/e here, so this work also waits for a node; those
+		// findings are RunWaitingForNode's subject, kept out of these counts.
+		f.plan.WaitingForNodeAfter = 365 * day
 		require.Equal(t, maintenance.Result{Ran: true}, f.maintain(t, f.plan), "no RequestTTL: nothing expires, however old")
 		require.Equal(t, episodes.StatusQueued, get(t, f.eb, def.Episode.ID).Status)
 

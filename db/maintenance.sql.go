@@ -44,6 +44,40 @@ func (q *Queries) ArchiveEpisodes(ctx context.Context, db DBTX, arg ArchiveEpiso
 	return result.RowsAffected(), nil
 }
 
+const clearWaitingForNodeFindings = `-- name: ClearWaitingForNodeFindings :execrows
+UPDATE leasehold_findings AS f
+SET status     = 'cleared',
+    cleared_at = now(),
+    updated_at = now()
+WHERE f.status = 'active'
+  AND f.class = $1::text
+  AND NOT EXISTS (
+        SELECT 1
+        FROM jsonb_to_recordset($2::text::jsonb) AS w (env text, finding_key text)
+        WHERE w.env = f.env
+          AND w.finding_key = f.finding_key)
+`
+
+type ClearWaitingForNodeFindingsParams struct {
+	Class   string
+	Waiting string
+}
+
+// Clears maintenance's active waiting-for-node findings (class class)
+// whose pair no longer waits: waiting is the JSON array of {"env",
+// "finding_key"} of every pair ListWaitingForNode reported in this run,
+// overdue or not, so a finding stays while any episode of its pair waits
+// and clears once none does (canceled, run, or a capable node is live).
+// cleared_by_episode stays NULL: no episode cleared it. The row stays as
+// history and leaves the unique index, so the key can be raised again.
+func (q *Queries) ClearWaitingForNodeFindings(ctx context.Context, db DBTX, arg ClearWaitingForNodeFindingsParams) (int64, error) {
+	result, err := db.Exec(ctx, clearWaitingForNodeFindings, arg.Class, arg.Waiting)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const deleteSpentClaims = `-- name: DeleteSpentClaims :execrows
 DELETE FROM leasehold_work_claims AS c
 WHERE c.dedupe_key IN (
@@ -148,6 +182,66 @@ WHERE s.id IN (
 // Deletes up to max_rows journal rows of archived episodes.
 func (q *Queries) PurgeArchivedSteps(ctx context.Context, db DBTX, maxRows int32) (int64, error) {
 	result, err := db.Exec(ctx, purgeArchivedSteps, maxRows)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const raiseWaitingForNodeFinding = `-- name: RaiseWaitingForNodeFinding :execrows
+INSERT INTO leasehold_findings AS f (
+    finding_key, env, status, class, severity, summary, data, actor_id,
+    source_stack, raised_by_episode, updated_by_episode, raise_count,
+    raised_at, updated_at
+)
+VALUES (
+    $1::text, $2::text, 'active', $3::text,
+    $4::text, $5::text, $6::text::jsonb,
+    $7::text, '', $8::bigint, $8::bigint, 1,
+    now(), now()
+)
+ON CONFLICT (env, finding_key) WHERE status = 'active'
+DO UPDATE SET
+    class              = excluded.class,
+    severity           = excluded.severity,
+    summary            = excluded.summary,
+    data               = excluded.data,
+    updated_by_episode = excluded.updated_by_episode,
+    updated_at         = now()
+`
+
+type RaiseWaitingForNodeFindingParams struct {
+	FindingKey string
+	Env        string
+	Class      string
+	Severity   string
+	Summary    string
+	Data       string
+	ActorID    string
+	EpisodeID  int64
+}
+
+// Raises maintenance's finding for work no live node can run: one (env,
+// actor, expectation) pair that ListWaitingForNode, read just before in the
+// same run's transaction, reported overdue. Inserts the finding, or
+// refreshes the active one of the same (env, key) with the current count,
+// oldest episode and summary (not counted as a raise: the same fact,
+// still true). raised_by_episode is the oldest waiting episode. Not fenced
+// on any claim, unlike RaiseFinding: no episode runs this; the run's
+// maintenance lock keeps two runs from writing at once, and the ON CONFLICT
+// on leasehold_findings_active_key_idx absorbs a raise racing it. Advisory:
+// nothing reads a finding to decide who runs what.
+func (q *Queries) RaiseWaitingForNodeFinding(ctx context.Context, db DBTX, arg RaiseWaitingForNodeFindingParams) (int64, error) {
+	result, err := db.Exec(ctx, raiseWaitingForNodeFinding,
+		arg.FindingKey,
+		arg.Env,
+		arg.Class,
+		arg.Severity,
+		arg.Summary,
+		arg.Data,
+		arg.ActorID,
+		arg.EpisodeID,
+	)
 	if err != nil {
 		return 0, err
 	}

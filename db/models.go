@@ -84,6 +84,7 @@ type LeaseholdNode struct {
 	Draining    bool
 	StartedAt   time.Time
 	HeartbeatAt time.Time
+	Runnable    []byte
 }
 
 type LeaseholdTriggerRequest struct {

@@ -20,6 +20,8 @@ const (
 	DefaultBatch          = 1000
 	DefaultInterval       = 10 * time.Minute
 	DefaultLease          = claims.DefaultLease
+	// DefaultWaitingForNodeAfter is WaitingForNodeAfter's default.
+	DefaultWaitingForNodeAfter = time.Hour
 )
 
 // Limits enforced by Validate.
@@ -79,6 +81,19 @@ type Config struct {
 	// grants (runner.NodeConfig.Lease); it bounds ClaimHorizon from below.
 	// Default claims.DefaultLease (2 minutes).
 	Lease time.Duration
+	// WaitingForNodeAfter: queued work that no live node can run (see
+	// package membership: no node of its env that is live, full, not
+	// draining and stack-compatible registered its actor and expectation)
+	// and that has been due for longer than this, on the database clock,
+	// raises a finding per (env, actor, expectation), key
+	// leasehold/waiting-for-node/<env>/<actor>/<expectation>, class
+	// waiting_for_node; the finding clears on the first run that finds
+	// none of that pair's work waiting (it ran, was canceled, or a node
+	// that runs it is live). Such work waits without spending attempts, so
+	// nothing else reports it. Shorter reports a deploy that dropped an
+	// expectation sooner, at the cost of findings during rolling deploys
+	// that leave a pair without a node for a while. Default 1 hour.
+	WaitingForNodeAfter time.Duration
 }
 
 // DefaultConfig returns the Config every zero field falls back to.
@@ -90,6 +105,8 @@ func DefaultConfig() Config {
 		Batch:          DefaultBatch,
 		Interval:       DefaultInterval,
 		Lease:          DefaultLease,
+
+		WaitingForNodeAfter: DefaultWaitingForNodeAfter,
 	}
 }
 
@@ -106,6 +123,7 @@ func (c Config) withDefaults() Config {
 	orDefault(&c.NodeStaleAfter, d.NodeStaleAfter)
 	orDefault(&c.Interval, d.Interval)
 	orDefault(&c.Lease, d.Lease)
+	orDefault(&c.WaitingForNodeAfter, d.WaitingForNodeAfter)
 	if c.Batch == 0 {
 		c.Batch = d.Batch
 	}
@@ -122,6 +140,7 @@ func (c Config) Validate() error {
 	}{
 		{"Retention", c.Retention}, {"ClaimHorizon", c.ClaimHorizon}, {"RequestTTL", c.RequestTTL},
 		{"NodeStaleAfter", c.NodeStaleAfter}, {"Interval", c.Interval}, {"Lease", c.Lease},
+		{"WaitingForNodeAfter", c.WaitingForNodeAfter},
 	} {
 		if f.v < 0 {
 			return fmt.Errorf("%w: %s %v is negative", ErrInvalid, f.name, f.v)
@@ -155,6 +174,8 @@ func (c Config) Plan() Plan {
 		RequestTTL:     c.RequestTTL,
 		NodeStaleAfter: c.NodeStaleAfter,
 		Batch:          c.Batch,
+
+		WaitingForNodeAfter: c.WaitingForNodeAfter,
 	}
 }
 
@@ -163,7 +184,7 @@ func (c Config) Plan() Plan {
 // It does not apply Config's safety limits: a Store runs the Plan it is
 // given, and the Runner is what enforces ClaimHorizon's rule.
 func (p Plan) Validate() error {
-	if p.Retention < 0 || p.ClaimHorizon < 0 || p.RequestTTL < 0 || p.NodeStaleAfter < 0 {
+	if p.Retention < 0 || p.ClaimHorizon < 0 || p.RequestTTL < 0 || p.NodeStaleAfter < 0 || p.WaitingForNodeAfter < 0 {
 		return fmt.Errorf("%w: plan durations must not be negative: %+v", ErrInvalid, p)
 	}
 	if p.Batch < 1 || p.Batch > MaxBatch {

@@ -21,11 +21,13 @@ func TestConfigDefaults(t *testing.T) {
 		Batch:          1000,
 		Interval:       10 * time.Minute,
 		Lease:          claims.DefaultLease,
+
+		WaitingForNodeAfter: time.Hour,
 	}, r.Config())
 	require.Equal(t, maintenance.DefaultConfig(), r.Config())
 	require.Equal(t, maintenance.Plan{
 		Retention: 7 * 24 * time.Hour, ClaimHorizon: 30 * 24 * time.Hour,
-		NodeStaleAfter: 24 * time.Hour, Batch: 1000,
+		NodeStaleAfter: 24 * time.Hour, Batch: 1000, WaitingForNodeAfter: time.Hour,
 	}, r.Plan())
 
 	// Set fields are kept; only zero ones default.
@@ -52,6 +54,8 @@ func TestConfigValidation(t *testing.T) {
 		{"negative node stale after", maintenance.Config{NodeStaleAfter: -time.Second}, "NodeStaleAfter -1s is negative"},
 		{"negative interval", maintenance.Config{Interval: -time.Second}, "Interval -1s is negative"},
 		{"negative lease", maintenance.Config{Lease: -time.Second}, "Lease -1s is negative"},
+		{"negative waiting for node", maintenance.Config{WaitingForNodeAfter: -time.Second}, "WaitingForNodeAfter -1s is negative"},
+		{"waiting for node a minute", maintenance.Config{WaitingForNodeAfter: time.Minute}, ""},
 		{"negative batch", maintenance.Config{Batch: -1}, "Batch -1 is outside 1..100000"},
 		{"batch at most", maintenance.Config{Batch: maintenance.MaxBatch}, ""},
 		{"batch over", maintenance.Config{Batch: maintenance.MaxBatch + 1}, "Batch 100001 is outside 1..100000"},
@@ -100,6 +104,7 @@ func TestPlanValidate(t *testing.T) {
 		{Batch: 1, ClaimHorizon: -1},
 		{Batch: 1, RequestTTL: -1},
 		{Batch: 1, NodeStaleAfter: -1},
+		{Batch: 1, WaitingForNodeAfter: -1},
 	} {
 		require.ErrorIs(t, p.Validate(), maintenance.ErrInvalid, "%+v", p)
 	}

@@ -3,8 +3,8 @@
 // dedupe keys), deletes the journals of archived episodes in bounded
 // batches, expires stale trigger requests of every env (canceling their
 // never-started episodes), deletes spent claim rows past a horizon far
-// beyond any lease, and deletes the membership rows of nodes that vanished
-// without draining.
+// beyond any lease, deletes the membership rows of nodes that vanished
+// without draining, and raises or clears the waiting-for-node findings.
 //
 // # Which lock decides
 //
@@ -14,7 +14,7 @@
 // 'leasehold.maintenance:' || current_schema() on Postgres, sp_getapplock
 // with @LockOwner='Transaction', @LockTimeout=0 on SQL Server.
 //
-//	node A: BEGIN; TryMaintenanceLock -> true;  six statements; COMMIT   maintenance.ran
+//	node A: BEGIN; TryMaintenanceLock -> true;  the statements; COMMIT   maintenance.ran
 //	node B: BEGIN; TryMaintenanceLock -> false; ROLLBACK                 maintenance.skipped
 //	any:    BEGIN; ... error ...;               ROLLBACK                 maintenance.failed
 //
@@ -27,7 +27,7 @@
 //
 // The database's. Each cut-off is computed inside its statement as now()
 // (SYSUTCDATETIME()) minus a duration of the Plan; node clocks never decide
-// what is old. On Postgres now() is the transaction's start, so all six
+// what is old. On Postgres now() is the transaction's start, so all the
 // statements of a run share one instant. A node's clock only spaces its own
 // runs (Interval, with a random first delay).
 //
@@ -52,6 +52,12 @@
 //	                                                 locked row), and no unarchived
 //	                                                 queued|running|blocked episode under its key
 //	DeleteStaleNodes       node row deleted          heartbeat_at < now() - NodeStaleAfter
+//	RaiseWaitingFor-       waiting-for-node finding  ListWaitingForNode (nodes.sql, a read) says
+//	NodeFinding            raised or refreshed       the pair's due queued work has no live node
+//	                                                 of its env to run it, and its oldest request
+//	                                                 fell due before now() - WaitingForNodeAfter
+//	ClearWaitingFor-       that finding cleared      the same read lists none of its pair's work
+//	NodeFindings                                     (run, canceled, or a capable node is live)
 //
 // What no statement touches: a claim in state claimed, live or expired
 // however long ago (recovery owns it); a queued, running or blocked episode
@@ -86,8 +92,24 @@
 // every Interval after a random first delay of up to Interval/2. Each run
 // emits one event: maintenance.ran with Counts (archived, steps_purged,
 // journals_marked, requests_expired, episodes_canceled, claims_deleted,
-// nodes_deleted) and logged at Info; maintenance.skipped, logged at Debug;
-// or maintenance.failed with Err, logged at Warn and retried next interval.
+// nodes_deleted, waiting_raised, waiting_cleared) and logged at Info;
+// maintenance.skipped, logged at Debug; or maintenance.failed with Err,
+// logged at Warn and retried next interval.
+//
+// # Work no live node can run
+//
+// During a rolling deploy, queued work of an (actor, expectation) that no
+// live node runs waits without spending attempts (see package membership),
+// so nothing fails and nothing else reports it. Each run reads it
+// (ListWaitingForNode, with membership.DefaultSilentAfter as the bound on a
+// live node's heartbeat and WaitingForNodeAfter as the bound on the wait,
+// both on the database clock) and raises, per pair and env, the finding
+// WaitingKey(env, actor, expectation) of class ClassWaitingForNode: how
+// many episodes wait, since when, which node last listed the pair; its
+// raised_by_episode is the oldest waiting episode. Later runs refresh it
+// while the work waits, and clear it on the first run that finds none of
+// the pair waiting. Findings decide nothing; an operator cancels the work
+// (leasehold episodes cancel) or deploys a node that runs it.
 //
 // # Retention is the dedupe window
 //

@@ -25,9 +25,14 @@ type Plan struct {
 	NodeStaleAfter time.Duration
 	// Batch bounds the rows ArchiveEpisodes, PurgeArchivedSteps,
 	// MarkJournalsPurged and DeleteSpentClaims each touch in one run.
-	// ExpireTriggerRequests (shared with the pollers) and DeleteStaleNodes
-	// are not bounded: their backlogs are small by nature.
+	// ExpireTriggerRequests (shared with the pollers), DeleteStaleNodes and
+	// the waiting-for-node findings are not bounded: their backlogs are
+	// small by nature.
 	Batch int
+	// WaitingForNodeAfter: work no live node can run that has been due
+	// for longer raises a waiting-for-node finding (see Config). Zero:
+	// any such work does.
+	WaitingForNodeAfter time.Duration
 }
 
 // Result is what one run did.
@@ -42,6 +47,8 @@ type Result struct {
 	EpisodesCanceled int64 // their still-unclaimed episodes, canceled
 	ClaimsDeleted    int64 // spent claim rows deleted
 	NodesDeleted     int64 // stale membership rows deleted
+	WaitingRaised    int64 // waiting-for-node findings raised or refreshed
+	WaitingCleared   int64 // waiting-for-node findings cleared
 }
 
 // Store is what maintenance needs from a dialect adapter: one run, in one
@@ -52,9 +59,13 @@ type Result struct {
 // Maintain rejects a Plan that fails Plan.Validate. When the lock is held
 // elsewhere it rolls back and returns Result{} (Ran false) and no error.
 // Otherwise it runs ArchiveEpisodes, PurgeArchivedSteps, MarkJournalsPurged,
-// ExpireTriggerRequests (every env), DeleteSpentClaims and DeleteStaleNodes,
-// in that order, and commits; on error nothing is committed. The scenarios
-// of conformance.RunMaintenance check all of this.
+// ExpireTriggerRequests (every env), DeleteSpentClaims, DeleteStaleNodes,
+// then the waiting-for-node findings (ListWaitingForNode with
+// membership.DefaultSilentAfter and WaitingForNodeAfter;
+// RaiseWaitingForNodeFinding for each overdue pair, WaitingFindings' rows;
+// ClearWaitingForNodeFindings), in that order, and commits; on error
+// nothing is committed. The scenarios of conformance.RunMaintenance and
+// conformance.RunWaitingForNode check all of this.
 type Store interface {
 	Maintain(ctx context.Context, p Plan) (Result, error)
 }

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/leasehold/leasehold/episodes"
 	"github.com/leasehold/leasehold/membership"
 	"github.com/leasehold/leasehold/telemetry"
 )
@@ -262,9 +263,17 @@ func (n *Node) Ready() bool { return n.Readiness().State == StateReady }
 // Drained reports whether the node has drained.
 func (n *Node) Drained() bool { return lifecycle(n.state.Load()) == stateDrained }
 
-// member is this node's membership row.
+// member is this node's membership row. Its Runnable is what the poller
+// asks work for (pollActors: the actors in mode full here, with their
+// overrides), so that operators and maintenance can tell which queued work
+// no live node runs; it follows mode changes at the next refresh.
 func (n *Node) member(draining bool) membership.Member {
-	return membership.Member{ID: n.id, Stack: n.cfg.StackSlug, Env: n.cfg.Env, Mode: string(n.Mode()), Draining: draining}
+	var runnable []episodes.Runnable
+	for _, id := range n.pollActors() {
+		runnable = append(runnable, n.actors[id].runnable...)
+	}
+	return membership.Member{ID: n.id, Stack: n.cfg.StackSlug, Env: n.cfg.Env, Mode: string(n.Mode()), Draining: draining,
+		Runnable: runnable}
 }
 
 // memberPeriod is how often the membership row is refreshed, and the

@@ -11,6 +11,7 @@ import (
 
 	"github.com/leasehold/leasehold/episodes"
 	"github.com/leasehold/leasehold/inspect"
+	"github.com/leasehold/leasehold/membership"
 )
 
 // The episode list (filters, keyset pages) and the episode page (its
@@ -90,6 +91,9 @@ type episodesPage struct {
 	Error      string
 	Unset      string
 	ShownLimit int
+	// Waiting is, by episode ID, what a queued episode that no live node
+	// can run waits for (membership.Waiting.Reason).
+	Waiting map[int64]string
 }
 
 // errorClasses are the classes leasehold itself writes, offered in the
@@ -128,6 +132,10 @@ func (h *Handler) episodeList(w http.ResponseWriter, r *http.Request) {
 		data.NewestURL = h.cfg.Prefix + "/episodes?" + q.values(0).Encode()
 	}
 	data.Rows = rows
+	if data.Waiting, err = h.waiting(ctx, rows); err != nil {
+		h.failErr(w, r, err)
+		return
+	}
 	data.Filtered = len(q.values(0)) > 0
 	if partial(r) {
 		h.render(w, r, "episodes", http.StatusOK, data) // the live block has no form
@@ -149,8 +157,36 @@ func (h *Handler) episodeList(w http.ResponseWriter, r *http.Request) {
 	h.render(w, r, "episodes", http.StatusOK, data)
 }
 
+// waiting reads, when some of rows are queued, which of them no live node
+// can run (ListWaitingForNode, one read that decides nothing), and returns
+// what each waits for by episode ID.
+func (h *Handler) waiting(ctx context.Context, rows []inspect.EpisodeRow) (map[int64]string, error) {
+	if !slices.ContainsFunc(rows, func(e inspect.EpisodeRow) bool { return e.Status == episodes.StatusQueued }) {
+		return nil, nil
+	}
+	ws, err := h.store.ListWaitingForNode(ctx, membership.WaitingQuery{SilentAfter: h.cfg.NodeSilentAfter})
+	if err != nil {
+		return nil, err
+	}
+	type pair struct{ env, actor, expectation string }
+	by := make(map[pair]membership.Waiting, len(ws))
+	for _, w := range ws {
+		by[pair{w.Env, w.ActorID, w.ExpectationID}] = w
+	}
+	out := map[int64]string{}
+	for _, e := range rows {
+		if w, ok := by[pair{e.SourceEnv, e.ActorID, e.ExpectationID}]; ok && e.Status == episodes.StatusQueued {
+			out[e.ID] = w.Reason()
+		}
+	}
+	return out, nil
+}
+
 type episodePage struct {
 	page
+	// Waiting is what the episode waits for when it is queued and no live
+	// node can run it; "" otherwise.
+	Waiting    string
 	E          inspect.EpisodeDetail
 	Grants     []grantView
 	Shown      int // journal steps loaded
@@ -178,8 +214,9 @@ func terminal(s episodes.Status) bool {
 	return false
 }
 
-// loadEpisode reads the episode page's data: the episode, its grants and
-// the last steps of its journal (three statements, three snapshots).
+// loadEpisode reads the episode page's data: the episode, its grants, the
+// last steps of its journal and, when it is queued, whether a live node
+// can run it (up to four statements, as many snapshots).
 func (h *Handler) loadEpisode(ctx context.Context, p page, id int64) (episodePage, error) {
 	d, err := h.store.DashboardEpisode(ctx, id)
 	if err != nil {
@@ -193,8 +230,12 @@ func (h *Handler) loadEpisode(ctx context.Context, p page, id int64) (episodePag
 	if err != nil {
 		return episodePage{}, err
 	}
+	waiting, err := h.waiting(ctx, []inspect.EpisodeRow{{Episode: d.Episode.Episode}})
+	if err != nil {
+		return episodePage{}, err
+	}
 	data := episodePage{page: p, E: d, Grants: timeline(d, grants, steps, p.Now), Shown: len(steps),
-		Terminal: terminal(d.Status), Attempt: d.Attempt(), HasClaim: d.Claim != nil}
+		Terminal: terminal(d.Status), Attempt: d.Attempt(), HasClaim: d.Claim != nil, Waiting: waiting[d.ID]}
 	data.ClaimLater = d.Claim != nil && laterRun(d, d.Claim)
 	live := (d.Status == episodes.StatusQueued || d.Status == episodes.StatusRunning) && d.ArchivedAt == nil
 	data.CanCancel = !h.cfg.ReadOnly && live && d.CancelRequestedAt == nil

@@ -16,6 +16,7 @@ import (
 
 	"github.com/leasehold/leasehold/episodes"
 	"github.com/leasehold/leasehold/inspect"
+	"github.com/leasehold/leasehold/membership"
 	"github.com/leasehold/leasehold/workflows"
 )
 
@@ -44,6 +45,9 @@ type Store interface {
 	// episode is not in a state they apply to.
 	CancelEpisode(ctx context.Context, id int64, detail json.RawMessage) (episodes.Canceled, error)
 	RequeueEpisode(ctx context.Context, id int64, by string) (episodes.Retried, error)
+	// ListWaitingForNode (nodes.sql) marks the queued episodes that no
+	// live node can run; a read that decides nothing.
+	membership.WaitingReader
 }
 
 // Config configures the dashboard. The zero value serves every page with
@@ -76,8 +80,10 @@ type Config struct {
 	// in order of their episodes.
 	Workflows []workflows.Definition
 	// NodeSilentAfter marks a node whose heartbeat is older than this on
-	// the database clock as silent (it may be dead). Default 15 s: three
-	// membership refreshes of a node with the default heartbeat.
+	// the database clock as silent (it may be dead), and such a node is
+	// not counted as able to run the queued work the episode pages mark
+	// as waiting for a node. Default membership.DefaultSilentAfter (15 s):
+	// three membership refreshes of a node with the default heartbeat.
 	NodeSilentAfter time.Duration
 	// PollInterval is how often an open overview, episode list or
 	// episode page refreshes its live parts (short polling of the same
@@ -103,7 +109,7 @@ type Config struct {
 }
 
 const (
-	defaultSilentAfter  = 15 * time.Second
+	defaultSilentAfter  = membership.DefaultSilentAfter
 	defaultPollInterval = 3 * time.Second
 	defaultPageSize     = 50
 	defaultJournalSteps = 200

@@ -9,6 +9,7 @@ import (
 
 	"github.com/leasehold/leasehold/db"
 	"github.com/leasehold/leasehold/maintenance"
+	"github.com/leasehold/leasehold/membership"
 )
 
 var _ maintenance.Store = (*Store)(nil)
@@ -107,5 +108,43 @@ func (s *Store) maintain(ctx context.Context, tx pgx.Tx, p maintenance.Plan) (ma
 	if res.NodesDeleted, err = s.q.DeleteStaleNodes(ctx, tx, p.NodeStaleAfter.Milliseconds()); err != nil {
 		return res, dbError("DeleteStaleNodes", err)
 	}
+	if err := s.waitingFindings(ctx, tx, p, &res); err != nil {
+		return res, err
+	}
 	return res, nil
+}
+
+// waitingFindings raises the waiting-for-node finding of each pair whose
+// work no live node can run and that has waited longer than
+// p.WaitingForNodeAfter (the statement decides, on the database clock), and
+// clears those whose pair no longer waits, on tx.
+func (s *Store) waitingFindings(ctx context.Context, tx pgx.Tx, p maintenance.Plan, res *maintenance.Result) error {
+	ws, err := s.listWaitingForNode(ctx, tx, membership.WaitingQuery{
+		SilentAfter: membership.DefaultSilentAfter, OverdueAfter: p.WaitingForNodeAfter,
+	})
+	if err != nil {
+		return err
+	}
+	raise, waiting, err := maintenance.WaitingFindings(ws)
+	if err != nil {
+		return err
+	}
+	for _, f := range raise {
+		n, err := s.q.RaiseWaitingForNodeFinding(ctx, tx, db.RaiseWaitingForNodeFindingParams{
+			FindingKey: f.Key, Env: f.Env, Class: maintenance.ClassWaitingForNode,
+			Severity: maintenance.SeverityWaitingForNode, Summary: f.Summary, Data: f.Data,
+			ActorID: f.ActorID, EpisodeID: f.EpisodeID,
+		})
+		if err != nil {
+			return dbError("RaiseWaitingForNodeFinding", err)
+		}
+		res.WaitingRaised += n
+	}
+	res.WaitingCleared, err = s.q.ClearWaitingForNodeFindings(ctx, tx, db.ClearWaitingForNodeFindingsParams{
+		Class: maintenance.ClassWaitingForNode, Waiting: waiting,
+	})
+	if err != nil {
+		return dbError("ClearWaitingForNodeFindings", err)
+	}
+	return nil
 }

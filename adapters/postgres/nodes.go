@@ -2,17 +2,28 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/leasehold/leasehold/db"
+	"github.com/leasehold/leasehold/episodes"
 	"github.com/leasehold/leasehold/membership"
 )
 
-var _ membership.Store = (*Store)(nil)
+var (
+	_ membership.Store         = (*Store)(nil)
+	_ membership.WaitingReader = (*Store)(nil)
+)
 
 // RegisterNode runs RegisterNode.
 func (s *Store) RegisterNode(ctx context.Context, m membership.Member) error {
-	err := s.q.RegisterNode(ctx, s.conn, db.RegisterNodeParams{NodeID: m.ID, Stack: m.Stack, Env: m.Env, Mode: m.Mode})
+	runnable, err := episodes.RunnableJSON(m.Runnable)
+	if err != nil {
+		return fmt.Errorf("postgres: RegisterNode: %w", err)
+	}
+	err = s.q.RegisterNode(ctx, s.conn, db.RegisterNodeParams{
+		NodeID: m.ID, Stack: m.Stack, Env: m.Env, Mode: m.Mode, Runnable: runnable,
+	})
 	if err != nil {
 		return dbError("RegisterNode", err)
 	}
@@ -21,8 +32,12 @@ func (s *Store) RegisterNode(ctx context.Context, m membership.Member) error {
 
 // HeartbeatNode runs HeartbeatNode.
 func (s *Store) HeartbeatNode(ctx context.Context, m membership.Member) error {
-	err := s.q.HeartbeatNode(ctx, s.conn, db.HeartbeatNodeParams{
-		NodeID: m.ID, Stack: m.Stack, Env: m.Env, Mode: m.Mode, Draining: m.Draining,
+	runnable, err := episodes.RunnableJSON(m.Runnable)
+	if err != nil {
+		return fmt.Errorf("postgres: HeartbeatNode: %w", err)
+	}
+	err = s.q.HeartbeatNode(ctx, s.conn, db.HeartbeatNodeParams{
+		NodeID: m.ID, Stack: m.Stack, Env: m.Env, Mode: m.Mode, Draining: m.Draining, Runnable: runnable,
 	})
 	if err != nil {
 		return dbError("HeartbeatNode", err)
@@ -51,6 +66,39 @@ func (s *Store) ListNodes(ctx context.Context) ([]membership.Row, error) {
 			StartedAt: r.StartedAt, HeartbeatAt: r.HeartbeatAt,
 			HeartbeatAge: time.Duration(r.HeartbeatAgeMs) * time.Millisecond, LiveLeases: r.LiveLeases,
 		}
+	}
+	return out, nil
+}
+
+// ListWaitingForNode runs ListWaitingForNode, a read that decides nothing:
+// the due queued work of each (actor, expectation) pair that no live node
+// can run.
+func (s *Store) ListWaitingForNode(ctx context.Context, q membership.WaitingQuery) ([]membership.Waiting, error) {
+	return s.listWaitingForNode(ctx, s.conn, q)
+}
+
+// listWaitingForNode runs ListWaitingForNode on conn (Maintain's
+// transaction, or the Store's connection).
+func (s *Store) listWaitingForNode(ctx context.Context, conn db.DBTX, q membership.WaitingQuery) ([]membership.Waiting, error) {
+	if q.SilentAfter <= 0 {
+		q.SilentAfter = membership.DefaultSilentAfter
+	}
+	rows, err := s.q.ListWaitingForNode(ctx, conn, db.ListWaitingForNodeParams{
+		SilentAfterMs: q.SilentAfter.Milliseconds(), OverdueAfterMs: max(q.OverdueAfter, 0).Milliseconds(),
+	})
+	if err != nil {
+		return nil, dbError("ListWaitingForNode", err)
+	}
+	out := make([]membership.Waiting, len(rows))
+	for i, r := range rows {
+		w := membership.Waiting{
+			Env: r.SourceEnv, ActorID: r.ActorID, ExpectationID: r.ExpectationID, Episodes: r.Waiting,
+			Since: r.WaitingSince, OldestEpisodeID: r.OldestEpisodeID, Overdue: r.Overdue, LastNode: r.LastNodeID,
+		}
+		if r.LastHeartbeatAt != nil {
+			w.LastHeartbeatAt = *r.LastHeartbeatAt
+		}
+		out[i] = w
 	}
 	return out, nil
 }

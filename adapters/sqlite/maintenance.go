@@ -8,6 +8,7 @@ import (
 	"github.com/leasehold/leasehold/db/sqlitedb"
 	"github.com/leasehold/leasehold/episodes"
 	"github.com/leasehold/leasehold/maintenance"
+	"github.com/leasehold/leasehold/membership"
 )
 
 var _ maintenance.Store = (*Store)(nil)
@@ -60,6 +61,7 @@ func (s *Store) Maintain(ctx context.Context, p maintenance.Plan) (maintenance.R
 	due, err := s.q.MaintenanceDue(ctx, s.conn, sqlitedb.MaintenanceDueParams{
 		RetentionMs: p.Retention.Milliseconds(), RequestTtlMs: p.RequestTTL.Milliseconds(),
 		HorizonMs: p.ClaimHorizon.Milliseconds(), StaleAfterMs: p.NodeStaleAfter.Milliseconds(),
+		WaitingAfterMs: p.WaitingForNodeAfter.Milliseconds(), WaitingClass: maintenance.ClassWaitingForNode,
 	})
 	if err != nil {
 		return maintenance.Result{}, dbError("MaintenanceDue", err)
@@ -132,5 +134,44 @@ func (s *Store) maintain(ctx context.Context, p maintenance.Plan) (maintenance.R
 	if res.NodesDeleted, err = s.q.DeleteStaleNodes(ctx, s.conn, p.NodeStaleAfter.Milliseconds()); err != nil {
 		return maintenance.Result{}, dbError("DeleteStaleNodes", err)
 	}
+	if err := s.waitingFindings(ctx, p, &res); err != nil {
+		return maintenance.Result{}, err
+	}
 	return res, nil
+}
+
+// waitingFindings raises the waiting-for-node finding of each pair whose
+// work no live node can run and that has waited longer than
+// p.WaitingForNodeAfter (the statement decides, on the database clock), and
+// clears those whose pair no longer waits; s is bound to the run's
+// transaction.
+func (s *Store) waitingFindings(ctx context.Context, p maintenance.Plan, res *maintenance.Result) error {
+	ws, err := s.ListWaitingForNode(ctx, membership.WaitingQuery{
+		SilentAfter: membership.DefaultSilentAfter, OverdueAfter: p.WaitingForNodeAfter,
+	})
+	if err != nil {
+		return err
+	}
+	raise, waiting, err := maintenance.WaitingFindings(ws)
+	if err != nil {
+		return err
+	}
+	for _, f := range raise {
+		n, err := s.q.RaiseWaitingForNodeFinding(ctx, s.conn, sqlitedb.RaiseWaitingForNodeFindingParams{
+			FindingKey: f.Key, Env: f.Env, Class: maintenance.ClassWaitingForNode,
+			Severity: maintenance.SeverityWaitingForNode, Summary: f.Summary, Data: f.Data,
+			ActorID: f.ActorID, EpisodeID: f.EpisodeID,
+		})
+		if err != nil {
+			return dbError("RaiseWaitingForNodeFinding", err)
+		}
+		res.WaitingRaised += n
+	}
+	res.WaitingCleared, err = s.q.ClearWaitingForNodeFindings(ctx, s.conn, sqlitedb.ClearWaitingForNodeFindingsParams{
+		Class: maintenance.ClassWaitingForNode, Waiting: waiting,
+	})
+	if err != nil {
+		return dbError("ClearWaitingForNodeFindings", err)
+	}
+	return nil
 }

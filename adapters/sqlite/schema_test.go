@@ -36,7 +36,13 @@ func TestSchemaMatchesPostgres(t *testing.T) {
 		{db.LeaseholdWorkflowStep{}, sqlitedb.LeaseholdWorkflowStep{}},
 	} {
 		pg, lite := reflect.TypeOf(pair[0]), reflect.TypeOf(pair[1])
-		require.Equal(t, columns(pg), columns(lite), pg.Name())
+		want := columns(pg)
+		for i, c := range want {
+			if _, ok := notNullJSONB[pg.Name()+"."+strings.TrimSuffix(c, " NULL")]; ok {
+				want[i] = strings.TrimSuffix(c, " NULL")
+			}
+		}
+		require.Equal(t, want, columns(lite), pg.Name())
 	}
 
 	want := postgresIndexes(t)
@@ -52,6 +58,12 @@ func TestSchemaMatchesPostgres(t *testing.T) {
 	}
 	require.NoError(t, rows.Err())
 	require.Equal(t, want, got)
+}
+
+// notNullJSONB are the Postgres jsonb columns declared NOT NULL: sqlc
+// models every jsonb column as []byte, which columns reads as nullable.
+var notNullJSONB = map[string]struct{}{
+	"LeaseholdNode.Runnable": {}, // migration 00012, NOT NULL DEFAULT '[]'
 }
 
 // sqliteOnlyTables are the SQLite tables Postgres has no counterpart of,

@@ -16,6 +16,7 @@ import (
 	"github.com/leasehold/leasehold/episodes"
 	"github.com/leasehold/leasehold/inspect"
 	"github.com/leasehold/leasehold/maintenance"
+	"github.com/leasehold/leasehold/membership"
 )
 
 // TestUnitDurationsAsMilliseconds: every Store method that takes
@@ -45,6 +46,7 @@ func TestUnitDurationsAsMilliseconds(t *testing.T) {
 		horizon    = 9_007_001 * time.Millisecond
 		nodeStale  = 61_007 * time.Millisecond
 		delay      = 2_333 * time.Millisecond
+		waiting    = 7_001_009 * time.Millisecond
 	)
 	want := map[string]map[string]time.Duration{}
 	sent := func(name string, params map[string]time.Duration) { want[name] = params }
@@ -72,8 +74,10 @@ func TestUnitDurationsAsMilliseconds(t *testing.T) {
 	sent("ClaimTriggerRequests", map[string]time.Duration{"lease_ms": lease})
 	_, _ = s.DispatchTriggerRequest(ctx, episodes.TriggerRequest{ID: 1, Owner: "a", Fence: 2}, lease)
 	sent("DispatchTriggerRequest", map[string]time.Duration{"lease_ms": lease})
-	_, err := s.Maintain(ctx, maintenance.Plan{Retention: retention, ClaimHorizon: horizon, RequestTTL: ttl, NodeStaleAfter: nodeStale, Batch: 10})
+	_, err := s.Maintain(ctx, maintenance.Plan{Retention: retention, ClaimHorizon: horizon, RequestTTL: ttl, NodeStaleAfter: nodeStale,
+		Batch: 10, WaitingForNodeAfter: waiting})
 	require.NoError(t, err)
+	sent("ListWaitingForNode", map[string]time.Duration{"silent_after_ms": membership.DefaultSilentAfter, "overdue_after_ms": waiting})
 	sent("ArchiveEpisodes", map[string]time.Duration{"retention_ms": retention})
 	sent("ExpireTriggerRequests", map[string]time.Duration{"ttl_ms": ttl})
 	sent("DeleteSpentClaims", map[string]time.Duration{"horizon_ms": horizon})

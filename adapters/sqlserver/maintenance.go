@@ -10,6 +10,7 @@ import (
 	"github.com/leasehold/leasehold/claims"
 	"github.com/leasehold/leasehold/episodes"
 	"github.com/leasehold/leasehold/maintenance"
+	"github.com/leasehold/leasehold/membership"
 )
 
 // Maintain runs one maintenance pass in one transaction on one pooled
@@ -125,5 +126,47 @@ func (s *Store) maintain(ctx context.Context, p maintenance.Plan) (maintenance.R
 	); err != nil {
 		return maintenance.Result{}, err
 	}
+	if err := s.waitingFindings(ctx, p, &res); err != nil {
+		return maintenance.Result{}, err
+	}
 	return res, nil
+}
+
+// waitingFindings raises the waiting-for-node finding of each pair whose
+// work no live node can run and that has waited longer than
+// p.WaitingForNodeAfter (the statement decides, on the database clock), and
+// clears those whose pair no longer waits; s is bound to the run's
+// transaction.
+func (s *Store) waitingFindings(ctx context.Context, p maintenance.Plan, res *maintenance.Result) error {
+	ws, err := s.ListWaitingForNode(ctx, membership.WaitingQuery{
+		SilentAfter: membership.DefaultSilentAfter, OverdueAfter: p.WaitingForNodeAfter,
+	})
+	if err != nil {
+		return err
+	}
+	raise, waiting, err := maintenance.WaitingFindings(ws)
+	if err != nil {
+		return err
+	}
+	for _, f := range raise {
+		n, err := s.execRows(ctx, "RaiseWaitingForNodeFinding",
+			sql.Named("finding_key", f.Key),
+			sql.Named("env", f.Env),
+			sql.Named("class", maintenance.ClassWaitingForNode),
+			sql.Named("severity", maintenance.SeverityWaitingForNode),
+			sql.Named("summary", f.Summary),
+			sql.Named("data", f.Data),
+			sql.Named("actor_id", f.ActorID),
+			sql.Named("episode_id", f.EpisodeID),
+		)
+		if err != nil {
+			return err
+		}
+		res.WaitingRaised += n
+	}
+	res.WaitingCleared, err = s.execRows(ctx, "ClearWaitingForNodeFindings",
+		sql.Named("class", maintenance.ClassWaitingForNode),
+		sql.Named("waiting", waiting),
+	)
+	return err
 }

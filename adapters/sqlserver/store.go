@@ -252,6 +252,10 @@ var resultColumns = map[string][]string{
 		"node_id", "stack", "env", "mode", "draining", "started_at", "heartbeat_at",
 		"heartbeat_age_ms", "live_leases",
 	},
+	"ListWaitingForNode": {
+		"source_env", "actor_id", "expectation_id", "waiting", "waiting_since", "oldest_episode_id",
+		"overdue", "last_node_id", "last_heartbeat_at",
+	},
 
 	"TryMaintenanceLock": {"acquired"},
 	"ArchiveEpisodes":    rowsAffected,
@@ -259,6 +263,9 @@ var resultColumns = map[string][]string{
 	"MarkJournalsPurged": rowsAffected,
 	"DeleteSpentClaims":  rowsAffected,
 	"DeleteStaleNodes":   rowsAffected,
+
+	"RaiseWaitingForNodeFinding":  rowsAffected,
+	"ClearWaitingForNodeFindings": rowsAffected,
 
 	"CreateWorkflowInstance":     {"id", "created_at"},
 	"GetRunningWorkflowInstance": instanceColumns,

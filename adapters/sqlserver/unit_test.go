@@ -384,6 +384,8 @@ func TestUnitParamsMatchPostgres(t *testing.T) {
 		switch {
 		case name == "TryMaintenanceLock": // acquired, so Maintain sends every batch
 			return fakeResult{cols: resultColumns[name], rows: [][]driver.Value{{true}}}
+		case name == "ListWaitingForNode": // overdue, so Maintain raises its finding
+			return fakeResult{cols: resultColumns[name], rows: [][]driver.Value{waitingRow(true)}}
 		case slices.Equal(resultColumns[name], rowsAffected):
 			return fakeResult{cols: resultColumns[name], rows: [][]driver.Value{{int64(0)}}}
 		}
@@ -432,7 +434,8 @@ func TestUnitParamsMatchPostgres(t *testing.T) {
 	_, _ = s.ClearFinding(ctx, tk, 1, "f")
 	_, _ = s.ActiveFindings(ctx, findings.Query{Env: "rc", Limit: 10})
 	_, _ = s.ReleaseMany(ctx, "a", []claims.Held{{Key: "k", Fence: 7}})
-	_ = s.RegisterNode(ctx, membership.Member{ID: "n", Stack: "s", Env: "rc", Mode: "full"})
+	_ = s.RegisterNode(ctx, membership.Member{ID: "n", Stack: "s", Env: "rc", Mode: "full",
+		Runnable: []episodes.Runnable{{ActorID: "billing", ExpectationID: "charge"}}})
 	_ = s.HeartbeatNode(ctx, membership.Member{ID: "n", Mode: "full", Draining: true})
 	_ = s.DeregisterNode(ctx, "n")
 	_, _ = s.ListNodes(ctx)
@@ -469,7 +472,7 @@ func TestUnitParamsMatchPostgres(t *testing.T) {
 	_, _ = s.DashboardFindingHistory(ctx, "rc", "k", 10)
 	res, err := s.Maintain(ctx, maintenance.Plan{
 		Retention: 30 * 24 * time.Hour, ClaimHorizon: 90 * 24 * time.Hour, RequestTTL: time.Hour,
-		NodeStaleAfter: time.Minute, Batch: 500,
+		NodeStaleAfter: time.Minute, Batch: 500, WaitingForNodeAfter: 40 * 24 * time.Hour,
 	})
 	require.NoError(t, err)
 	require.True(t, res.Ran)
@@ -483,6 +486,7 @@ func TestUnitParamsMatchPostgres(t *testing.T) {
 		"instance_id": int64(0), "new_episode_id": int64(0), "from_episode_id": int64(0),
 		"bound_ms": int64(0), "delay_ms": int64(0), "backoff_ms": int64(0), "start": false, "attempts": int32(0),
 		"before_id": int64(0), "window_ms": int64(0), "bucket_ms": int64(0),
+		"silent_after_ms": int64(0), "overdue_after_ms": int64(0),
 	}
 	require.ElementsMatch(t, slices.Collect(maps.Keys(resultColumns)), slices.Collect(maps.Keys(f.params)), "every statement ran")
 	// The bounds travel in the batch they top, with the Postgres bound's
@@ -495,7 +499,8 @@ func TestUnitParamsMatchPostgres(t *testing.T) {
 		"RequeueOrphan": boundLockWait, "HoldClaim": boundTransaction, "TryMaintenanceLock": boundTransaction, "ArchiveEpisodes": boundTransaction,
 		"PurgeArchivedSteps": boundTransaction, "MarkJournalsPurged": boundTransaction,
 		"ExpireTriggerRequests": boundTransaction, "DeleteSpentClaims": boundTransaction,
-		"DeleteStaleNodes": boundTransaction,
+		"DeleteStaleNodes": boundTransaction, "ListWaitingForNode": boundTransaction,
+		"RaiseWaitingForNodeFinding": boundTransaction, "ClearWaitingForNodeFindings": boundTransaction,
 	}
 	for name := range f.params {
 		require.Equal(t, wantBound[name], f.bounds[name], "%s is sent behind the wrong bound", name)
@@ -532,6 +537,15 @@ func TestUnitParamsMatchPostgres(t *testing.T) {
 	require.Nil(t, f.params["UpdateFinding"]["data"])
 	require.Equal(t, `[{"dedupe_key":"k","fence":7}]`, f.params["ReleaseClaims"]["held"])
 	require.Equal(t, true, f.params["HeartbeatNode"]["draining"])
+	require.Equal(t, `[{"actor_id":"billing","expectation_id":"charge"}]`, f.params["RegisterNode"]["runnable"],
+		"the node's pairs travel as ClaimTriggerRequests' JSON array")
+	require.Equal(t, `[]`, f.params["HeartbeatNode"]["runnable"], "no pairs is an empty array, never NULL")
+	require.Equal(t, int64(40*24*3_600_000), f.params["ListWaitingForNode"]["overdue_after_ms"])
+	require.Equal(t, membership.DefaultSilentAfter.Milliseconds(), f.params["ListWaitingForNode"]["silent_after_ms"])
+	require.Equal(t, "leasehold/waiting-for-node/rc/billing/refund", f.params["RaiseWaitingForNodeFinding"]["finding_key"])
+	require.Equal(t, int64(9), f.params["RaiseWaitingForNodeFinding"]["episode_id"], "raised by the oldest waiting episode")
+	require.Equal(t, `[{"env":"rc","finding_key":"leasehold/waiting-for-node/rc/billing/refund"}]`,
+		f.params["ClearWaitingForNodeFindings"]["waiting"])
 	// Durations over 24.8 days travel whole, as bigint milliseconds: the
 	// batches split them for DATEADD.
 	require.Equal(t, int64(30*24*3_600_000), f.params["ArchiveEpisodes"]["retention_ms"])
@@ -1437,7 +1451,8 @@ func TestUnitMaintain(t *testing.T) {
 	}
 	count := map[string]int64{
 		"ArchiveEpisodes": 3, "PurgeArchivedSteps": 40, "MarkJournalsPurged": 2,
-		"DeleteSpentClaims": 5, "DeleteStaleNodes": 1,
+		"DeleteSpentClaims": 5, "DeleteStaleNodes": 1, "RaiseWaitingForNodeFinding": 1,
+		"ClearWaitingForNodeFindings": 2,
 	}
 	answer := func(acquired bool, failing string) func(string, map[string]any) fakeResult {
 		return func(name string, _ map[string]any) fakeResult {
@@ -1450,6 +1465,8 @@ func TestUnitMaintain(t *testing.T) {
 				return fakeResult{cols: resultColumns[name], rows: [][]driver.Value{
 					{int64(1), int64(10), true}, {int64(2), int64(11), false}, {int64(3), int64(12), true},
 				}}
+			case name == "ListWaitingForNode": // one pair overdue, one not yet
+				return fakeResult{cols: resultColumns[name], rows: [][]driver.Value{waitingRow(true), waitingRow(false)}}
 			}
 			return fakeResult{cols: resultColumns[name], rows: [][]driver.Value{{count[name]}}}
 		}
@@ -1471,16 +1488,18 @@ func TestUnitMaintain(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, maintenance.Result{
 			Ran: true, Archived: 3, StepsPurged: 40, JournalsMarked: 2, RequestsExpired: 3,
-			EpisodesCanceled: 2, ClaimsDeleted: 5, NodesDeleted: 1,
+			EpisodesCanceled: 2, ClaimsDeleted: 5, NodesDeleted: 1, WaitingRaised: 1, WaitingCleared: 2,
 		}, res)
 		require.Equal(t, []string{
 			"begin Read Committed", "TryMaintenanceLock", "ArchiveEpisodes", "PurgeArchivedSteps",
-			"MarkJournalsPurged", "ExpireTriggerRequests", "DeleteSpentClaims", "DeleteStaleNodes", "commit",
-		}, f.events(), "one transaction, the Postgres order")
+			"MarkJournalsPurged", "ExpireTriggerRequests", "DeleteSpentClaims", "DeleteStaleNodes",
+			"ListWaitingForNode", "RaiseWaitingForNodeFinding", "ClearWaitingForNodeFindings", "commit",
+		}, f.events(), "one transaction, the Postgres order; only the overdue pair raises")
 		require.Equal(t, true, f.params["ExpireTriggerRequests"]["all_envs"])
 	})
 
-	for _, failing := range []string{"TryMaintenanceLock", "PurgeArchivedSteps", "ExpireTriggerRequests", "DeleteStaleNodes"} {
+	for _, failing := range []string{"TryMaintenanceLock", "PurgeArchivedSteps", "ExpireTriggerRequests", "DeleteStaleNodes",
+		"ListWaitingForNode", "RaiseWaitingForNodeFinding", "ClearWaitingForNodeFindings"} {
 		t.Run("deadlock in "+failing, func(t *testing.T) {
 			f := newFake(t)
 			f.answer = answer(true, failing)
@@ -1516,7 +1535,7 @@ func TestUnitMaintain(t *testing.T) {
 		ev := f.events()
 		require.Equal(t, 2, countOf(ev, "begin Read Committed"))
 		require.Equal(t, 2, countOf(ev, "ArchiveEpisodes"), "the second run starts over")
-		require.Equal(t, []string{"DeleteStaleNodes", "commit"}, ev[len(ev)-2:])
+		require.Equal(t, []string{"ClearWaitingForNodeFindings", "commit"}, ev[len(ev)-2:])
 	})
 
 	t.Run("other errors are not retried", func(t *testing.T) {
@@ -1565,4 +1584,14 @@ func TestUnitMaintain(t *testing.T) {
 		_, err = s.Maintain(ctx, plan)
 		require.ErrorContains(t, err, "no database")
 	})
+}
+
+// waitingRow is a ListWaitingForNode row: billing/refund waiting in env rc
+// (overdue), or billing/charge (not yet), last seen on node-7.
+func waitingRow(overdue bool) []driver.Value {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	if overdue {
+		return []driver.Value{"rc", "billing", "refund", int64(2), now.Add(-2 * time.Hour), int64(9), true, "node-7", now.Add(-time.Hour)}
+	}
+	return []driver.Value{"rc", "billing", "charge", int64(1), now, int64(10), false, "", nil}
 }

@@ -41,6 +41,7 @@ type cliStore interface {
 	CancelEpisode(ctx context.Context, id int64, detail json.RawMessage) (episodes.Canceled, error)
 	RequeueEpisode(ctx context.Context, id int64, by string) (episodes.Retried, error)
 	ListNodes(ctx context.Context) ([]membership.Row, error)
+	membership.WaitingReader
 	workflows.Store
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/leasehold/leasehold/claims"
 	"github.com/leasehold/leasehold/episodes"
 	"github.com/leasehold/leasehold/inspect"
+	"github.com/leasehold/leasehold/membership"
 	"github.com/leasehold/leasehold/recovery"
 )
 
@@ -45,6 +46,66 @@ type episodeJSON struct {
 	StartedAt     string `json:"started_at,omitempty"`
 	FinishedAt    string `json:"finished_at,omitempty"`
 	LastStepAt    string `json:"last_step_at,omitempty"`
+	// WaitingForNode is set on a queued episode whose (actor,
+	// expectation) no live node of its env runs (ListWaitingForNode).
+	WaitingForNode *waitingJSON `json:"waiting_for_node,omitempty"`
+}
+
+// waitingJSON says what a queued episode waits for: a node that runs
+// actor/expectation; last_node is the node row that lists the pair and
+// heartbeated last, omitted when none does.
+type waitingJSON struct {
+	ActorID         string `json:"actor_id"`
+	ExpectationID   string `json:"expectation_id"`
+	Since           string `json:"since"` // the pair's oldest waiting work, due since (database time)
+	LastNode        string `json:"last_node,omitempty"`
+	LastHeartbeatAt string `json:"last_heartbeat_at,omitempty"`
+	Reason          string `json:"reason"`
+}
+
+// waitingKey is what ListWaitingForNode groups by.
+type waitingKey struct{ env, actor, expectation string }
+
+// waitingFor reads which work no live node can run, when some of list is
+// queued (one read, which decides nothing), by env and pair.
+func waitingFor(ctx context.Context, store cliStore, list []episodes.Episode) (map[waitingKey]membership.Waiting, error) {
+	if !slices.ContainsFunc(list, func(e episodes.Episode) bool { return e.Status == episodes.StatusQueued }) {
+		return nil, nil
+	}
+	ws, err := store.ListWaitingForNode(ctx, membership.WaitingQuery{})
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[waitingKey]membership.Waiting, len(ws))
+	for _, w := range ws {
+		out[waitingKey{w.Env, w.ActorID, w.ExpectationID}] = w
+	}
+	return out, nil
+}
+
+// waitingOf is what queued episode e waits for, if no live node runs its
+// pair; false otherwise.
+func waitingOf(waiting map[waitingKey]membership.Waiting, e episodes.Episode) (membership.Waiting, bool) {
+	if e.Status != episodes.StatusQueued {
+		return membership.Waiting{}, false
+	}
+	w, ok := waiting[waitingKey{e.SourceEnv, e.ActorID, e.ExpectationID}]
+	return w, ok
+}
+
+func toWaitingJSON(w membership.Waiting) *waitingJSON {
+	out := &waitingJSON{ActorID: w.ActorID, ExpectationID: w.ExpectationID, Since: utc(w.Since), LastNode: w.LastNode, Reason: w.Reason()}
+	if w.LastNode != "" {
+		out.LastHeartbeatAt = utc(w.LastHeartbeatAt)
+	}
+	return out
+}
+
+// waitingText is w.Reason() for text output, its stored names escaped as
+// every other cell is.
+func waitingText(w membership.Waiting) string {
+	w.ActorID, w.ExpectationID, w.LastNode = cell(w.ActorID), cell(w.ExpectationID), cell(w.LastNode)
+	return w.Reason()
 }
 
 func toEpisodeJSON(e episodes.Episode) episodeJSON {
@@ -126,7 +187,10 @@ func episodesCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "ls lists episodes, newest first, with their error class. A stale episode is")
 		fmt.Fprintln(w, "not necessarily an orphan (its lease may be live); 'leasehold sweep -dry-run'")
-		fmt.Fprintln(w, "shows the orphans.")
+		fmt.Fprintln(w, "shows the orphans. A queued episode whose actor and expectation no live node")
+		fmt.Fprintln(w, "of its env runs (a rolling deploy added or removed it) is listed after the")
+		fmt.Fprintln(w, "table, as in show: waiting for a node that runs actor/expectation, and the")
+		fmt.Fprintln(w, "node that last listed it. It waits without spending attempts; cancel ends it.")
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "show prints one episode: status, attempt, error class and detail, payload,")
 		fmt.Fprintln(w, "result, stack, env and owner; its work claim (state, owner, fence, lease, and")
@@ -215,10 +279,17 @@ func episodesCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	if err != nil {
 		return exitCode(stderr, cmd, err)
 	}
+	waiting, err := waitingFor(ctx, conn.store, list)
+	if err != nil {
+		return exitCode(stderr, cmd, err)
+	}
 	if *asJSON {
 		out := make([]episodeJSON, len(list))
 		for i, e := range list {
 			out[i] = toEpisodeJSON(e)
+			if w, ok := waitingOf(waiting, e); ok {
+				out[i].WaitingForNode = toWaitingJSON(w)
+			}
 		}
 		if err := writeJSONLines(stdout, out); err != nil {
 			return exitCode(stderr, cmd, err)
@@ -234,6 +305,11 @@ func episodesCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	}
 	if err := tw.Flush(); err != nil {
 		return exitCode(stderr, cmd, err)
+	}
+	for _, e := range list {
+		if w, ok := waitingOf(waiting, e); ok {
+			fmt.Fprintf(stdout, "episode %d: %s\n", e.ID, waitingText(w))
+		}
 	}
 	fmt.Fprintf(stderr, "%d episode(s)\n", len(list))
 	return 0
@@ -325,10 +401,15 @@ func showEpisode(ctx context.Context, store cliStore, id int64, steps int, asJSO
 	if err != nil {
 		return exitCode(stderr, cmd, err)
 	}
+	waiting, err := waitingFor(ctx, store, []episodes.Episode{ep.Episode})
+	if err != nil {
+		return exitCode(stderr, cmd, err)
+	}
+	w, _ := waitingOf(waiting, ep.Episode) // zero when it waits for nothing
 	if asJSON {
-		err = writeEpisodeJSON(stdout, ep, journal)
+		err = writeEpisodeJSON(stdout, ep, journal, w)
 	} else {
-		err = writeEpisodeText(stdout, ep, journal)
+		err = writeEpisodeText(stdout, ep, journal, w)
 	}
 	if err != nil {
 		return exitCode(stderr, cmd, err)
@@ -336,12 +417,17 @@ func showEpisode(ctx context.Context, store cliStore, id int64, steps int, asJSO
 	return 0
 }
 
-func writeEpisodeJSON(w io.Writer, ep inspect.Episode, journal []inspect.Step) error {
+// writeEpisodeJSON prints the episode; waiting is what it waits for when
+// no live node runs its pair (zero otherwise).
+func writeEpisodeJSON(w io.Writer, ep inspect.Episode, journal []inspect.Step, waiting membership.Waiting) error {
 	out := episodeShowJSON{
 		episodeJSON: toEpisodeJSON(ep.Episode),
 		TriggerRef:  jsonValue(ep.TriggerRef), Payload: jsonValue(ep.Payload), Result: jsonValue(ep.Result),
 		ErrorDetail: jsonValue(ep.ErrorDetail), ArchivedAt: utcPtr(ep.ArchivedAt), ClaimKey: ep.ClaimKey,
 		JournalSteps: ep.JournalSteps, Journal: make([]stepJSON, len(journal)),
+	}
+	if waiting.ActorID != "" {
+		out.WaitingForNode = toWaitingJSON(waiting)
 	}
 	if c := ep.Claim; c != nil {
 		out.Claim = &claimShowJSON{
@@ -377,8 +463,9 @@ func jsonValue(raw json.RawMessage) json.RawMessage {
 
 // writeEpisodeText prints the episode as labelled lines, its claim, and the
 // journal as a table. Every value goes through cell or jsonText, so no
-// stored text can fake a line or hide what it holds.
-func writeEpisodeText(w io.Writer, ep inspect.Episode, journal []inspect.Step) error {
+// stored text can fake a line or hide what it holds. A queued episode no
+// live node can run gets a "waiting" line after its request.
+func writeEpisodeText(w io.Writer, ep inspect.Episode, journal []inspect.Step, waiting membership.Waiting) error {
 	var b strings.Builder
 	field := func(label, value string) { fmt.Fprintf(&b, "  %-13s %s\n", label, value) }
 	e := ep.Episode
@@ -407,6 +494,9 @@ func writeEpisodeText(w io.Writer, ep inspect.Episode, journal []inspect.Step) e
 		field("request", fmt.Sprintf("%s, due %s", cell(r.Status), utc(r.RunAfter)))
 	} else {
 		field("request", "-")
+	}
+	if waiting.ActorID != "" {
+		field("waiting", strings.TrimPrefix(waitingText(waiting), "waiting "))
 	}
 	if c := ep.Claim; c != nil {
 		fmt.Fprintf(&b, "claim %s\n", cell(c.Key))

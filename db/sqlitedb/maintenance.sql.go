@@ -44,6 +44,40 @@ func (q *Queries) ArchiveEpisodes(ctx context.Context, db DBTX, arg ArchiveEpiso
 	return result.RowsAffected()
 }
 
+const clearWaitingForNodeFindings = `-- name: ClearWaitingForNodeFindings :execrows
+UPDATE leasehold_findings
+SET status     = 'cleared',
+    cleared_at = CAST(round(unixepoch('subsec') * 1000) AS INTEGER),
+    updated_at = CAST(round(unixepoch('subsec') * 1000) AS INTEGER)
+WHERE status = 'active'
+  AND class = CAST(?1 AS TEXT)
+  AND NOT EXISTS (
+        SELECT 1
+        FROM json_each(?2) AS w
+        WHERE json_extract(w.value, '$.env') = leasehold_findings.env
+          AND json_extract(w.value, '$.finding_key') = leasehold_findings.finding_key)
+`
+
+type ClearWaitingForNodeFindingsParams struct {
+	Class   string
+	Waiting interface{}
+}
+
+// Clears maintenance's active waiting-for-node findings (class class)
+// whose pair no longer waits: waiting is the JSON array of {"env",
+// "finding_key"} of every pair ListWaitingForNode reported in this run,
+// overdue or not, so a finding stays while any episode of its pair waits
+// and clears once none does (canceled, run, or a capable node is live).
+// cleared_by_episode stays NULL: no episode cleared it. The row stays as
+// history and leaves the unique index, so the key can be raised again.
+func (q *Queries) ClearWaitingForNodeFindings(ctx context.Context, db DBTX, arg ClearWaitingForNodeFindingsParams) (int64, error) {
+	result, err := db.ExecContext(ctx, clearWaitingForNodeFindings, arg.Class, arg.Waiting)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}
+
 const deleteSpentClaims = `-- name: DeleteSpentClaims :execrows
 DELETE FROM leasehold_work_claims
 WHERE dedupe_key IN (
@@ -161,14 +195,24 @@ SELECT CAST((
     OR EXISTS (
         SELECT 1 FROM leasehold_nodes AS n
         WHERE n.heartbeat_at < CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - CAST(?4 AS INTEGER))
+    OR EXISTS (
+        SELECT 1 FROM leasehold_trigger_requests AS r
+        WHERE r.status IN ('pending', 'claimed')
+          AND r.run_after < CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - CAST(?5 AS INTEGER))
+    OR EXISTS (
+        SELECT 1 FROM leasehold_findings AS f
+        WHERE f.status = 'active'
+          AND f.class = CAST(?6 AS TEXT))
 ) AS INTEGER) AS due
 `
 
 type MaintenanceDueParams struct {
-	RetentionMs  int64
-	RequestTtlMs int64
-	HorizonMs    int64
-	StaleAfterMs int64
+	RetentionMs    int64
+	RequestTtlMs   int64
+	HorizonMs      int64
+	StaleAfterMs   int64
+	WaitingAfterMs int64
+	WaitingClass   string
 }
 
 // SQLite only: 1 when a run with these cut-offs would change a row, 0 when
@@ -184,13 +228,18 @@ type MaintenanceDueParams struct {
 // (never narrower, so no due work is ever skipped): the journal test
 // covers PurgeArchivedSteps and MarkJournalsPurged, the request test omits
 // ExpireTriggerRequests' poller-claim condition; request_ttl_ms 0 (no
-// RequestTTL) leaves requests out, as Maintain does.
+// RequestTTL) leaves requests out, as Maintain does. The waiting-for-node
+// finding stands for RaiseWaitingForNodeFinding (an open request due for
+// longer than waiting_after_ms, whether or not a node runs it) and
+// ClearWaitingForNodeFindings (an active finding of waiting_class).
 func (q *Queries) MaintenanceDue(ctx context.Context, db DBTX, arg MaintenanceDueParams) (int64, error) {
 	row := db.QueryRowContext(ctx, maintenanceDue,
 		arg.RetentionMs,
 		arg.RequestTtlMs,
 		arg.HorizonMs,
 		arg.StaleAfterMs,
+		arg.WaitingAfterMs,
+		arg.WaitingClass,
 	)
 	var due int64
 	err := row.Scan(&due)
@@ -238,6 +287,67 @@ WHERE id IN (
 // archived_at IS NULL).
 func (q *Queries) PurgeArchivedSteps(ctx context.Context, db DBTX, maxRows int64) (int64, error) {
 	result, err := db.ExecContext(ctx, purgeArchivedSteps, maxRows)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}
+
+const raiseWaitingForNodeFinding = `-- name: RaiseWaitingForNodeFinding :execrows
+INSERT INTO leasehold_findings (
+    finding_key, env, status, class, severity, summary, data, actor_id,
+    source_stack, raised_by_episode, updated_by_episode, raise_count,
+    raised_at, updated_at
+)
+VALUES (
+    CAST(?1 AS TEXT), CAST(?2 AS TEXT), 'active', CAST(?3 AS TEXT),
+    CAST(?4 AS TEXT), CAST(?5 AS TEXT), CAST(?6 AS TEXT),
+    CAST(?7 AS TEXT), '', CAST(?8 AS INTEGER), CAST(?8 AS INTEGER), 1,
+    CAST(round(unixepoch('subsec') * 1000) AS INTEGER),
+    CAST(round(unixepoch('subsec') * 1000) AS INTEGER)
+)
+ON CONFLICT (env, finding_key) WHERE status = 'active'
+DO UPDATE SET
+    class              = excluded.class,
+    severity           = excluded.severity,
+    summary            = excluded.summary,
+    data               = excluded.data,
+    updated_by_episode = excluded.updated_by_episode,
+    updated_at         = CAST(round(unixepoch('subsec') * 1000) AS INTEGER)
+`
+
+type RaiseWaitingForNodeFindingParams struct {
+	FindingKey string
+	Env        string
+	Class      string
+	Severity   string
+	Summary    string
+	Data       string
+	ActorID    string
+	EpisodeID  int64
+}
+
+// Raises maintenance's finding for work no live node can run: one (env,
+// actor, expectation) pair that ListWaitingForNode, read just before in the
+// same run's transaction, reported overdue. Inserts the finding, or
+// refreshes the active one of the same (env, key) with the current count,
+// oldest episode and summary (not counted as a raise: the same fact, still
+// true). raised_by_episode is the oldest waiting episode. Not fenced on any
+// claim, unlike RaiseFinding: no episode runs this; the run holds the write
+// lock, and ON CONFLICT on the partial unique index absorbs an active
+// finding of the key. Advisory: nothing reads a finding to decide who runs
+// what.
+func (q *Queries) RaiseWaitingForNodeFinding(ctx context.Context, db DBTX, arg RaiseWaitingForNodeFindingParams) (int64, error) {
+	result, err := db.ExecContext(ctx, raiseWaitingForNodeFinding,
+		arg.FindingKey,
+		arg.Env,
+		arg.Class,
+		arg.Severity,
+		arg.Summary,
+		arg.Data,
+		arg.ActorID,
+		arg.EpisodeID,
+	)
 	if err != nil {
 		return 0, err
 	}

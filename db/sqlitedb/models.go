@@ -86,6 +86,7 @@ type LeaseholdNode struct {
 	Draining    bool
 	StartedAt   int64
 	HeartbeatAt int64
+	Runnable    string
 }
 
 type LeaseholdTriggerRequest struct {

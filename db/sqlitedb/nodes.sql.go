@@ -20,15 +20,17 @@ func (q *Queries) DeregisterNode(ctx context.Context, db DBTX, nodeID string) er
 }
 
 const heartbeatNode = `-- name: HeartbeatNode :exec
-INSERT INTO leasehold_nodes AS n (node_id, stack, env, mode, draining, started_at, heartbeat_at)
+INSERT INTO leasehold_nodes AS n (node_id, stack, env, mode, draining, started_at, heartbeat_at, runnable)
 VALUES (
     CAST(?1 AS TEXT), CAST(?2 AS TEXT), CAST(?3 AS TEXT), CAST(?4 AS TEXT),
     CAST(?5 AS BOOLEAN),
     CAST(round(unixepoch('subsec') * 1000) AS INTEGER),
-    CAST(round(unixepoch('subsec') * 1000) AS INTEGER)
+    CAST(round(unixepoch('subsec') * 1000) AS INTEGER),
+    CAST(?6 AS TEXT)
 )
 ON CONFLICT (node_id) DO UPDATE SET
     mode         = excluded.mode,
+    runnable     = excluded.runnable,
     draining     = excluded.draining,
     heartbeat_at = excluded.heartbeat_at
 `
@@ -39,11 +41,12 @@ type HeartbeatNodeParams struct {
 	Env      string
 	Mode     string
 	Draining bool
+	Runnable string
 }
 
-// Refreshes the node's row with its current mode and drain state; recreates
-// it if maintenance or an operator removed it meanwhile (started_at then
-// restarts from now).
+// Refreshes the node's row with its current mode, drain state and runnable
+// pairs (they follow its per-actor modes); recreates it if maintenance or
+// an operator removed it meanwhile (started_at then restarts from now).
 func (q *Queries) HeartbeatNode(ctx context.Context, db DBTX, arg HeartbeatNodeParams) error {
 	_, err := db.ExecContext(ctx, heartbeatNode,
 		arg.NodeID,
@@ -51,6 +54,7 @@ func (q *Queries) HeartbeatNode(ctx context.Context, db DBTX, arg HeartbeatNodeP
 		arg.Env,
 		arg.Mode,
 		arg.Draining,
+		arg.Runnable,
 	)
 	return err
 }
@@ -114,28 +118,155 @@ func (q *Queries) ListNodes(ctx context.Context, db DBTX) ([]ListNodesRow, error
 	return items, nil
 }
 
+const listWaitingForNode = `-- name: ListWaitingForNode :many
+WITH waiting AS (
+    SELECT r.source_env, r.actor_id, r.expectation_id, r.episode_id, r.run_after
+    FROM leasehold_trigger_requests AS r
+    JOIN leasehold_episodes AS e ON e.id = r.episode_id
+    WHERE r.status IN ('pending', 'claimed')
+      AND ((r.status = 'pending' AND r.run_after <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER))
+           OR r.claim_until <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER))
+      AND e.status = 'queued'
+      AND e.archived_at IS NULL
+      AND NOT EXISTS (
+            SELECT 1
+            FROM leasehold_nodes AS n, json_each(n.runnable) AS k
+            WHERE n.env = r.source_env
+              AND (n.stack = '' OR r.source_stack IN (n.stack, ''))
+              AND n.mode = 'full'
+              AND NOT n.draining
+              AND n.heartbeat_at > CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - CAST(?2 AS INTEGER)
+              AND json_extract(k.value, '$.actor_id') = r.actor_id
+              AND json_extract(k.value, '$.expectation_id') = r.expectation_id)
+), pairs AS (
+    SELECT w.source_env, w.actor_id, w.expectation_id,
+        count(*) AS waiting, min(w.run_after) AS waiting_since
+    FROM waiting AS w
+    GROUP BY w.source_env, w.actor_id, w.expectation_id
+)
+SELECT p.source_env, p.actor_id, p.expectation_id,
+    CAST(p.waiting AS INTEGER) AS waiting,
+    CAST(p.waiting_since AS INTEGER) AS waiting_since,
+    CAST((SELECT w.episode_id
+          FROM waiting AS w
+          WHERE w.source_env = p.source_env
+            AND w.actor_id = p.actor_id
+            AND w.expectation_id = p.expectation_id
+          ORDER BY w.run_after, w.episode_id
+          LIMIT 1) AS INTEGER) AS oldest_episode_id,
+    CAST(p.waiting_since < CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - CAST(?1 AS INTEGER)
+         AS BOOLEAN) AS overdue,
+    CAST(coalesce(last.node_id, '') AS TEXT) AS last_node_id,
+    last.heartbeat_at AS last_heartbeat_at
+FROM pairs AS p
+LEFT JOIN leasehold_nodes AS last
+    ON last.node_id = (
+        SELECT n.node_id
+        FROM leasehold_nodes AS n, json_each(n.runnable) AS k
+        WHERE n.env = p.source_env
+          AND json_extract(k.value, '$.actor_id') = p.actor_id
+          AND json_extract(k.value, '$.expectation_id') = p.expectation_id
+        ORDER BY n.heartbeat_at DESC, n.node_id
+        LIMIT 1)
+ORDER BY p.source_env, p.actor_id, p.expectation_id
+`
+
+type ListWaitingForNodeParams struct {
+	OverdueAfterMs int64
+	SilentAfterMs  int64
+}
+
+type ListWaitingForNodeRow struct {
+	SourceEnv       string
+	ActorID         string
+	ExpectationID   string
+	Waiting         int64
+	WaitingSince    int64
+	OldestEpisodeID int64
+	Overdue         bool
+	LastNodeID      string
+	LastHeartbeatAt *int64
+}
+
+// Work no live node can run, for operators (episodes ls and show, the
+// dashboard) and for maintenance's waiting-for-node finding: one row per
+// (env, actor, expectation) with queued work of that pair that is due and
+// that no live node could claim. A read that decides nothing and takes no
+// write lock: it grants nothing and changes nothing; the pollers' claim
+// (ClaimTriggerRequests) alone decides who runs the work, and a node that
+// registers the pair takes it on its next poll whatever this read said.
+//
+// The predicate of sql/queries/postgres/nodes.sql's ListWaitingForNode:
+// an unarchived queued episode whose request is open and due as
+// ClaimTriggerRequests would take it, for which no node row is a node that
+// could claim it now (same env; stack-compatible as the claim matches
+// source_stack; mode full; not draining; heartbeat within silent_after_ms
+// of the database clock; the pair in its runnable array, read with
+// json_each as ClaimTriggerRequests reads its parameter). waiting_since is
+// the oldest such request's run_after, oldest_episode_id its episode,
+// overdue whether it is more than overdue_after_ms ago; last_node_id and
+// last_heartbeat_at name the node row of the env, whatever its state, that
+// lists the pair and heartbeated last (” and NULL when none does). Times
+// are milliseconds on the database clock ('now' is constant within the
+// statement).
+func (q *Queries) ListWaitingForNode(ctx context.Context, db DBTX, arg ListWaitingForNodeParams) ([]ListWaitingForNodeRow, error) {
+	rows, err := db.QueryContext(ctx, listWaitingForNode, arg.OverdueAfterMs, arg.SilentAfterMs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ListWaitingForNodeRow{}
+	for rows.Next() {
+		var i ListWaitingForNodeRow
+		if err := rows.Scan(
+			&i.SourceEnv,
+			&i.ActorID,
+			&i.ExpectationID,
+			&i.Waiting,
+			&i.WaitingSince,
+			&i.OldestEpisodeID,
+			&i.Overdue,
+			&i.LastNodeID,
+			&i.LastHeartbeatAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const registerNode = `-- name: RegisterNode :exec
 
-INSERT INTO leasehold_nodes AS n (node_id, stack, env, mode, draining, started_at, heartbeat_at)
+INSERT INTO leasehold_nodes AS n (node_id, stack, env, mode, draining, started_at, heartbeat_at, runnable)
 VALUES (
     CAST(?1 AS TEXT), CAST(?2 AS TEXT), CAST(?3 AS TEXT), CAST(?4 AS TEXT), 0,
     CAST(round(unixepoch('subsec') * 1000) AS INTEGER),
-    CAST(round(unixepoch('subsec') * 1000) AS INTEGER)
+    CAST(round(unixepoch('subsec') * 1000) AS INTEGER),
+    CAST(?5 AS TEXT)
 )
 ON CONFLICT (node_id) DO UPDATE SET
     stack        = excluded.stack,
     env          = excluded.env,
     mode         = excluded.mode,
+    runnable     = excluded.runnable,
     draining     = 0,
     started_at   = excluded.started_at,
     heartbeat_at = excluded.heartbeat_at
 `
 
 type RegisterNodeParams struct {
-	NodeID string
-	Stack  string
-	Env    string
-	Mode   string
+	NodeID   string
+	Stack    string
+	Env      string
+	Mode     string
+	Runnable string
 }
 
 // Membership (SQLite): advisory rows describing the nodes that share this
@@ -143,13 +274,16 @@ type RegisterNodeParams struct {
 // heartbeat_at is the database clock's record of a node's last sign of life,
 // in milliseconds since the Unix epoch (see claims.sql for the clock).
 // A node announces itself on start: a restarted node with the same
-// identity replaces its old row (started_at is reset).
+// identity replaces its old row (started_at is reset). runnable is the
+// (actor, expectation) pairs its poller asks work for, the JSON array of
+// ClaimTriggerRequests' runnable (episodes.RunnableJSON).
 func (q *Queries) RegisterNode(ctx context.Context, db DBTX, arg RegisterNodeParams) error {
 	_, err := db.ExecContext(ctx, registerNode,
 		arg.NodeID,
 		arg.Stack,
 		arg.Env,
 		arg.Mode,
+		arg.Runnable,
 	)
 	return err
 }

@@ -101,3 +101,54 @@ WHERE c.dedupe_key IN (
 -- stale_after_ms (they died without draining). Advisory rows only.
 DELETE FROM leasehold_nodes AS n
 WHERE n.heartbeat_at < now() - (sqlc.arg(stale_after_ms)::bigint * interval '1 millisecond');
+
+-- name: RaiseWaitingForNodeFinding :execrows
+-- Raises maintenance's finding for work no live node can run: one (env,
+-- actor, expectation) pair that ListWaitingForNode, read just before in the
+-- same run's transaction, reported overdue. Inserts the finding, or
+-- refreshes the active one of the same (env, key) with the current count,
+-- oldest episode and summary (not counted as a raise: the same fact,
+-- still true). raised_by_episode is the oldest waiting episode. Not fenced
+-- on any claim, unlike RaiseFinding: no episode runs this; the run's
+-- maintenance lock keeps two runs from writing at once, and the ON CONFLICT
+-- on leasehold_findings_active_key_idx absorbs a raise racing it. Advisory:
+-- nothing reads a finding to decide who runs what.
+INSERT INTO leasehold_findings AS f (
+    finding_key, env, status, class, severity, summary, data, actor_id,
+    source_stack, raised_by_episode, updated_by_episode, raise_count,
+    raised_at, updated_at
+)
+VALUES (
+    sqlc.arg(finding_key)::text, sqlc.arg(env)::text, 'active', sqlc.arg(class)::text,
+    sqlc.arg(severity)::text, sqlc.arg(summary)::text, sqlc.arg(data)::text::jsonb,
+    sqlc.arg(actor_id)::text, '', sqlc.arg(episode_id)::bigint, sqlc.arg(episode_id)::bigint, 1,
+    now(), now()
+)
+ON CONFLICT (env, finding_key) WHERE status = 'active'
+DO UPDATE SET
+    class              = excluded.class,
+    severity           = excluded.severity,
+    summary            = excluded.summary,
+    data               = excluded.data,
+    updated_by_episode = excluded.updated_by_episode,
+    updated_at         = now();
+
+-- name: ClearWaitingForNodeFindings :execrows
+-- Clears maintenance's active waiting-for-node findings (class class)
+-- whose pair no longer waits: waiting is the JSON array of {"env",
+-- "finding_key"} of every pair ListWaitingForNode reported in this run,
+-- overdue or not, so a finding stays while any episode of its pair waits
+-- and clears once none does (canceled, run, or a capable node is live).
+-- cleared_by_episode stays NULL: no episode cleared it. The row stays as
+-- history and leaves the unique index, so the key can be raised again.
+UPDATE leasehold_findings AS f
+SET status     = 'cleared',
+    cleared_at = now(),
+    updated_at = now()
+WHERE f.status = 'active'
+  AND f.class = sqlc.arg(class)::text
+  AND NOT EXISTS (
+        SELECT 1
+        FROM jsonb_to_recordset(sqlc.arg(waiting)::text::jsonb) AS w (env text, finding_key text)
+        WHERE w.env = f.env
+          AND w.finding_key = f.finding_key);

@@ -4,25 +4,31 @@
 
 -- name: RegisterNode :exec
 -- A node announces itself on start: a restarted node with the same
--- identity replaces its old row (started_at is reset).
-INSERT INTO leasehold_nodes AS n (node_id, stack, env, mode, draining, started_at, heartbeat_at)
-VALUES (sqlc.arg(node_id), sqlc.arg(stack), sqlc.arg(env), sqlc.arg(mode), false, now(), now())
+-- identity replaces its old row (started_at is reset). runnable is the
+-- (actor, expectation) pairs its poller asks work for, the JSON array of
+-- ClaimTriggerRequests' runnable (episodes.RunnableJSON), passed as text.
+INSERT INTO leasehold_nodes AS n (node_id, stack, env, mode, draining, started_at, heartbeat_at, runnable)
+VALUES (sqlc.arg(node_id), sqlc.arg(stack), sqlc.arg(env), sqlc.arg(mode), false, now(), now(),
+    sqlc.arg(runnable)::text::jsonb)
 ON CONFLICT (node_id) DO UPDATE SET
     stack        = excluded.stack,
     env          = excluded.env,
     mode         = excluded.mode,
+    runnable     = excluded.runnable,
     draining     = false,
     started_at   = excluded.started_at,
     heartbeat_at = excluded.heartbeat_at;
 
 -- name: HeartbeatNode :exec
--- Refreshes the node's row with its current mode and drain state; recreates
--- it if maintenance or an operator removed it meanwhile (started_at then
--- restarts from now).
-INSERT INTO leasehold_nodes AS n (node_id, stack, env, mode, draining, started_at, heartbeat_at)
-VALUES (sqlc.arg(node_id), sqlc.arg(stack), sqlc.arg(env), sqlc.arg(mode), sqlc.arg(draining), now(), now())
+-- Refreshes the node's row with its current mode, drain state and runnable
+-- pairs (they follow its per-actor modes); recreates it if maintenance or
+-- an operator removed it meanwhile (started_at then restarts from now).
+INSERT INTO leasehold_nodes AS n (node_id, stack, env, mode, draining, started_at, heartbeat_at, runnable)
+VALUES (sqlc.arg(node_id), sqlc.arg(stack), sqlc.arg(env), sqlc.arg(mode), sqlc.arg(draining), now(), now(),
+    sqlc.arg(runnable)::text::jsonb)
 ON CONFLICT (node_id) DO UPDATE SET
     mode         = excluded.mode,
+    runnable     = excluded.runnable,
     draining     = excluded.draining,
     heartbeat_at = excluded.heartbeat_at;
 
@@ -41,3 +47,84 @@ SELECT n.node_id, n.stack, n.env, n.mode, n.draining, n.started_at, n.heartbeat_
        AND c.lease_until > now())::bigint AS live_leases
 FROM leasehold_nodes AS n
 ORDER BY n.node_id;
+
+-- name: ListWaitingForNode :many
+-- Work no live node can run, for operators (episodes ls and show, the
+-- dashboard) and for maintenance's waiting-for-node finding: one row per
+-- (env, actor, expectation) with queued work of that pair that is due and
+-- that no live node could claim. A read that decides nothing: it locks
+-- nothing, grants nothing and changes nothing; the pollers' claim
+-- (ClaimTriggerRequests) alone decides who runs the work, and a node that
+-- registers the pair takes it on its next poll whatever this read said.
+--
+-- Waiting: an unarchived queued episode whose trigger request is open and
+-- due as ClaimTriggerRequests would take it (pending with run_after come,
+-- or claimed with the poller's claim lapsed), for which no node row is a
+-- node that could claim it now: same env, stack-compatible as the claim
+-- matches source_stack (a node of stack S takes requests of S and of no
+-- stack; a node of no stack takes all), mode full, not draining, heartbeat
+-- within silent_after_ms on the database clock (the dashboard's "silent"
+-- bound), and the pair in its runnable array (read with
+-- jsonb_to_recordset, as ClaimTriggerRequests reads its parameter). A node
+-- that polls another env or stack than its own (runner.PollConfig's
+-- SourceEnv, SourceStack) is counted by its row's.
+--
+-- waiting_since is the oldest such request's run_after, the instant it
+-- could first have been claimed, and oldest_episode_id its episode;
+-- overdue is whether that is longer ago than overdue_after_ms (database
+-- clock). last_node_id and last_heartbeat_at name the node row of the same
+-- env, whatever its state, that lists the pair and heartbeated last, or ''
+-- and NULL when no row lists it (rows of nodes gone for NodeStaleAfter are
+-- deleted by maintenance). The open-request scan uses
+-- leasehold_trigger_requests_open_idx; the node table is small.
+WITH waiting AS (
+    SELECT r.source_env, r.actor_id, r.expectation_id, r.episode_id, r.run_after
+    FROM leasehold_trigger_requests AS r
+    JOIN leasehold_episodes AS e ON e.id = r.episode_id
+    WHERE r.status IN ('pending', 'claimed')
+      AND ((r.status = 'pending' AND r.run_after <= now()) OR r.claim_until <= now())
+      AND e.status = 'queued'
+      AND e.archived_at IS NULL
+      AND NOT EXISTS (
+            SELECT 1
+            FROM leasehold_nodes AS n
+            CROSS JOIN LATERAL jsonb_to_recordset(n.runnable) AS k (actor_id text, expectation_id text)
+            WHERE n.env = r.source_env
+              AND (n.stack = '' OR r.source_stack IN (n.stack, ''))
+              AND n.mode = 'full'
+              AND NOT n.draining
+              AND n.heartbeat_at > now() - (sqlc.arg(silent_after_ms)::bigint * interval '1 millisecond')
+              AND k.actor_id = r.actor_id
+              AND k.expectation_id = r.expectation_id)
+), pairs AS (
+    SELECT w.source_env, w.actor_id, w.expectation_id,
+        count(*)::bigint AS waiting, min(w.run_after) AS waiting_since
+    FROM waiting AS w
+    GROUP BY w.source_env, w.actor_id, w.expectation_id
+)
+SELECT p.source_env, p.actor_id, p.expectation_id, p.waiting, p.waiting_since::timestamptz AS waiting_since,
+    oldest.episode_id AS oldest_episode_id,
+    (p.waiting_since < now() - (sqlc.arg(overdue_after_ms)::bigint * interval '1 millisecond'))::boolean AS overdue,
+    coalesce(last.node_id, '')::text AS last_node_id,
+    last.heartbeat_at AS last_heartbeat_at
+FROM pairs AS p
+CROSS JOIN LATERAL (
+    SELECT w.episode_id
+    FROM waiting AS w
+    WHERE w.source_env = p.source_env
+      AND w.actor_id = p.actor_id
+      AND w.expectation_id = p.expectation_id
+    ORDER BY w.run_after, w.episode_id
+    LIMIT 1
+) AS oldest
+LEFT JOIN leasehold_nodes AS last
+    ON last.node_id = (
+        SELECT n.node_id
+        FROM leasehold_nodes AS n
+        CROSS JOIN LATERAL jsonb_to_recordset(n.runnable) AS k (actor_id text, expectation_id text)
+        WHERE n.env = p.source_env
+          AND k.actor_id = p.actor_id
+          AND k.expectation_id = p.expectation_id
+        ORDER BY n.heartbeat_at DESC, n.node_id
+        LIMIT 1)
+ORDER BY p.source_env, p.actor_id, p.expectation_id;

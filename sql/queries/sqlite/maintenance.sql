@@ -46,7 +46,10 @@ SELECT CAST(1 AS INTEGER) AS acquired;
 -- (never narrower, so no due work is ever skipped): the journal test
 -- covers PurgeArchivedSteps and MarkJournalsPurged, the request test omits
 -- ExpireTriggerRequests' poller-claim condition; request_ttl_ms 0 (no
--- RequestTTL) leaves requests out, as Maintain does.
+-- RequestTTL) leaves requests out, as Maintain does. The waiting-for-node
+-- finding stands for RaiseWaitingForNodeFinding (an open request due for
+-- longer than waiting_after_ms, whether or not a node runs it) and
+-- ClearWaitingForNodeFindings (an active finding of waiting_class).
 SELECT CAST((
     EXISTS (
         SELECT 1 FROM leasehold_episodes AS e
@@ -83,6 +86,14 @@ SELECT CAST((
     OR EXISTS (
         SELECT 1 FROM leasehold_nodes AS n
         WHERE n.heartbeat_at < CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - CAST(@stale_after_ms AS INTEGER))
+    OR EXISTS (
+        SELECT 1 FROM leasehold_trigger_requests AS r
+        WHERE r.status IN ('pending', 'claimed')
+          AND r.run_after < CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - CAST(@waiting_after_ms AS INTEGER))
+    OR EXISTS (
+        SELECT 1 FROM leasehold_findings AS f
+        WHERE f.status = 'active'
+          AND f.class = CAST(@waiting_class AS TEXT))
 ) AS INTEGER) AS due;
 
 -- name: ArchiveEpisodes :execrows
@@ -191,3 +202,55 @@ WHERE dedupe_key IN (
 -- its row (HeartbeatNode). Unbounded, as on Postgres.
 DELETE FROM leasehold_nodes
 WHERE heartbeat_at < CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - CAST(@stale_after_ms AS INTEGER);
+
+-- name: RaiseWaitingForNodeFinding :execrows
+-- Raises maintenance's finding for work no live node can run: one (env,
+-- actor, expectation) pair that ListWaitingForNode, read just before in the
+-- same run's transaction, reported overdue. Inserts the finding, or
+-- refreshes the active one of the same (env, key) with the current count,
+-- oldest episode and summary (not counted as a raise: the same fact, still
+-- true). raised_by_episode is the oldest waiting episode. Not fenced on any
+-- claim, unlike RaiseFinding: no episode runs this; the run holds the write
+-- lock, and ON CONFLICT on the partial unique index absorbs an active
+-- finding of the key. Advisory: nothing reads a finding to decide who runs
+-- what.
+INSERT INTO leasehold_findings (
+    finding_key, env, status, class, severity, summary, data, actor_id,
+    source_stack, raised_by_episode, updated_by_episode, raise_count,
+    raised_at, updated_at
+)
+VALUES (
+    CAST(@finding_key AS TEXT), CAST(@env AS TEXT), 'active', CAST(@class AS TEXT),
+    CAST(@severity AS TEXT), CAST(@summary AS TEXT), CAST(@data AS TEXT),
+    CAST(@actor_id AS TEXT), '', CAST(@episode_id AS INTEGER), CAST(@episode_id AS INTEGER), 1,
+    CAST(round(unixepoch('subsec') * 1000) AS INTEGER),
+    CAST(round(unixepoch('subsec') * 1000) AS INTEGER)
+)
+ON CONFLICT (env, finding_key) WHERE status = 'active'
+DO UPDATE SET
+    class              = excluded.class,
+    severity           = excluded.severity,
+    summary            = excluded.summary,
+    data               = excluded.data,
+    updated_by_episode = excluded.updated_by_episode,
+    updated_at         = CAST(round(unixepoch('subsec') * 1000) AS INTEGER);
+
+-- name: ClearWaitingForNodeFindings :execrows
+-- Clears maintenance's active waiting-for-node findings (class class)
+-- whose pair no longer waits: waiting is the JSON array of {"env",
+-- "finding_key"} of every pair ListWaitingForNode reported in this run,
+-- overdue or not, so a finding stays while any episode of its pair waits
+-- and clears once none does (canceled, run, or a capable node is live).
+-- cleared_by_episode stays NULL: no episode cleared it. The row stays as
+-- history and leaves the unique index, so the key can be raised again.
+UPDATE leasehold_findings
+SET status     = 'cleared',
+    cleared_at = CAST(round(unixepoch('subsec') * 1000) AS INTEGER),
+    updated_at = CAST(round(unixepoch('subsec') * 1000) AS INTEGER)
+WHERE status = 'active'
+  AND class = CAST(@class AS TEXT)
+  AND NOT EXISTS (
+        SELECT 1
+        FROM json_each(@waiting) AS w
+        WHERE json_extract(w.value, '$.env') = leasehold_findings.env
+          AND json_extract(w.value, '$.finding_key') = leasehold_findings.finding_key);

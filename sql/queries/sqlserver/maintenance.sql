@@ -223,3 +223,84 @@ WHERE heartbeat_at < DATEADD(second, -CAST(@stale_after_ms / 1000 AS int),
                          DATEADD(millisecond, -CAST(@stale_after_ms % 1000 AS int), SYSUTCDATETIME()));
 
 SELECT COUNT_BIG(*) AS rows_affected FROM @deleted;
+
+-- name: RaiseWaitingForNodeFinding :execrows
+-- Raises maintenance's finding for work no live node can run: one (env,
+-- actor, expectation) pair that ListWaitingForNode, read just before in the
+-- same run's transaction, reported overdue. Inserts the finding, or
+-- refreshes the active one of the same (env, key) with the current count,
+-- oldest episode and summary (not counted as a raise: the same fact, still
+-- true). raised_by_episode is the oldest waiting episode. Not fenced on any
+-- claim, unlike RaiseFinding: no episode runs this; the run's maintenance
+-- lock keeps two runs from writing at once. Advisory: nothing reads a
+-- finding to decide who runs what.
+--
+-- RaiseFinding's upsert: UPDATE WITH (UPDLOCK, HOLDLOCK) of the active
+-- (env, key), keeping the row or the empty key range update-locked to the
+-- end of Maintain's transaction, then the INSERT only when the UPDATE
+-- matched nothing; a raise by an episode of the same key queues on that
+-- lock. Runs inside Maintain's transaction and opens none of its own; a
+-- 2601 from the filtered unique index would be LEFT TO SURFACE (XACT_ABORT
+-- rolls the run back; the next run raises again).
+SET NOCOUNT ON;
+SET XACT_ABORT ON;
+DECLARE @raised TABLE (id bigint NOT NULL);
+
+UPDATE leasehold_findings WITH (UPDLOCK, HOLDLOCK)
+SET class              = @class,
+    severity           = @severity,
+    summary            = @summary,
+    data               = @data,
+    updated_by_episode = @episode_id,
+    updated_at         = SYSUTCDATETIME()
+OUTPUT inserted.id INTO @raised
+WHERE env = @env
+  AND finding_key = @finding_key
+  AND status = N'active';
+
+IF NOT EXISTS (SELECT 1 FROM @raised)
+    INSERT INTO leasehold_findings (
+        finding_key, env, status, class, severity, summary, data, actor_id,
+        source_stack, raised_by_episode, updated_by_episode, raise_count,
+        raised_at, updated_at
+    )
+    OUTPUT inserted.id INTO @raised
+    VALUES (
+        @finding_key, @env, N'active', @class, @severity, @summary, @data, @actor_id,
+        N'', @episode_id, @episode_id, 1, SYSUTCDATETIME(), SYSUTCDATETIME()
+    );
+
+SELECT COUNT_BIG(*) AS rows_affected FROM @raised;
+
+-- name: ClearWaitingForNodeFindings :execrows
+-- Clears maintenance's active waiting-for-node findings (class @class)
+-- whose pair no longer waits: @waiting is the nvarchar(max) JSON array of
+-- {"env", "finding_key"} of every pair ListWaitingForNode reported in this
+-- run, overdue or not, so a finding stays while any episode of its pair
+-- waits and clears once none does (canceled, run, or a capable node is
+-- live). cleared_by_episode stays NULL: no episode cleared it. The row
+-- stays as history and leaves the filtered unique index, so the key can be
+-- raised again. The UPDATE locks the rows it clears (UPDLOCK, ROWLOCK) and
+-- re-checks status = active on them, as ClearFinding does.
+SET NOCOUNT ON;
+SET XACT_ABORT ON;
+DECLARE @cleared TABLE (id bigint NOT NULL);
+
+UPDATE f
+SET status     = N'cleared',
+    cleared_at = SYSUTCDATETIME(),
+    updated_at = SYSUTCDATETIME()
+OUTPUT inserted.id INTO @cleared
+FROM leasehold_findings AS f WITH (UPDLOCK, ROWLOCK)
+WHERE f.status = N'active'
+  AND f.class = @class
+  AND NOT EXISTS (
+        SELECT 1
+        FROM OPENJSON(@waiting) WITH (
+            env         nvarchar(255) COLLATE Latin1_General_100_BIN2 '$.env',
+            finding_key nvarchar(512) COLLATE Latin1_General_100_BIN2 '$.finding_key'
+        ) AS w
+        WHERE w.env = f.env
+          AND w.finding_key = f.finding_key);
+
+SELECT COUNT_BIG(*) AS rows_affected FROM @cleared;
