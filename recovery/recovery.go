@@ -50,12 +50,14 @@ type Store interface {
 
 // BatchRequeuer is a Store whose requeues are cheaper together: a sweep
 // hands it every orphan it restarts at once instead of one RequeueOrphan
-// each. SQLite's adapter implements it, because there every write
+// each. Each item keeps its own conditions and its own outcome
+// (RequeueOrphan's, orphan by orphan). SQLite's adapter shares one write
+// transaction among several requeues, because there every write
 // transaction queues for the file's one write lock and commits with an
 // fsync, and on a loaded host that wait, not the statements, is most of a
-// requeue's time; several requeues share one transaction. Each item keeps
-// its own conditions and its own outcome (RequeueOrphan's, orphan by
-// orphan). Adapters with row locks (Postgres, SQL Server) need not.
+// requeue's time. The adapters with row locks (Postgres, SQL Server) run a
+// few requeues at once, because there a requeue may wait for a row lock
+// (up to claims.TxBound) and one at a time those waits add up.
 type BatchRequeuer interface {
 	RequeueOrphans(ctx context.Context, items []episodes.RequeueItem, owner string, staleAfter time.Duration) []episodes.RequeueResult
 }

@@ -67,8 +67,16 @@ func (s *Sweeper) Run(ctx context.Context) error {
 			t.Reset(s.cfg.Interval)
 			continue
 		}
-		if _, err := s.r.Sweep(ctx, s.cfg.Options); err != nil && ctx.Err() == nil {
+		began := time.Now()
+		rep, err := s.r.Sweep(ctx, s.cfg.Options)
+		if err != nil && ctx.Err() == nil {
 			s.r.log.ErrorContext(ctx, "leasehold: recovery sweep failed", slog.Any("error", err))
+		}
+		if took := time.Since(began); took > s.cfg.Interval && ctx.Err() == nil {
+			// Orphans wait for the sweep: say so, with what it did.
+			s.r.log.WarnContext(ctx, "leasehold: recovery sweep took longer than its interval",
+				slog.Duration("took", took), slog.Duration("interval", s.cfg.Interval), slog.Int("found", rep.Found),
+				slog.Int("claimed", rep.Claimed), slog.Int("restarted", rep.Restarted), slog.Int("skipped", rep.Skipped))
 		}
 		if s.cfg.AfterSweep != nil && ctx.Err() == nil {
 			s.cfg.AfterSweep(ctx)

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold/claims"
 	"github.com/leasehold/leasehold/db"
@@ -346,6 +348,46 @@ func (s *Store) RequeueOrphan(ctx context.Context, id int64, attempts int32, own
 	}
 	return episodes.Requeued{Status: episodes.Status(r.Status), Attempts: r.Attempts, MaxAttempts: r.MaxAttempts, RequestID: r.RequestID}, nil
 }
+
+// RequeueOrphans is RequeueOrphan for each of items (recovery's
+// BatchRequeuer): the same statements, conditions and outcomes, orphan by
+// orphan, but on a pool up to requeuesAtOnce of them at a time. A requeue
+// may wait for a row lock (a holder's finish, another sweeper's requeue of
+// the same orphan, a holder frozen inside its transaction: up to
+// claims.TxBound), and one at a time those waits add up: under load a
+// sweep of 22 orphans took 8.9 s, and a killed node's work waited for it
+// past lease + sweep (the chaos test). Concurrent, the waits overlap. A
+// Store over one connection or a caller's transaction requeues one at a
+// time, as RequeueOrphan would.
+func (s *Store) RequeueOrphans(ctx context.Context, items []episodes.RequeueItem, owner string, staleAfter time.Duration) []episodes.RequeueResult {
+	out := make([]episodes.RequeueResult, len(items))
+	one := func(i int) {
+		out[i].Requeued, out[i].Err = s.RequeueOrphan(ctx, items[i].ID, items[i].Attempts, owner, staleAfter)
+	}
+	pool, ok := s.conn.(*pgxpool.Pool)
+	if !ok {
+		for i := range items {
+			one(i)
+		}
+		return out
+	}
+	// A quarter of the pool at most, so the node's own writes (renewals
+	// first) still find a connection while a sweep waits on locks.
+	sem := make(chan struct{}, max(1, min(requeuesAtOnce, int(pool.Config().MaxConns)/4)))
+	var wg sync.WaitGroup
+	for i := range items {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			one(i)
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// requeuesAtOnce bounds the requeues one RequeueOrphans runs at a time.
+const requeuesAtOnce = 4
 
 // AgentRecoveryPolicy runs GetAgentRecoveryPolicy; found is false when the
 // actor's expectation has no definition.

@@ -77,3 +77,53 @@ func TestRequeueOrphanWaitsForAConcurrentRequeueOfAClaimlessOrphan(t *testing.T)
 	require.Equal(t, episodes.StatusQueued, got.Status)
 	require.EqualValues(t, 1, got.Attempts, "the orphan's run was counted once")
 }
+
+// A sweep's requeues wait for row locks (a holder's finish, another
+// sweeper): RequeueOrphans runs several at once on a pool, so those waits
+// overlap instead of adding up. Here a competitor holds the claim rows of
+// three orphans; all three requeues must be waiting on it at the same
+// moment (one at a time, only one would be), and each requeues its orphan
+// once the competitor commits.
+func TestRequeueOrphansOverlapTheirLockWaits(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Schema(t)
+	s := postgres.New(pool)
+	var items []episodes.RequeueItem
+	var keys []string
+	for _, key := range []string{"overlap-1", "overlap-2", "overlap-3"} {
+		o, err := s.CreateEpisode(t.Context(), episodes.New{ActorID: "a", ExpectationID: "e", TriggerType: episodes.TriggerEvent,
+			DedupeKey: key, MaxAttempts: 3, Owner: "dead", Lease: time.Minute, Start: true})
+		require.NoError(t, err)
+		pgtest.ExpireClaim(t, pool, key)
+		items = append(items, episodes.RequeueItem{ID: o.Episode.ID})
+		keys = append(keys, key)
+	}
+
+	tx, err := pool.Begin(t.Context())
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	var pid int32
+	require.NoError(t, tx.QueryRow(t.Context(), `SELECT pg_backend_pid()`).Scan(&pid))
+	_, err = tx.Exec(t.Context(), `SELECT 1 FROM leasehold_work_claims WHERE dedupe_key = ANY ($1) FOR UPDATE`, keys)
+	require.NoError(t, err)
+
+	done := make(chan []episodes.RequeueResult, 1)
+	go func() { done <- s.RequeueOrphans(context.Background(), items, "sweeper", time.Minute) }()
+	most := 0
+	for most < len(items) {
+		select {
+		case res := <-done:
+			t.Fatalf("RequeueOrphans returned while the competitor held every row (most waiting at once: %d): %+v", most, res)
+		default:
+		}
+		var waiting int
+		require.NoError(t, pool.QueryRow(t.Context(),
+			`SELECT count(*) FROM pg_stat_activity WHERE $1::int = ANY (pg_blocking_pids(pid))`, pid).Scan(&waiting))
+		most = max(most, waiting)
+	}
+	require.NoError(t, tx.Commit(t.Context()))
+	for i, r := range <-done {
+		require.NoError(t, r.Err, "orphan %d", i)
+		require.Equal(t, episodes.StatusQueued, r.Status, "orphan %d requeued", i)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/leasehold/leasehold/claims"
@@ -78,6 +79,43 @@ func (s *Store) ClaimForRecovery(ctx context.Context, id int64, owner string, le
 	c.SetLocalStart(sent)
 	return ep, c, nil
 }
+
+// RequeueOrphans is RequeueOrphan for each of items (recovery's
+// BatchRequeuer): the same statement and outcome, orphan by orphan, up to
+// requeuesAtOnce at a time on the pool (a quarter of MaxOpenConns at most
+// when it is set), so the row-lock waits of one sweep's requeues overlap
+// instead of adding up (see the Postgres adapter's RequeueOrphans, where
+// this was measured). Inside a transaction, one at a time.
+func (s *Store) RequeueOrphans(ctx context.Context, items []episodes.RequeueItem, owner string, staleAfter time.Duration) []episodes.RequeueResult {
+	out := make([]episodes.RequeueResult, len(items))
+	one := func(i int) {
+		out[i].Requeued, out[i].Err = s.RequeueOrphan(ctx, items[i].ID, items[i].Attempts, owner, staleAfter)
+	}
+	if s.tx != nil {
+		for i := range items {
+			one(i)
+		}
+		return out
+	}
+	n := requeuesAtOnce
+	if m := s.db.Stats().MaxOpenConnections; m > 0 {
+		n = max(1, min(n, m/4))
+	}
+	sem := make(chan struct{}, n)
+	var wg sync.WaitGroup
+	for i := range items {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			one(i)
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// requeuesAtOnce bounds the requeues one RequeueOrphans runs at a time.
+const requeuesAtOnce = 4
 
 // RequeueOrphan runs RequeueOrphan, recovery's restart: the orphan becomes
 // available again as its next attempt, or the same one when its grant was

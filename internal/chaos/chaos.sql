@@ -102,11 +102,17 @@ SELECT now();
 -- hold, with a pending request: available work, held by nobody, that any
 -- poller with a free slot dispatches (its wait is the cluster's throughput,
 -- which the final phase bounds). Grants and request claims after $2 (a
--- cut-off node back at work) are not counted.
+-- cut-off node back at work) are not counted. what: each held episode and
+-- what holds it (for a report on a takeover past its bound).
 SELECT count(*) FILTER (WHERE h.held)     AS held,
-       count(*) FILTER (WHERE NOT h.held) AS available
+       count(*) FILTER (WHERE NOT h.held) AS available,
+       coalesce(string_agg(h.what, ', ') FILTER (WHERE h.held), '') AS what
 FROM (
-    SELECT coalesce((c.state = 'claimed' AND c.owner_node = $1 AND c.claimed_at <= $2)
+    SELECT e.id || ': ' || CASE
+            WHEN r.status = 'claimed' AND r.claimed_by = $1 THEN 'request claimed, ' || CASE WHEN r.claim_until > now() THEN 'claim live' ELSE 'claim lapsed ' || round(extract(epoch FROM now() - r.claim_until)::numeric, 2) || 's ago' END
+            WHEN c.state = 'claimed' THEN 'claim held, ' || CASE WHEN c.lease_until > now() THEN 'lease live' ELSE 'lease expired ' || round(extract(epoch FROM now() - c.lease_until)::numeric, 2) || 's ago' END || ', request ' || coalesce(r.status || ' by ' || coalesce(r.claimed_by, 'nobody'), 'none')
+            ELSE 'claim ' || c.state || ', episode ' || e.status || ', request ' || coalesce(r.status, 'none') END AS what,
+        coalesce((c.state = 'claimed' AND c.owner_node = $1 AND c.claimed_at <= $2)
         OR (c.state = 'released' AND c.owner_node = $1 AND c.claimed_at <= $2 AND r.id IS NULL)
         OR (r.status = 'claimed' AND r.claimed_by = $1 AND r.claimed_at <= $2), false) AS held,
            coalesce((c.state = 'released' AND c.owner_node = $1 AND c.claimed_at <= $2

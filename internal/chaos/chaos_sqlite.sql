@@ -104,9 +104,14 @@ SELECT CAST(round(unixepoch('subsec') * 1000) AS INTEGER);
 -- What node ?1 still holds of the work it had at ?2, and what it left
 -- available (see chaos.sql).
 SELECT coalesce(sum(h.held), 0)      AS held,
-       coalesce(sum(NOT h.held), 0)  AS available
+       coalesce(sum(NOT h.held), 0)  AS available,
+       coalesce(group_concat(CASE WHEN h.held THEN h.what END, ', '), '') AS what
 FROM (
-    SELECT coalesce((c.state = 'claimed' AND c.owner_node = ?1 AND c.claimed_at <= ?2)
+    SELECT e.id || ': ' || CASE
+            WHEN r.status = 'claimed' AND r.claimed_by = ?1 THEN 'request claimed, ' || CASE WHEN r.claim_until > CAST(round(unixepoch('subsec') * 1000) AS INTEGER) THEN 'claim live' ELSE 'claim lapsed ' || (CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - r.claim_until) || ' ms ago' END
+            WHEN c.state = 'claimed' THEN 'claim held, ' || CASE WHEN c.lease_until > CAST(round(unixepoch('subsec') * 1000) AS INTEGER) THEN 'lease live' ELSE 'lease expired ' || (CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - c.lease_until) || ' ms ago' END || ', request ' || coalesce(r.status || ' by ' || coalesce(r.claimed_by, 'nobody'), 'none')
+            ELSE 'claim ' || c.state || ', episode ' || e.status || ', request ' || coalesce(r.status, 'none') END AS what,
+        coalesce((c.state = 'claimed' AND c.owner_node = ?1 AND c.claimed_at <= ?2)
         OR (c.state = 'released' AND c.owner_node = ?1 AND c.claimed_at <= ?2 AND r.id IS NULL)
         OR (r.status = 'claimed' AND r.claimed_by = ?1 AND r.claimed_at <= ?2), 0) AS held,
            coalesce((c.state = 'released' AND c.owner_node = ?1 AND c.claimed_at <= ?2

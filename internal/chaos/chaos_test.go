@@ -202,6 +202,7 @@ type takeover struct {
 	available     int64 // and the available ones it left
 	took          time.Duration
 	tookAvailable time.Duration
+	lastHeld      string // the last sample that found work still held: what held it
 	ok            bool
 }
 
@@ -804,7 +805,8 @@ func (r *chaosRun) mark(id string) (since time.Time, held int64) {
 		return time.Time{}, -1
 	}
 	var available int64
-	if err := r.db.QueryRow(ctx, "HeldBy", id, since).Scan(&held, &available); err != nil {
+	var what string
+	if err := r.db.QueryRow(ctx, "HeldBy", id, since).Scan(&held, &available, &what); err != nil {
 		return since, -1
 	}
 	return since, held
@@ -829,8 +831,12 @@ func (r *chaosRun) watchTakeover(kind, id string, at, since time.Time, held int6
 				err = r.db.QueryRow(r.ctx, "DatabaseNow").Scan(&since)
 			}
 			var n, avail int64
+			var what string
 			if err == nil {
-				err = r.db.QueryRow(r.ctx, "HeldBy", id, since).Scan(&n, &avail)
+				err = r.db.QueryRow(r.ctx, "HeldBy", id, since).Scan(&n, &avail, &what)
+			}
+			if err == nil && n > 0 {
+				x.lastHeld = fmt.Sprintf("at +%.2fs %s", time.Since(at).Seconds(), what)
 			}
 			if err == nil && x.held < 0 {
 				x.held = n
@@ -1252,7 +1258,7 @@ func (r *chaosRun) check() {
 		bound, how := r.takeoverBound(x, restarts)
 		worst, worstOver, worstAvailable = max(worst, x.took), max(worstOver, x.took-bound), max(worstAvailable, x.tookAvailable)
 		if !x.ok || x.took > bound {
-			bad = append(bad, fmt.Sprintf("%s's held work (after %s) was still its own %.2fs later (bound %.2fs: %s)", x.id, x.kind, x.took.Seconds(), bound.Seconds(), how))
+			bad = append(bad, fmt.Sprintf("%s's held work (after %s) was still its own %.2fs later (bound %.2fs: %s; last seen held %s)", x.id, x.kind, x.took.Seconds(), bound.Seconds(), how, x.lastHeld))
 		}
 	}
 	add(fmt.Sprintf("no work held by a departed worker past lease + sweep + poll + %v (+ the fault's own length: drain, cut, stop, a restart; on SQLite busy_timeout + sweep): it was a live worker's or done", testbound.Margin),
