@@ -886,9 +886,17 @@ func (r *chaosRun) watchTakeover(kind, id string, at, since time.Time, held int6
 //   - a Postgres restart that overlapped the takeover adds its length and a
 //     sweep (the sweep that met it failed; the next one runs an interval
 //     later).
+//   - a recovery sweep that outlasted its interval during the takeover (the
+//     sweeper warns with how long it took) adds the longest such sweep: the
+//     orphans it had not reached yet waited for it. On a loaded host (make
+//     test-loaded: two CPU hogs on two cores beside the race-instrumented
+//     workers) a sweep's round trips are starved of CPU and 20-odd requeues
+//     after a restart took 4-9 s; the report prints the slowest sweep of
+//     the run, so the allowance is visible, and a sweep that misses or
+//     skips the orphans is as fast as ever and still fails the bound.
 //
 // The watcher's own poll (pollEvery) is added to all.
-func (r *chaosRun) takeoverBound(x takeover, restarts [][2]time.Time) (time.Duration, string) {
+func (r *chaosRun) takeoverBound(x takeover, restarts [][2]time.Time, sweeps []slowSweep) (time.Duration, string) {
 	c := r.cfg
 	b, how := c.lease, "lease"
 	switch x.kind {
@@ -913,6 +921,16 @@ func (r *chaosRun) takeoverBound(x takeover, restarts [][2]time.Time) (time.Dura
 			b += rs[1].Sub(rs[0]) + c.sweep
 			how += fmt.Sprintf(" + restart %.2fs + sweep", rs[1].Sub(rs[0]).Seconds())
 		}
+	}
+	var slowest time.Duration
+	for _, sw := range sweeps {
+		if sw.overlaps(x.at, x.at.Add(x.took)) {
+			slowest = max(slowest, sw.took)
+		}
+	}
+	if slowest > 0 {
+		b += slowest
+		how += fmt.Sprintf(" + a sweep that took %.2fs", slowest.Seconds())
 	}
 	return b, how
 }
@@ -1043,6 +1061,10 @@ func (r *chaosRun) check() {
 	freezes := slices.Clone(r.freezes)
 	r.mu.Unlock()
 	procs := r.cl.procs()
+	var sweeps []slowSweep
+	for _, p := range procs {
+		sweeps = append(sweeps, p.log.slowSweeps()...)
+	}
 	dead := map[string]bool{}
 	for _, p := range procs {
 		if closed(p.exited) {
@@ -1082,7 +1104,7 @@ func (r *chaosRun) check() {
 	}
 	slices.SortFunc(takeovers, func(a, b takeover) int { return strings.Compare(a.kind+a.id, b.kind+b.id) })
 	for _, x := range takeovers {
-		bound, _ := r.takeoverBound(x, restarts)
+		bound, _ := r.takeoverBound(x, restarts, sweeps)
 		r.say("  after %-7s of %-11s its %2d held episodes were live workers' (or done) %.2fs later (bound %.2fs); the %2d it left available were dispatched (or done) %.2fs later",
 			x.kind, x.id, x.held, x.took.Seconds(), bound.Seconds(), x.available, x.tookAvailable.Seconds())
 	}
@@ -1255,15 +1277,19 @@ func (r *chaosRun) check() {
 	var worst, worstOver, worstAvailable time.Duration
 	worstOver = -time.Hour
 	for _, x := range takeovers {
-		bound, how := r.takeoverBound(x, restarts)
+		bound, how := r.takeoverBound(x, restarts, sweeps)
 		worst, worstOver, worstAvailable = max(worst, x.took), max(worstOver, x.took-bound), max(worstAvailable, x.tookAvailable)
 		if !x.ok || x.took > bound {
 			bad = append(bad, fmt.Sprintf("%s's held work (after %s) was still its own %.2fs later (bound %.2fs: %s; last seen held %s)", x.id, x.kind, x.took.Seconds(), bound.Seconds(), how, x.lastHeld))
 		}
 	}
-	add(fmt.Sprintf("no work held by a departed worker past lease + sweep + poll + %v (+ the fault's own length: drain, cut, stop, a restart; on SQLite busy_timeout + sweep): it was a live worker's or done", testbound.Margin),
-		fmt.Sprintf("%d departures, slowest %.2fs, %+.2fs against its bound (lease %v, sweep %v, poll %v); their available work dispatched within %.2fs",
-			len(takeovers), worst.Seconds(), worstOver.Seconds(), r.cfg.lease, r.cfg.sweep, r.cfg.poll(), worstAvailable.Seconds()), bad)
+	var slowestSweep time.Duration
+	for _, sw := range sweeps {
+		slowestSweep = max(slowestSweep, sw.took)
+	}
+	add(fmt.Sprintf("no work held by a departed worker past lease + sweep + poll + %v (+ the fault's own length: drain, cut, stop, a restart, a sweep that outlasted its interval; on SQLite busy_timeout + sweep): it was a live worker's or done", testbound.Margin),
+		fmt.Sprintf("%d departures, slowest %.2fs, %+.2fs against its bound (lease %v, sweep %v, poll %v); their available work dispatched within %.2fs; %d sweeps outlasted their interval, the slowest %.2fs",
+			len(takeovers), worst.Seconds(), worstOver.Seconds(), r.cfg.lease, r.cfg.sweep, r.cfg.poll(), worstAvailable.Seconds(), len(sweeps), slowestSweep.Seconds()), bad)
 	// On SQLite a takeover's requeues queue for the file's one write lock
 	// behind the live workload; with other suites on the host's two cores
 	// (make test) that queue, not the configuration, sets the time (6-25 s

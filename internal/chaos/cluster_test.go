@@ -7,16 +7,21 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 // proc is one worker process: one generation of a slot.
@@ -448,7 +453,31 @@ type tail struct {
 	buf  []byte
 	race bool
 	msgs map[string]*logged // slog records seen, by level and message
+	// sweeps are the worker's recovery sweeps that outlasted their
+	// interval (the sweeper's warning), when each ended and how long it
+	// took: orphans wait for them.
+	sweeps []slowSweep
 }
+
+// slowSweep is one recovery sweep that outlasted its interval: it ended at
+// end, on the worker's clock (this machine's), after took.
+type slowSweep struct {
+	end  time.Time
+	took time.Duration
+}
+
+// overlaps reports whether the sweep ran during [from, to].
+func (s slowSweep) overlaps(from, to time.Time) bool {
+	return s.end.After(from) && s.end.Add(-s.took).Before(to)
+}
+
+// slowSweepMsg is the sweeper's warning (recovery.Sweeper.Run).
+const slowSweepMsg = "leasehold: recovery sweep took longer than its interval"
+
+var (
+	logTime = regexp.MustCompile(`^time=(\S+)`)
+	logTook = regexp.MustCompile(` took=(\S+)`)
+)
 
 // logged counts one kind of log record and keeps the first one in full.
 type logged struct {
@@ -478,12 +507,40 @@ func (t *tail) Write(b []byte) (int, error) {
 			t.msgs[key] = &logged{first: string(line)}
 		}
 		t.msgs[key].n++
+		if string(m[2]) == slowSweepMsg {
+			t.noteSweep(line)
+		}
 	}
 	t.buf = append(t.buf, b...)
 	if over := len(t.buf) - t.max; over > 0 {
 		t.buf = append(t.buf[:0:0], t.buf[over:]...)
 	}
 	return len(b), nil
+}
+
+// noteSweep records the slow sweep one warning line reports; a line it
+// cannot read is kept in the tail and left out.
+func (t *tail) noteSweep(line []byte) {
+	tm, took := logTime.FindSubmatch(line), logTook.FindSubmatch(line)
+	if tm == nil || took == nil {
+		return
+	}
+	end, err := time.Parse(time.RFC3339Nano, string(tm[1]))
+	if err != nil {
+		return
+	}
+	d, err := time.ParseDuration(string(took[1]))
+	if err != nil {
+		return
+	}
+	t.sweeps = append(t.sweeps, slowSweep{end: end, took: d})
+}
+
+// slowSweeps returns the slow sweeps seen so far.
+func (t *tail) slowSweeps() []slowSweep {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Clone(t.sweeps)
 }
 
 func (t *tail) String() string {
@@ -508,4 +565,22 @@ func (t *tail) raced() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.race || bytes.Contains(t.buf, []byte("WARNING: DATA RACE"))
+}
+
+// TestTailReadsSlowSweeps: the sweeper's warning, as a worker's slog text
+// handler writes it, becomes a slow sweep the takeover bound can allow for;
+// other records do not.
+func TestTailReadsSlowSweeps(t *testing.T) {
+	t.Parallel()
+	tl := &tail{max: 1 << 10}
+	log := slog.New(slog.NewTextHandler(tl, nil))
+	log.Warn("leasehold: lease renewal failed", slog.Duration("took", time.Second))
+	before := time.Now()
+	log.Warn(slowSweepMsg, slog.Duration("took", 8900*time.Millisecond), slog.Duration("interval", 500*time.Millisecond))
+	got := tl.slowSweeps()
+	require.Len(t, got, 1)
+	require.Equal(t, 8900*time.Millisecond, got[0].took)
+	require.WithinDuration(t, before, got[0].end, time.Second)
+	require.True(t, got[0].overlaps(before.Add(-time.Second), before.Add(-time.Millisecond*500)), "it ran 8.9 s up to its end")
+	require.False(t, got[0].overlaps(before.Add(-20*time.Second), before.Add(-10*time.Second)))
 }
