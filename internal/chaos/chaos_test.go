@@ -129,8 +129,10 @@ type chaosRun struct {
 	cl      *cluster
 	book    *triggerBook
 
-	busyMu sync.Mutex
-	busy   []bool // a slot being signaled, restarted, cut, slowed or frozen
+	busyMu    sync.Mutex
+	busy      []bool      // a slot being signaled, restarted, cut, slowed or frozen
+	busyFrom  []time.Time // since when each busy slot is
+	busySpans []busySpan  // every time a slot was busy, once it is free again
 
 	freezing atomic.Int32 // freezes in progress (no server restart meanwhile)
 
@@ -208,7 +210,8 @@ type takeover struct {
 
 func newRun(t *testing.T, cfg config) *chaosRun {
 	ctx, cancel := context.WithCancel(t.Context())
-	return &chaosRun{t: t, cfg: cfg, ctx: ctx, cancel: cancel, book: newTriggerBook(), busy: make([]bool, cfg.workers)}
+	return &chaosRun{t: t, cfg: cfg, ctx: ctx, cancel: cancel, book: newTriggerBook(), busy: make([]bool, cfg.workers),
+		busyFrom: make([]time.Time, cfg.workers)}
 }
 
 // say adds a line to the report: t.Log, and stdout with CHAOS=1.
@@ -523,7 +526,7 @@ func (r *chaosRun) takeSlot(rng *rand.Rand) int {
 		return -1
 	}
 	slot := idle[rng.IntN(len(idle))]
-	r.busy[slot] = true
+	r.busy[slot], r.busyFrom[slot] = true, time.Now()
 	return slot
 }
 
@@ -543,7 +546,7 @@ func (r *chaosRun) takeBusiestSlot() int {
 		}
 	}
 	if best >= 0 {
-		r.busy[best] = true
+		r.busy[best], r.busyFrom[best] = true, time.Now()
 	}
 	return best
 }
@@ -551,7 +554,65 @@ func (r *chaosRun) takeBusiestSlot() int {
 func (r *chaosRun) freeSlot(slot int) {
 	r.busyMu.Lock()
 	r.busy[slot] = false
+	r.busySpans = append(r.busySpans, busySpan{slot: slot, from: r.busyFrom[slot], to: time.Now()})
 	r.busyMu.Unlock()
+}
+
+// busySpan is a time a slot had no healthy worker: from its fault's start
+// (SIGKILL, SIGTERM, cut, slow answers, SIGSTOP) until its next worker was
+// ready, its link healed or it was resumed.
+type busySpan struct {
+	slot     int
+	from, to time.Time
+}
+
+// noHealthyWorker is how much of [from, to] every one of the workers slots
+// was busy at once (spans): no live worker could sweep, poll or take work
+// over then. Faults pick idle slots, but a slot stays busy until its next
+// worker is ready, and a restarted race-instrumented worker takes seconds
+// to start on a loaded host, so the faults can leave the cluster without a
+// healthy worker for a while.
+func noHealthyWorker(spans []busySpan, workers int, from, to time.Time) time.Duration {
+	type edge struct {
+		at    time.Time
+		delta int
+	}
+	var edges []edge
+	for _, sp := range spans {
+		a, b := maxTime(sp.from, from), minTime(sp.to, to)
+		if a.Before(b) {
+			edges = append(edges, edge{a, +1}, edge{b, -1})
+		}
+	}
+	slices.SortFunc(edges, func(x, y edge) int {
+		if c := x.at.Compare(y.at); c != 0 {
+			return c
+		}
+		return x.delta - y.delta // an end before a start at the same instant
+	})
+	var total time.Duration
+	busy := 0
+	for i, e := range edges {
+		if busy >= workers && i > 0 {
+			total += e.at.Sub(edges[i-1].at)
+		}
+		busy += e.delta
+	}
+	return total
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 func (r *chaosRun) addFault(start time.Time, kind, target, detail string) {
@@ -886,6 +947,9 @@ func (r *chaosRun) watchTakeover(kind, id string, at, since time.Time, held int6
 //   - a Postgres restart that overlapped the takeover adds its length and a
 //     sweep (the sweep that met it failed; the next one runs an interval
 //     later).
+//   - time during the takeover when every slot was busy with a fault
+//     (noHealthyWorker: no worker alive, ready and connected) is added: a
+//     takeover needs a live worker, and the bound runs only while one is.
 //   - a recovery sweep that outlasted its interval during the takeover (the
 //     sweeper warns with how long it took) adds the longest such sweep: the
 //     orphans it had not reached yet waited for it. On a loaded host (make
@@ -896,7 +960,7 @@ func (r *chaosRun) watchTakeover(kind, id string, at, since time.Time, held int6
 //     skips the orphans is as fast as ever and still fails the bound.
 //
 // The watcher's own poll (pollEvery) is added to all.
-func (r *chaosRun) takeoverBound(x takeover, restarts [][2]time.Time, sweeps []slowSweep) (time.Duration, string) {
+func (r *chaosRun) takeoverBound(x takeover, restarts [][2]time.Time, sweeps []slowSweep, spans []busySpan) (time.Duration, string) {
 	c := r.cfg
 	b, how := c.lease, "lease"
 	switch x.kind {
@@ -921,6 +985,10 @@ func (r *chaosRun) takeoverBound(x takeover, restarts [][2]time.Time, sweeps []s
 			b += rs[1].Sub(rs[0]) + c.sweep
 			how += fmt.Sprintf(" + restart %.2fs + sweep", rs[1].Sub(rs[0]).Seconds())
 		}
+	}
+	if none := noHealthyWorker(spans, c.workers, x.at, x.at.Add(x.took)); none > 0 {
+		b += none
+		how += fmt.Sprintf(" + %.2fs with no healthy worker", none.Seconds())
 	}
 	var slowest time.Duration
 	for _, sw := range sweeps {
@@ -1060,6 +1128,9 @@ func (r *chaosRun) check() {
 	restarts := slices.Clone(r.restarts)
 	freezes := slices.Clone(r.freezes)
 	r.mu.Unlock()
+	r.busyMu.Lock()
+	spans := slices.Clone(r.busySpans)
+	r.busyMu.Unlock()
 	procs := r.cl.procs()
 	var sweeps []slowSweep
 	for _, p := range procs {
@@ -1104,7 +1175,7 @@ func (r *chaosRun) check() {
 	}
 	slices.SortFunc(takeovers, func(a, b takeover) int { return strings.Compare(a.kind+a.id, b.kind+b.id) })
 	for _, x := range takeovers {
-		bound, _ := r.takeoverBound(x, restarts, sweeps)
+		bound, _ := r.takeoverBound(x, restarts, sweeps, spans)
 		r.say("  after %-7s of %-11s its %2d held episodes were live workers' (or done) %.2fs later (bound %.2fs); the %2d it left available were dispatched (or done) %.2fs later",
 			x.kind, x.id, x.held, x.took.Seconds(), bound.Seconds(), x.available, x.tookAvailable.Seconds())
 	}
@@ -1277,7 +1348,7 @@ func (r *chaosRun) check() {
 	var worst, worstOver, worstAvailable time.Duration
 	worstOver = -time.Hour
 	for _, x := range takeovers {
-		bound, how := r.takeoverBound(x, restarts, sweeps)
+		bound, how := r.takeoverBound(x, restarts, sweeps, spans)
 		worst, worstOver, worstAvailable = max(worst, x.took), max(worstOver, x.took-bound), max(worstAvailable, x.tookAvailable)
 		if !x.ok || x.took > bound {
 			bad = append(bad, fmt.Sprintf("%s's held work (after %s) was still its own %.2fs later (bound %.2fs: %s; last seen held %s)", x.id, x.kind, x.took.Seconds(), bound.Seconds(), how, x.lastHeld))
@@ -1319,7 +1390,7 @@ func (r *chaosRun) check() {
 	}
 
 	if r.cfg.dialect != dialectSQLite { // SQLite: process faults only, no SIGSTOP
-		r.checkFreezes(freezes, add)
+		r.checkFreezes(freezes, restarts, spans, add)
 	}
 
 	bad = nil
@@ -1359,14 +1430,28 @@ func (r *chaosRun) check() {
 }
 
 // checkFreezes checks every SIGSTOP inside a finish transaction (there must
-// be one at least) and adds the invariant.
-func (r *chaosRun) checkFreezes(freezes []*freeze, add func(name, counts string, bad []string)) {
+// be one at least) and adds the invariant. As takeoverBound does, each
+// freeze's bound also counts the time no slot had a healthy worker and a
+// Postgres restart that overlapped it (its length and a sweep).
+func (r *chaosRun) checkFreezes(freezes []*freeze, restarts [][2]time.Time, spans []busySpan, add func(name, counts string, bad []string)) {
 	var bad []string
 	txBound := claims.TxBound(r.cfg.lease)
 	freezeBound := r.cfg.lease + r.cfg.sweep + txBound + freezeSlack
 	var slowestFreeze time.Duration
 	for _, fz := range freezes {
-		took, problem := r.checkFreeze(fz, freezeBound)
+		fz.mu.Lock()
+		from, to := fz.at, fz.at.Add(fz.takenAfter)
+		if fz.takenBy.fence == 0 {
+			to = time.Now()
+		}
+		fz.mu.Unlock()
+		bound := freezeBound + noHealthyWorker(spans, r.cfg.workers, from, to)
+		for _, rs := range restarts {
+			if rs[0].Before(to) && rs[1].After(from) {
+				bound += rs[1].Sub(rs[0]) + r.cfg.sweep
+			}
+		}
+		took, problem := r.checkFreeze(fz, bound)
 		slowestFreeze = max(slowestFreeze, took)
 		if problem != "" {
 			bad = append(bad, problem)
@@ -1375,7 +1460,7 @@ func (r *chaosRun) checkFreezes(freezes []*freeze, add func(name, counts string,
 	if len(freezes) == 0 {
 		bad = append(bad, "no worker was frozen inside a transaction (no SIGSTOP applied)")
 	}
-	add(fmt.Sprintf("a holder SIGSTOPped inside its finish transaction was taken over within lease + sweep + TxBound + %v, by another grant, and wrote nothing once resumed", freezeSlack),
+	add(fmt.Sprintf("a holder SIGSTOPped inside its finish transaction was taken over within lease + sweep + TxBound + %v (+ time with no healthy worker, a restart), by another grant, and wrote nothing once resumed", freezeSlack),
 		fmt.Sprintf("%d freezes, slowest takeover %.2fs (bound %.2fs: lease %v, sweep %v, TxBound %v)",
 			len(freezes), slowestFreeze.Seconds(), freezeBound.Seconds(), r.cfg.lease, r.cfg.sweep, txBound), bad)
 }

@@ -584,3 +584,29 @@ func TestTailReadsSlowSweeps(t *testing.T) {
 	require.True(t, got[0].overlaps(before.Add(-time.Second), before.Add(-time.Millisecond*500)), "it ran 8.9 s up to its end")
 	require.False(t, got[0].overlaps(before.Add(-20*time.Second), before.Add(-10*time.Second)))
 }
+
+// TestNoHealthyWorker: the time every slot was busy at once, within the
+// window asked about.
+func TestNoHealthyWorker(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	spans := []busySpan{
+		{slot: 0, from: at(0), to: at(10)},
+		{slot: 1, from: at(5), to: at(15)},
+		{slot: 0, from: at(12), to: at(20)},
+	}
+	for _, c := range []struct {
+		from, to int
+		want     time.Duration
+	}{
+		{0, 30, 8 * time.Second}, // 5-10 and 12-15
+		{7, 9, 2 * time.Second},
+		{10, 12, 0},
+		{14, 30, time.Second},
+		{20, 30, 0},
+	} {
+		require.Equal(t, c.want, noHealthyWorker(spans, 2, at(c.from), at(c.to)), "[%d, %d]", c.from, c.to)
+	}
+	require.Zero(t, noHealthyWorker(spans, 3, at(0), at(30)), "a third slot was never busy")
+}
