@@ -52,11 +52,14 @@
 // restart needs no code for the actor on the sweeping node (a trigger_only
 // node, the operator CLI). Of two sweepers that listed the same orphan only
 // the first requeues it, though the claim it leaves behind is released, not
-// live: the second finds the first's open trigger request, once it has
-// waited for the first on the claim row (on Postgres, RequeueOrphanLock
-// makes that wait happen before RequeueOrphan's snapshot is taken), and
-// the episode's attempts, compared with the count the sweep listed, catch
-// the claim-less orphans, which have no claim row to wait on.
+// live: the second finds the first's open trigger request once the first
+// committed, and while the first holds the claim row it waits for it (SQL
+// Server) or, on Postgres, gives up at once (RequeueOrphanLock locks the
+// row NOWAIT before RequeueOrphan's snapshot is taken; the orphan counts
+// as skipped and the next sweep looks again, so sweepers never queue
+// behind each other on the same orphans); the episode's attempts, compared
+// with the count the sweep listed, catch the claim-less orphans, which
+// have no claim row to lock.
 //
 // A sweep decides every orphan first and then requeues its restarts
 // together: a Store that is a BatchRequeuer (SQLite, whose writes all

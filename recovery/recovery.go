@@ -56,8 +56,9 @@ type Store interface {
 // transaction queues for the file's one write lock and commits with an
 // fsync, and on a loaded host that wait, not the statements, is most of a
 // requeue's time. The adapters with row locks (Postgres, SQL Server) run a
-// few requeues at once, because there a requeue may wait for a row lock
-// (up to claims.TxBound) and one at a time those waits add up.
+// few requeues at once, because each is a round trip (slow on a loaded
+// host) and may wait for a row lock (up to claims.TxBound; Postgres skips
+// a locked claim row at once), and one at a time those add up.
 type BatchRequeuer interface {
 	RequeueOrphans(ctx context.Context, items []episodes.RequeueItem, owner string, staleAfter time.Duration) []episodes.RequeueResult
 }

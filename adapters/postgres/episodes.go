@@ -343,6 +343,13 @@ func (s *Store) RequeueOrphan(ctx context.Context, id int64, attempts int32, own
 	if errors.Is(err, pgx.ErrNoRows) {
 		return episodes.Requeued{}, claims.ErrBusy
 	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == lockNotAvailable {
+		// RequeueOrphanLock's NOWAIT (or BoundLockWait's lock_timeout on
+		// the episode row): another sweeper or the holder has the orphan's
+		// rows, and nothing was applied. The next sweep looks again.
+		return episodes.Requeued{}, fmt.Errorf("postgres: RequeueOrphan: %w: its rows are locked by another transaction: %w", claims.ErrBusy, err)
+	}
 	if err != nil {
 		return episodes.Requeued{}, dbError("RequeueOrphan", err)
 	}
@@ -351,14 +358,12 @@ func (s *Store) RequeueOrphan(ctx context.Context, id int64, attempts int32, own
 
 // RequeueOrphans is RequeueOrphan for each of items (recovery's
 // BatchRequeuer): the same statements, conditions and outcomes, orphan by
-// orphan, but on a pool up to requeuesAtOnce of them at a time. A requeue
-// may wait for a row lock (a holder's finish, another sweeper's requeue of
-// the same orphan, a holder frozen inside its transaction: up to
-// claims.TxBound), and one at a time those waits add up: under load a
-// sweep of 22 orphans took 8.9 s, and a killed node's work waited for it
-// past lease + sweep (the chaos test). Concurrent, the waits overlap. A
-// Store over one connection or a caller's transaction requeues one at a
-// time, as RequeueOrphan would.
+// orphan, but on a pool up to requeuesAtOnce of them at a time. Each is a
+// round trip, and on a loaded host round trips are slow (a sweep of 40
+// orphans, one at a time: 12 s); a requeue of a claim-less orphan may also
+// wait on its episode row (up to claims.TxBound). Concurrent, they
+// overlap. A Store over one connection or a caller's transaction requeues
+// one at a time, as RequeueOrphan would.
 func (s *Store) RequeueOrphans(ctx context.Context, items []episodes.RequeueItem, owner string, staleAfter time.Duration) []episodes.RequeueResult {
 	out := make([]episodes.RequeueResult, len(items))
 	one := func(i int) {
@@ -388,6 +393,10 @@ func (s *Store) RequeueOrphans(ctx context.Context, items []episodes.RequeueItem
 
 // requeuesAtOnce bounds the requeues one RequeueOrphans runs at a time.
 const requeuesAtOnce = 4
+
+// lockNotAvailable is SQLSTATE 55P03: a NOWAIT lock found the row locked,
+// or a lock wait ran out of lock_timeout.
+const lockNotAvailable = "55P03"
 
 // AgentRecoveryPolicy runs GetAgentRecoveryPolicy; found is false when the
 // actor's expectation has no definition.

@@ -123,9 +123,10 @@ func TestClaimForRecoveryWaitsForTheOwnersFinish(t *testing.T) {
 	require.Equal(t, o.Claim.Fence, fence)
 }
 
-// RequeueOrphan against the owner's finish, likewise: a finished episode is
-// never made available again.
-func TestRequeueOrphanWaitsForTheOwnersFinish(t *testing.T) {
+// RequeueOrphan against the owner's finish: it finds the claim row locked
+// and gives up at once (RequeueOrphanLock's NOWAIT; the next sweep looks
+// again), and a finished episode is never made available again.
+func TestRequeueOrphanGivesWayToTheOwnersFinish(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Schema(t)
 	s := postgres.New(pool)
@@ -140,7 +141,7 @@ func TestRequeueOrphanWaitsForTheOwnersFinish(t *testing.T) {
 			_, err := s.RequeueOrphan(t.Context(), o.Episode.ID, 0, "sweeper", time.Minute)
 			return err
 		})
-	require.True(t, waited, "RequeueOrphan did not wait for the finish's row locks")
+	require.False(t, waited, "RequeueOrphan queued for the finish's row locks instead of giving up")
 	require.ErrorIs(t, err, claims.ErrBusy, "recovery requeued finished work")
 	var state string
 	var fence int64

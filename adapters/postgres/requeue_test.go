@@ -18,10 +18,12 @@ import (
 // were, so nothing on the episode row tells a second sweeper that the
 // first requeued it; only the first's open trigger request does, which a
 // statement whose snapshot was taken before the first committed cannot
-// see. RequeueOrphanLock makes the second wait on the claim row before
-// RequeueOrphan takes its snapshot. Here the second is sent while the
-// first's transaction is open, and must requeue nothing once it commits.
-func TestRequeueOrphanWaitsForAConcurrentRequeue(t *testing.T) {
+// see. RequeueOrphanLock locks the claim row before RequeueOrphan takes its
+// snapshot, NOWAIT: a second sweeper sent while the first's transaction is
+// open gives up at once (busy) instead of queueing behind it, and one sent
+// after the first committed sees its open request. Either way the orphan
+// is requeued once.
+func TestRequeueOrphanSkipsAnOrphanAnotherRequeueHolds(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Schema(t)
 	s := postgres.New(pool)
@@ -30,16 +32,22 @@ func TestRequeueOrphanWaitsForAConcurrentRequeue(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, s.Release(t.Context(), o.Claim.Token), "the holder gives the grant back")
 
+	// A lock wait would last a minute: only NOWAIT returns before the first
+	// commits.
+	long := claims.WithTxBound(context.Background(), time.Minute)
 	waited, err := interleave(t, pool, func(tx pgx.Tx) {
 		first, err := postgres.New(tx).RequeueOrphan(t.Context(), o.Episode.ID, 0, "sweeper-1", time.Minute)
 		require.NoError(t, err)
 		require.EqualValues(t, 0, first.Attempts, "a grant given back is not an attempt")
 	}, func() error {
-		_, err := s.RequeueOrphan(context.Background(), o.Episode.ID, 0, "sweeper-2", time.Minute)
+		_, err := s.RequeueOrphan(long, o.Episode.ID, 0, "sweeper-2", time.Minute)
 		return err
 	})
-	require.True(t, waited, "the second requeue did not wait for the first's row lock")
-	require.ErrorIs(t, err, claims.ErrBusy, "the orphan was requeued once")
+	require.False(t, waited, "the second requeue waited for the first's row lock instead of giving up")
+	require.ErrorIs(t, err, claims.ErrBusy, "the second requeue found the orphan locked")
+
+	_, err = s.RequeueOrphan(long, o.Episode.ID, 0, "sweeper-3", time.Minute)
+	require.ErrorIs(t, err, claims.ErrBusy, "after the first committed: its open request says the orphan is requeued")
 	var fence int64
 	require.NoError(t, pool.QueryRow(t.Context(), `SELECT fence FROM leasehold_work_claims WHERE dedupe_key = 'k'`).Scan(&fence))
 	require.Equal(t, o.Claim.Fence+1, fence, "fenced out once")
@@ -78,19 +86,20 @@ func TestRequeueOrphanWaitsForAConcurrentRequeueOfAClaimlessOrphan(t *testing.T)
 	require.EqualValues(t, 1, got.Attempts, "the orphan's run was counted once")
 }
 
-// A sweep's requeues wait for row locks (a holder's finish, another
-// sweeper): RequeueOrphans runs several at once on a pool, so those waits
-// overlap instead of adding up. Here a competitor holds the claim rows of
-// three orphans; all three requeues must be waiting on it at the same
-// moment (one at a time, only one would be), and each requeues its orphan
-// once the competitor commits.
-func TestRequeueOrphansOverlapTheirLockWaits(t *testing.T) {
+// A sweep's requeues skip the orphans whose claim rows another
+// transaction holds (another sweeper requeuing them, a holder finishing or
+// frozen inside its transaction) at once, instead of queueing behind it,
+// and requeue them on a later sweep. Here a competitor holds the claim rows
+// of three orphans; RequeueOrphans, whose lock waits would last a minute,
+// must return while the competitor still holds them, every orphan busy and
+// untouched, and requeue all three once the competitor is gone.
+func TestRequeueOrphansSkipLockedOrphansAtOnce(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Schema(t)
 	s := postgres.New(pool)
 	var items []episodes.RequeueItem
 	var keys []string
-	for _, key := range []string{"overlap-1", "overlap-2", "overlap-3"} {
+	for _, key := range []string{"locked-1", "locked-2", "locked-3"} {
 		o, err := s.CreateEpisode(t.Context(), episodes.New{ActorID: "a", ExpectationID: "e", TriggerType: episodes.TriggerEvent,
 			DedupeKey: key, MaxAttempts: 3, Owner: "dead", Lease: time.Minute, Start: true})
 		require.NoError(t, err)
@@ -98,31 +107,35 @@ func TestRequeueOrphansOverlapTheirLockWaits(t *testing.T) {
 		items = append(items, episodes.RequeueItem{ID: o.Episode.ID})
 		keys = append(keys, key)
 	}
+	fences := func() []int64 {
+		var out []int64
+		require.NoError(t, pool.QueryRow(t.Context(),
+			`SELECT array_agg(fence ORDER BY dedupe_key) FROM leasehold_work_claims WHERE dedupe_key = ANY ($1)`, keys).Scan(&out))
+		return out
+	}
+	before := fences()
 
 	tx, err := pool.Begin(t.Context())
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(context.Background()) }()
-	var pid int32
-	require.NoError(t, tx.QueryRow(t.Context(), `SELECT pg_backend_pid()`).Scan(&pid))
 	_, err = tx.Exec(t.Context(), `SELECT 1 FROM leasehold_work_claims WHERE dedupe_key = ANY ($1) FOR UPDATE`, keys)
 	require.NoError(t, err)
 
+	long := claims.WithTxBound(context.Background(), time.Minute)
 	done := make(chan []episodes.RequeueResult, 1)
-	go func() { done <- s.RequeueOrphans(context.Background(), items, "sweeper", time.Minute) }()
-	most := 0
-	for most < len(items) {
-		select {
-		case res := <-done:
-			t.Fatalf("RequeueOrphans returned while the competitor held every row (most waiting at once: %d): %+v", most, res)
-		default:
+	go func() { done <- s.RequeueOrphans(long, items, "sweeper", time.Minute) }()
+	select {
+	case res := <-done:
+		for i, r := range res {
+			require.ErrorIs(t, r.Err, claims.ErrBusy, "orphan %d: its claim row is locked", i)
 		}
-		var waiting int
-		require.NoError(t, pool.QueryRow(t.Context(),
-			`SELECT count(*) FROM pg_stat_activity WHERE $1::int = ANY (pg_blocking_pids(pid))`, pid).Scan(&waiting))
-		most = max(most, waiting)
+	case <-time.After(30 * time.Second):
+		t.Fatal("RequeueOrphans waited for the competitor's row locks")
 	}
-	require.NoError(t, tx.Commit(t.Context()))
-	for i, r := range <-done {
+	require.Equal(t, before, fences(), "nothing was fenced out while the rows were locked")
+	require.NoError(t, tx.Rollback(t.Context()))
+
+	for i, r := range s.RequeueOrphans(long, items, "sweeper", time.Minute) {
 		require.NoError(t, r.Err, "orphan %d", i)
 		require.Equal(t, episodes.StatusQueued, r.Status, "orphan %d requeued", i)
 	}

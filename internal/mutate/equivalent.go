@@ -20,7 +20,7 @@ var equivalents = map[string]string{
 		"only the order changes: a deadlock the database breaks (40P01, retried by the next sweep), never a wrong grant",
 	"postgres:RequeueOrphan:lock#1": "RequeueOrphanLock, sent first in the same implicit transaction, already holds " +
 		"the orphan's claim row FOR UPDATE until it ends, so this second lock on the same row changes nothing " +
-		"(TestRequeueOrphanWaitsForAConcurrentRequeue, TestRequeueOrphanWaitsForTheOwnersFinish)",
+		"(TestRequeueOrphanSkipsAnOrphanAnotherRequeueHolds, TestRequeueOrphanGivesWayToTheOwnersFinish)",
 	"postgres:ClaimTriggerRequests:lock#2": "SKIP LOCKED only makes a poller pass over requests another poller is " +
 		"claiming instead of waiting for them; without it the poller waits, and the UPDATE re-checks the claimable " +
 		"condition on the committed row, so each request still goes to one poller: slower under contention, never wrong",

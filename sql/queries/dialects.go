@@ -89,11 +89,13 @@ var DialectOnly = []Only{
 	{
 		Name:     "RequeueOrphanLock",
 		Dialects: []string{DialectPostgres},
-		Why: "waits on the orphan's claim row before RequeueOrphan takes its snapshot, so that RequeueOrphan sees the " +
+		Why: "locks the orphan's claim row (NOWAIT: a row another sweeper or the holder has locked is skipped at once, " +
+			"for the next sweep) before RequeueOrphan takes its snapshot, so that RequeueOrphan sees the " +
 			"open request of a concurrent requeue (one that gave a given-back grant its attempt back changed nothing " +
 			"else on the episode row): SQLite's write lock serializes whole transactions, and SQL Server's " +
 			"RequeueOrphan re-reads the request under UPDLOCK, HOLDLOCK after its claim lock",
-		Fallback: "SQLite: RequeueOrphanTarget runs under the write lock; SQL Server: RequeueOrphan's locking read",
+		Fallback: "SQLite: RequeueOrphanTarget runs under the write lock; SQL Server: RequeueOrphan's locking read, " +
+			"which waits for a locked claim row (bounded by its lock timeout, claims.TxBound) instead of skipping it",
 	},
 
 	// The steps of SQLite's multi-statement operations.
