@@ -46,6 +46,10 @@ const (
 	// freezeWait: how long the driver waits for an armed worker to reach a
 	// finish (it finishes several episodes a second) before it gives up.
 	freezeWait = 5 * time.Second
+	// freezeTries: how many times the driver arms a worker that did not
+	// reach a finish within freezeWait (a loaded host once left a run
+	// without its one freeze: "not applied").
+	freezeTries = 3
 	// freezeSlack: a frozen holder's episode must be another grant's within
 	// lease + sweep + claims.TxBound + this: a recovery claim that met the
 	// frozen lock fails and the next sweep's succeeds (one more sweep), on
@@ -750,20 +754,32 @@ func (r *chaosRun) freeze(start time.Time) bool {
 		for len(p.intx) > 0 { // a line left by an earlier arming
 			<-p.intx
 		}
-		p.send("freeze")
-		wait := time.NewTimer(freezeWait)
-		defer wait.Stop()
+		// A loaded worker may finish nothing for a while: it is armed again
+		// while new triggers still flow, freezeTries times at most.
 		var x intx
-		select {
-		case x = <-p.intx:
-		case <-wait.C:
+		for try := 1; ; try++ {
+			p.send("freeze")
+			wait := time.NewTimer(freezeWait)
+			applied := false
+			select {
+			case x = <-p.intx:
+				applied = true
+			case <-wait.C:
+			case <-p.exited:
+			case <-r.ctx.Done():
+			}
+			wait.Stop()
+			if applied {
+				break
+			}
+			if closed(p.exited) || r.ctx.Err() != nil {
+				return
+			}
 			p.send("unfreeze")
-			r.addFault(start, "SIGSTOP", p.id, fmt.Sprintf("not applied: no finish within %v of arming", freezeWait))
-			return
-		case <-p.exited:
-			return
-		case <-r.ctx.Done():
-			return
+			if try == freezeTries || !r.fireNew.Load() {
+				r.addFault(start, "SIGSTOP", p.id, fmt.Sprintf("not applied: no finish within %v of arming, %d times", freezeWait, try))
+				return
+			}
 		}
 		at := time.Now()
 		p.paused.Store(true)

@@ -3,6 +3,7 @@
 package chaos_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -70,11 +71,17 @@ func TestFrozenInTransaction(t *testing.T) {
 	book.sent(tr, 1)
 	// A fire that failed or went unanswered (a loaded host: the worker's
 	// Fire has fireTimeout) is sent again, to A only, as the driver of the
-	// main suite re-sends its triggers.
+	// main suite re-sends its triggers. On a loaded host A may also lose
+	// the run's lease before it finishes, and B's recovery finish it: while
+	// A reaches no finish, another trigger is fired on A every freezeWait
+	// (A stays armed: its first finish of any of them is frozen).
 	var x intx
-	reached := time.After(30 * time.Second)
+	reached := time.After(60 * time.Second)
 	resend := time.NewTicker(pollEvery)
 	defer resend.Stop()
+	another := time.NewTicker(freezeWait)
+	defer another.Stop()
+	mine := map[*trigger]bool{tr: true}
 wait:
 	for {
 		select {
@@ -82,13 +89,19 @@ wait:
 			break wait
 		case <-resend.C:
 			for _, due := range book.due(time.Now().Add(-redeliverAfter)) {
-				if due == tr {
-					a.send("fire " + tr.id)
-					book.sent(tr, 1)
+				if mine[due] {
+					a.send("fire " + due.id)
+					book.sent(due, 1)
 				}
 			}
+		case <-another.C:
+			next := book.add(fmt.Sprintf("frozen-%d", len(mine)+1))
+			mine[next] = true
+			a.send("fire " + next.id)
+			book.sent(next, 1)
 		case <-reached:
-			t.Fatalf("%s never reached its finish transaction; stderr (with its fire errors):\n%s", a.id, a.log.String())
+			t.Fatalf("%s never reached its finish transaction (%d triggers fired on it); stderr (with its fire errors):\n%s",
+				a.id, len(mine), a.log.String())
 		}
 	}
 	at := time.Now()
