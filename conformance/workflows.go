@@ -31,7 +31,8 @@ type WorkflowsBackend struct {
 
 // RunWorkflows runs the workflow statement scenarios: one running instance
 // per key, transactions that roll back, step rows changed only by
-// conditional updates, and the reconciliation listing.
+// conditional updates, the reconciliation listing, and versioned
+// definitions (an instance follows the definition it started with).
 func RunWorkflows(t *testing.T, newBackend func(t *testing.T) WorkflowsBackend) {
 	t.Run("OneRunningInstancePerKey", func(t *testing.T) {
 		t.Parallel()
@@ -257,6 +258,8 @@ func RunWorkflows(t *testing.T, newBackend func(t *testing.T) WorkflowsBackend) 
 		require.NoError(t, err)
 		require.False(t, found)
 	})
+
+	runWorkflowVersions(t, newBackend)
 }
 
 func mustCreate(t *testing.T, b WorkflowsBackend, key string) int64 {

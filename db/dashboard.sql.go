@@ -850,7 +850,7 @@ func (q *Queries) DashboardStatusCounts(ctx context.Context, db DBTX) ([]Dashboa
 
 const dashboardWorkflows = `-- name: DashboardWorkflows :many
 SELECT i.id, i.workflow_id, i.subject, i.env, i.source_stack, i.status, i.payload,
-    i.error_detail, i.created_at, i.finished_at, i.parked_reason,
+    i.error_detail, i.created_at, i.finished_at, i.parked_reason, i.definition_version,
     coalesce(s.step_id, '')::text AS step_id,
     coalesce(s.status, '')::text AS step_status,
     coalesce(s.episode_id, 0)::bigint AS step_episode_id,
@@ -861,7 +861,7 @@ SELECT i.id, i.workflow_id, i.subject, i.env, i.source_stack, i.status, i.payloa
     coalesce(e.error_class, '')::text AS episode_error_class
 FROM (
     SELECT w.id, w.workflow_id, w.subject, w.env, w.source_stack, w.status, w.payload,
-        w.error_detail, w.created_at, w.finished_at, w.parked_reason
+        w.error_detail, w.created_at, w.finished_at, w.parked_reason, w.definition_version
     FROM leasehold_workflow_instances AS w
     WHERE ($1::bigint = 0 OR w.id < $1::bigint)
       AND ($2::bigint = 0 OR w.id = $2::bigint)
@@ -897,6 +897,7 @@ type DashboardWorkflowsRow struct {
 	CreatedAt         time.Time
 	FinishedAt        *time.Time
 	ParkedReason      *string
+	DefinitionVersion string
 	StepID            string
 	StepStatus        string
 	StepEpisodeID     int64
@@ -914,6 +915,8 @@ type DashboardWorkflowsRow struct {
 // means any, else that instance alone; empty workflow_id and status mean
 // any. The page of instances is chosen first (max_rows of them), then
 // their steps are joined, so the limit counts instances, not steps.
+// definition_version is the version of the definition the instance follows
+// (” when started before versions were recorded).
 func (q *Queries) DashboardWorkflows(ctx context.Context, db DBTX, arg DashboardWorkflowsParams) ([]DashboardWorkflowsRow, error) {
 	rows, err := db.Query(ctx, dashboardWorkflows,
 		arg.BeforeID,
@@ -941,6 +944,7 @@ func (q *Queries) DashboardWorkflows(ctx context.Context, db DBTX, arg Dashboard
 			&i.CreatedAt,
 			&i.FinishedAt,
 			&i.ParkedReason,
+			&i.DefinitionVersion,
 			&i.StepID,
 			&i.StepStatus,
 			&i.StepEpisodeID,

@@ -121,18 +121,27 @@ type LeaseholdWorkClaim struct {
 	ErrorDetail     []byte
 }
 
+type LeaseholdWorkflowDefinition struct {
+	WorkflowID string
+	Version    string
+	Definition []byte
+	RecordedAt time.Time
+	RecordedBy string
+}
+
 type LeaseholdWorkflowInstance struct {
-	ID           int64
-	WorkflowID   string
-	Subject      string
-	Env          string
-	SourceStack  string
-	Status       string
-	Payload      []byte
-	ErrorDetail  []byte
-	CreatedAt    time.Time
-	FinishedAt   *time.Time
-	ParkedReason *string
+	ID                int64
+	WorkflowID        string
+	Subject           string
+	Env               string
+	SourceStack       string
+	Status            string
+	Payload           []byte
+	ErrorDetail       []byte
+	CreatedAt         time.Time
+	FinishedAt        *time.Time
+	ParkedReason      *string
+	DefinitionVersion string
 }
 
 type LeaseholdWorkflowStep struct {

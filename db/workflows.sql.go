@@ -12,19 +12,21 @@ import (
 
 const createWorkflowInstance = `-- name: CreateWorkflowInstance :one
 
-INSERT INTO leasehold_workflow_instances (workflow_id, subject, env, source_stack, status, payload)
+INSERT INTO leasehold_workflow_instances (workflow_id, subject, env, source_stack, status, payload,
+    definition_version)
 VALUES ($1, $2, $3, $4, 'running',
-    $5)
+    $5, $6)
 ON CONFLICT (workflow_id, subject, env) WHERE status = 'running' DO NOTHING
 RETURNING id, created_at
 `
 
 type CreateWorkflowInstanceParams struct {
-	WorkflowID  string
-	Subject     string
-	Env         string
-	SourceStack string
-	Payload     []byte
+	WorkflowID        string
+	Subject           string
+	Env               string
+	SourceStack       string
+	Payload           []byte
+	DefinitionVersion string
 }
 
 type CreateWorkflowInstanceRow struct {
@@ -41,7 +43,8 @@ type CreateWorkflowInstanceRow struct {
 // read-modify-write of the whole instance. All times are now().
 // Starts an instance, unless one is already running for the same workflow,
 // subject and env (the filtered unique index): then no row comes back and
-// the caller reads the running one.
+// the caller reads the running one. definition_version pins the instance
+// to the definition it starts with (see GetWorkflowDefinition).
 func (q *Queries) CreateWorkflowInstance(ctx context.Context, db DBTX, arg CreateWorkflowInstanceParams) (CreateWorkflowInstanceRow, error) {
 	row := db.QueryRow(ctx, createWorkflowInstance,
 		arg.WorkflowID,
@@ -49,10 +52,44 @@ func (q *Queries) CreateWorkflowInstance(ctx context.Context, db DBTX, arg Creat
 		arg.Env,
 		arg.SourceStack,
 		arg.Payload,
+		arg.DefinitionVersion,
 	)
 	var i CreateWorkflowInstanceRow
 	err := row.Scan(&i.ID, &i.CreatedAt)
 	return i, err
+}
+
+const deleteWorkflowStep = `-- name: DeleteWorkflowStep :execrows
+DELETE FROM leasehold_workflow_steps
+WHERE instance_id = $1
+  AND step_id = $2
+  AND status = $3
+  AND status <> 'running'
+  AND coalesce(episode_id, 0) = $4::bigint
+`
+
+type DeleteWorkflowStepParams struct {
+	InstanceID    int64
+	StepID        string
+	FromStatus    string
+	FromEpisodeID int64
+}
+
+// Migrate: a step the version the instance moves to does not have. Run
+// under the instance lock, conditioned on the status and episode the caller
+// saw; never a running step, whose episode's end would then advance
+// nothing.
+func (q *Queries) DeleteWorkflowStep(ctx context.Context, db DBTX, arg DeleteWorkflowStepParams) (int64, error) {
+	result, err := db.Exec(ctx, deleteWorkflowStep,
+		arg.InstanceID,
+		arg.StepID,
+		arg.FromStatus,
+		arg.FromEpisodeID,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const endWorkflowStep = `-- name: EndWorkflowStep :execrows
@@ -137,7 +174,7 @@ func (q *Queries) GetAgentMaxAttempts(ctx context.Context, db DBTX, arg GetAgent
 
 const getRunningWorkflowInstance = `-- name: GetRunningWorkflowInstance :one
 SELECT id, workflow_id, subject, env, source_stack, status, payload, error_detail,
-    created_at, finished_at, parked_reason
+    created_at, finished_at, parked_reason, definition_version
 FROM leasehold_workflow_instances
 WHERE workflow_id = $1
   AND subject = $2
@@ -167,13 +204,38 @@ func (q *Queries) GetRunningWorkflowInstance(ctx context.Context, db DBTX, arg G
 		&i.CreatedAt,
 		&i.FinishedAt,
 		&i.ParkedReason,
+		&i.DefinitionVersion,
 	)
 	return i, err
 }
 
+const getWorkflowDefinition = `-- name: GetWorkflowDefinition :one
+SELECT definition
+FROM leasehold_workflow_definitions
+WHERE workflow_id = $1
+  AND version = $2
+`
+
+type GetWorkflowDefinitionParams struct {
+	WorkflowID string
+	Version    string
+}
+
+// The definition of a workflow at one version: what an advance uses when
+// the instance's definition_version is not the one registered on the
+// advancing node (a rolling deploy). A plain read: the row never changes
+// once written (PutWorkflowDefinition), and the instance lock already
+// orders the advances that use it.
+func (q *Queries) GetWorkflowDefinition(ctx context.Context, db DBTX, arg GetWorkflowDefinitionParams) ([]byte, error) {
+	row := db.QueryRow(ctx, getWorkflowDefinition, arg.WorkflowID, arg.Version)
+	var definition []byte
+	err := row.Scan(&definition)
+	return definition, err
+}
+
 const getWorkflowInstance = `-- name: GetWorkflowInstance :one
 SELECT id, workflow_id, subject, env, source_stack, status, payload, error_detail,
-    created_at, finished_at, parked_reason
+    created_at, finished_at, parked_reason, definition_version
 FROM leasehold_workflow_instances
 WHERE id = $1
 `
@@ -193,6 +255,7 @@ func (q *Queries) GetWorkflowInstance(ctx context.Context, db DBTX, id int64) (L
 		&i.CreatedAt,
 		&i.FinishedAt,
 		&i.ParkedReason,
+		&i.DefinitionVersion,
 	)
 	return i, err
 }
@@ -309,7 +372,7 @@ func (q *Queries) ListStalledWorkflowSteps(ctx context.Context, db DBTX, arg Lis
 
 const listWorkflowInstances = `-- name: ListWorkflowInstances :many
 SELECT id, workflow_id, subject, env, source_stack, status, payload, error_detail,
-    created_at, finished_at, parked_reason
+    created_at, finished_at, parked_reason, definition_version
 FROM leasehold_workflow_instances
 WHERE ($1::text = '' OR workflow_id = $1::text)
   AND ($2::text = '' OR subject = $2::text)
@@ -359,6 +422,7 @@ func (q *Queries) ListWorkflowInstances(ctx context.Context, db DBTX, arg ListWo
 			&i.CreatedAt,
 			&i.FinishedAt,
 			&i.ParkedReason,
+			&i.DefinitionVersion,
 		); err != nil {
 			return nil, err
 		}
@@ -418,7 +482,7 @@ func (q *Queries) ListWorkflowSteps(ctx context.Context, db DBTX, instanceID int
 
 const lockWorkflowInstance = `-- name: LockWorkflowInstance :one
 SELECT id, workflow_id, subject, env, source_stack, status, payload, error_detail,
-    created_at, finished_at, parked_reason
+    created_at, finished_at, parked_reason, definition_version
 FROM leasehold_workflow_instances
 WHERE id = $1
 FOR UPDATE
@@ -442,8 +506,47 @@ func (q *Queries) LockWorkflowInstance(ctx context.Context, db DBTX, id int64) (
 		&i.CreatedAt,
 		&i.FinishedAt,
 		&i.ParkedReason,
+		&i.DefinitionVersion,
 	)
 	return i, err
+}
+
+const moveWorkflowStep = `-- name: MoveWorkflowStep :execrows
+UPDATE leasehold_workflow_steps
+SET step_id = $1, max_attempts = $2, updated_at = now()
+WHERE instance_id = $3
+  AND step_id = $4
+  AND status = $5
+  AND coalesce(episode_id, 0) = $6::bigint
+`
+
+type MoveWorkflowStepParams struct {
+	NewStepID     string
+	MaxAttempts   int32
+	InstanceID    int64
+	StepID        string
+	FromStatus    string
+	FromEpisodeID int64
+}
+
+// Migrate: the step takes its ID and max attempts in the version the
+// instance moves to, keeping its status, attempts and episode. Run under
+// the instance lock (LockWorkflowInstance), conditioned on the status and
+// episode the caller saw, like every step update: zero rows means the step
+// changed, and the migration is rolled back.
+func (q *Queries) MoveWorkflowStep(ctx context.Context, db DBTX, arg MoveWorkflowStepParams) (int64, error) {
+	result, err := db.Exec(ctx, moveWorkflowStep,
+		arg.NewStepID,
+		arg.MaxAttempts,
+		arg.InstanceID,
+		arg.StepID,
+		arg.FromStatus,
+		arg.FromEpisodeID,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const parkWorkflowInstance = `-- name: ParkWorkflowInstance :execrows
@@ -464,6 +567,60 @@ type ParkWorkflowInstanceParams struct {
 // episode finished; only a running instance is parked.
 func (q *Queries) ParkWorkflowInstance(ctx context.Context, db DBTX, arg ParkWorkflowInstanceParams) (int64, error) {
 	result, err := db.Exec(ctx, parkWorkflowInstance, arg.ParkedReason, arg.ID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const putWorkflowDefinition = `-- name: PutWorkflowDefinition :exec
+INSERT INTO leasehold_workflow_definitions (workflow_id, version, definition, recorded_by)
+VALUES ($1, $2, $3, $4)
+ON CONFLICT (workflow_id, version) DO NOTHING
+`
+
+type PutWorkflowDefinitionParams struct {
+	WorkflowID string
+	Version    string
+	Definition []byte
+	RecordedBy string
+}
+
+// Records a workflow definition under its version, a hash of its canonical
+// JSON: every node that registers the definition runs it when it starts
+// (and a Start runs it in its transaction until one committed), and every
+// run after the first changes nothing (DO NOTHING on the primary key). A
+// version's row is therefore written once and never updated: the definition
+// an instance pinned with definition_version cannot change under it, and
+// two nodes recording it at once both succeed, one of them inserting.
+func (q *Queries) PutWorkflowDefinition(ctx context.Context, db DBTX, arg PutWorkflowDefinitionParams) error {
+	_, err := db.Exec(ctx, putWorkflowDefinition,
+		arg.WorkflowID,
+		arg.Version,
+		arg.Definition,
+		arg.RecordedBy,
+	)
+	return err
+}
+
+const setWorkflowDefinitionVersion = `-- name: SetWorkflowDefinitionVersion :execrows
+UPDATE leasehold_workflow_instances
+SET definition_version = $1, parked_reason = NULL
+WHERE id = $2
+  AND status = 'running'
+`
+
+type SetWorkflowDefinitionVersionParams struct {
+	DefinitionVersion string
+	ID                int64
+}
+
+// Migrate: the running instance follows another version of its workflow
+// from now on (its steps were moved in the same transaction, under the
+// instance lock), and a parked reason is cleared: the instance's steps are
+// those of that version.
+func (q *Queries) SetWorkflowDefinitionVersion(ctx context.Context, db DBTX, arg SetWorkflowDefinitionVersionParams) (int64, error) {
+	result, err := db.Exec(ctx, setWorkflowDefinitionVersion, arg.DefinitionVersion, arg.ID)
 	if err != nil {
 		return 0, err
 	}

@@ -185,7 +185,11 @@ type WorkflowInstance struct {
 	CreatedAt    time.Time
 	FinishedAt   *time.Time
 	ParkedReason string
-	Steps        []WorkflowStep // in step ID order
+	// DefinitionVersion is the version of the definition the instance
+	// follows (workflows.Definition.Version); "" for one started before
+	// definitions were versioned.
+	DefinitionVersion string
+	Steps             []WorkflowStep // in step ID order
 }
 
 // WorkflowStep is a step row with its episode's status ("" before its

@@ -43,7 +43,9 @@ func (n *Node) CheckSchema(ctx context.Context) error {
 // (RegisterNode), and the definitions (PutAgentDefinition of every
 // registered expectation's recovery policy and max attempts, so that a
 // sweeper on a node without an actor's code, and the operator CLI, know
-// what the nodes that run it would do with its orphans).
+// what the nodes that run it would do with its orphans), then the
+// finisher's own definitions when it is a DefinitionRecorder (the workflow
+// engine's versioned workflow definitions).
 func (n *Node) reachDatabase(ctx context.Context) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -73,7 +75,21 @@ func (n *Node) reachDatabase(ctx context.Context) error {
 			}
 		}
 	}
+	if r, ok := n.finisher.(DefinitionRecorder); ok {
+		if err := untilReached(ctx, "record the workflow definitions", r.RecordDefinitions); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// DefinitionRecorder is a Finisher that records definitions of its own
+// when the node starts, after the agent definitions, under Start's ctx and
+// retried like them: the workflow engine (package workflows) records every
+// workflow definition registered on it, under its version. RecordDefinitions
+// must be idempotent.
+type DefinitionRecorder interface {
+	RecordDefinitions(ctx context.Context) error
 }
 
 // untilReached runs call until it succeeds, it fails with ErrSchema, or

@@ -198,6 +198,14 @@ var funcs = template.FuncMap{
 	"short":     short,
 	"bucket":    bucket,
 	"deref":     deref,
+	// shortVersion: the first 8 characters of a workflow definition
+	// version, enough to tell a workflow's versions apart.
+	"shortVersion": func(v string) string {
+		if len(v) > 8 {
+			return v[:8]
+		}
+		return v
+	},
 	"dash": func(s string) string {
 		if s == "" {
 			return "-"

@@ -187,8 +187,10 @@ func seed(t testing.TB, bulk int) seeded {
 	require.NoError(t, err)
 
 	// The workflow: extract done, enrich running, score and publish pending.
+	version, err := reportWorkflow.Version()
+	require.NoError(t, err)
 	inst, created, err := st.CreateWorkflowInstance(ctx, workflows.NewInstance{WorkflowID: "report", Subject: "customer-42",
-		Payload: json.RawMessage(`{"customer":42}`)})
+		Payload: json.RawMessage(`{"customer":42}`), DefinitionVersion: version})
 	require.NoError(t, err)
 	require.True(t, created)
 	s.instance = inst

@@ -132,6 +132,7 @@ type Handler struct {
 	csrf     csrf
 	origin   *http.CrossOriginProtection
 	defs     map[string]workflows.Definition
+	versions map[string]string // of defs, by workflow ID
 	log      *slog.Logger
 	pollMs   int64
 	pageSize int
@@ -178,13 +179,14 @@ func New(store Store, cfg Config) (*Handler, error) {
 		store: store, cfg: cfg, log: cfg.Logger, pageSize: cfg.PageSize,
 		csrf:   csrf{secret: cfg.Secret, path: cfg.Prefix + "/", secure: cfg.SecureCookie},
 		origin: http.NewCrossOriginProtection(),
-		defs:   map[string]workflows.Definition{},
+		defs:   map[string]workflows.Definition{}, versions: map[string]string{},
 	}
 	if cfg.PollInterval > 0 {
 		h.pollMs = cfg.PollInterval.Milliseconds()
 	}
 	for _, d := range cfg.Workflows {
 		h.defs[d.ID] = d
+		h.versions[d.ID], _ = d.Version()
 	}
 	pages, err := parseTemplates()
 	if err != nil {

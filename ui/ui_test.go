@@ -184,9 +184,14 @@ func TestPages(t *testing.T) {
 		require.Regexp(t, `class="node st-running" data-step="enrich"`, body)
 		require.Regexp(t, `class="node st-pending" data-step="publish"`, body)
 		require.Equal(t, 4, strings.Count(body, `class="edge"`), "extract→enrich, extract→score, enrich→publish, score→publish")
+		version, err := reportWorkflow.Version()
+		require.NoError(t, err)
+		short := `<span class="version" title="` + version + `">` + version[:8] + `</span>`
+		require.Contains(t, body, short, "the instance's definition version, short")
 		code, body = s.get(t, "/workflows/"+strconv.FormatInt(s.instance, 10))
 		require.Equal(t, http.StatusOK, code)
 		require.Contains(t, body, `id="steps"`)
+		require.Contains(t, body, `<dd class="version" title="`+version+`">`+version[:8]+`</dd>`)
 		code, _ = s.get(t, "/workflows/999999")
 		require.Equal(t, http.StatusNotFound, code)
 	})
@@ -195,7 +200,14 @@ func TestPages(t *testing.T) {
 		bare := newSite(t, s.seeded, ui.Config{Workflows: []workflows.Definition{}})
 		_, body := bare.get(t, "/workflows")
 		require.NotContains(t, body, `class="edge"`)
-		require.Contains(t, body, "Dependencies are not stored in the database")
+		require.Contains(t, body, "Dependencies are not drawn")
+
+		// A definition of another version does not draw the instance's.
+		changed := workflows.Definition{ID: reportWorkflow.ID, Steps: slices.Clone(reportWorkflow.Steps)}
+		changed.Steps[0].MaxAttempts = 9
+		other := newSite(t, s.seeded, ui.Config{Workflows: []workflows.Definition{changed}})
+		_, body = other.get(t, "/workflows")
+		require.NotContains(t, body, `class="edge"`)
 	})
 
 	t.Run("findings", func(t *testing.T) {

@@ -33,8 +33,11 @@ type instanceView struct {
 var instanceStatuses = []string{workflows.InstanceRunning, workflows.InstanceDone, workflows.InstanceFailed, workflows.InstanceCanceled}
 
 func (h *Handler) instanceView(in inspect.WorkflowInstance) instanceView {
+	// The configured definition draws the graph of the instances that
+	// follow it (or started before versions): another version's steps
+	// are drawn from the instance's rows alone.
 	var def *workflows.Definition
-	if d, ok := h.defs[in.WorkflowID]; ok {
+	if d, ok := h.defs[in.WorkflowID]; ok && (in.DefinitionVersion == "" || in.DefinitionVersion == h.versions[d.ID]) {
 		def = &d
 	}
 	v := instanceView{WorkflowInstance: in, Graph: stepGraph(in, def), Counts: map[string]int{}}

@@ -1,6 +1,9 @@
 package workflows
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -169,4 +172,85 @@ func (d *Definition) step(id string) (*Step, bool) {
 		}
 	}
 	return nil, false
+}
+
+// versionLen is the length of a definition version: the first 16 hex
+// characters (64 bits) of the SHA-256 of the canonical JSON.
+const versionLen = 16
+
+// canonicalStep and canonicalDefinition are the canonical JSON of a
+// definition, what its version hashes and what leasehold_workflow_definitions
+// stores: steps sorted by ID, each with its After sorted and the defaults
+// of MaxAttempts and OnError applied. The workflow ID is not part of it:
+// the version is always read with its workflow.
+type canonicalStep struct {
+	ID          string   `json:"id"`
+	Actor       string   `json:"actor"`
+	Expectation string   `json:"expectation"`
+	After       []string `json:"after"`
+	MaxAttempts int32    `json:"max_attempts"`
+	OnError     OnError  `json:"on_error"`
+}
+
+type canonicalDefinition struct {
+	Steps []canonicalStep `json:"steps"`
+}
+
+// Version is the definition's version: the first 16 hex characters of the
+// SHA-256 of its canonical JSON (steps sorted by ID, each with actor,
+// expectation, After sorted, MaxAttempts and OnError with their defaults
+// applied). Definitions that differ only in the order of their steps or of
+// an After list, or in spelling a default out, have the same version; any
+// other change (a step renamed, added or removed, another actor or
+// expectation, other dependencies, attempts or on-error rule) makes
+// another. An instance follows the version it was started with. ErrInvalid
+// when the definition is not valid (see Engine.Register).
+func (d Definition) Version() (string, error) {
+	d = d.clone()
+	if err := d.validate(); err != nil {
+		return "", err
+	}
+	v, _ := d.canonical()
+	return v, nil
+}
+
+// canonical returns the version and canonical JSON of a validated
+// definition.
+func (d *Definition) canonical() (version string, raw json.RawMessage) {
+	c := canonicalDefinition{Steps: make([]canonicalStep, len(d.Steps))}
+	for i, s := range d.Steps {
+		after := slices.Clone(s.After)
+		if after == nil {
+			after = []string{}
+		}
+		slices.Sort(after)
+		c.Steps[i] = canonicalStep{ID: s.ID, Actor: s.Actor, Expectation: s.Expectation, After: after,
+			MaxAttempts: s.MaxAttempts, OnError: s.OnError}
+	}
+	slices.SortFunc(c.Steps, func(a, b canonicalStep) int { return strings.Compare(a.ID, b.ID) })
+	raw, _ = json.Marshal(c) // strings, slices and integers only: it cannot fail
+	sum := sha256.Sum256(raw)
+	return hex.EncodeToString(sum[:])[:versionLen], raw
+}
+
+// parseStored decodes the canonical JSON recorded for workflowID at
+// version, validates it and checks that it hashes to version: a row edited
+// behind leasehold's back is refused, never followed.
+func parseStored(workflowID, version string, raw json.RawMessage) (*Definition, error) {
+	var c canonicalDefinition
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return nil, fmt.Errorf("the definition recorded for workflow %q version %s is not its JSON: %w", workflowID, version, err)
+	}
+	d := Definition{ID: workflowID, Steps: make([]Step, len(c.Steps))}
+	for i, s := range c.Steps {
+		d.Steps[i] = Step(s)
+	}
+	if err := d.validate(); err != nil {
+		return nil, fmt.Errorf("the definition recorded for workflow %q version %s: %w", workflowID, version, err)
+	}
+	if got, _ := d.canonical(); got != version {
+		return nil, fmt.Errorf("the definition recorded for workflow %q version %s hashes to %s (changed after it was recorded)",
+			workflowID, version, got)
+	}
+	return &d, nil
 }

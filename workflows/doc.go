@@ -7,16 +7,23 @@
 //
 // # Which statement decides, and which clock
 //
-//	Start            CreateWorkflowInstance (filtered unique index on the running key),
-//	                 InsertWorkflowStep, the first steps' CreateDeferredEpisode: one transaction
+//	node Start       PutWorkflowDefinition of every registered definition (insert once)
+//	Start            CreateWorkflowInstance (filtered unique index on the running key)
+//	                 with the definition's version, InsertWorkflowStep, the first
+//	                 steps' CreateDeferredEpisode: one transaction
+//	                 (with PutWorkflowDefinition until one committed)
 //	episode ends     FinishEpisode (fenced on the run's claim), then under
 //	                 LockWorkflowInstance (FOR UPDATE / UPDLOCK, HOLDLOCK):
 //	                 EndWorkflowStep or StartWorkflowStep (a retry), the next
 //	                 steps' CreateDeferredEpisode + StartWorkflowStep,
-//	                 FinishWorkflowInstance: the same transaction
+//	                 FinishWorkflowInstance: the same transaction, following the
+//	                 instance's definition (GetWorkflowDefinition, see Versions)
 //	Reconcile        ListStalledWorkflowSteps, then the same transaction per step
 //	Cancel           LockWorkflowInstance, SkipPendingWorkflowSteps,
 //	                 FinishWorkflowInstance (canceled): one transaction
+//	Migrate          LockWorkflowInstance, MoveWorkflowStep / DeleteWorkflowStep /
+//	                 InsertWorkflowStep, SetWorkflowDefinitionVersion, the ready
+//	                 steps' CreateDeferredEpisode: one transaction
 //
 // All statements are in sql/queries/<dialect>/workflows.sql; every time is
 // the database's. Because an episode's terminal write and its workflow's
@@ -31,6 +38,45 @@
 // workflow:{instance}:{step}:{attempt}) with a trigger request, so any full
 // node of the instance's env runs it through its poller, and a node that dies
 // after the commit loses nothing: the request waits for another poller.
+//
+// # Versions
+//
+// A definition's version (Definition.Version) is a hash of its canonical
+// JSON: the first 16 hex characters of the SHA-256 of its steps sorted by
+// ID, each with actor, expectation, After sorted, MaxAttempts and OnError
+// with their defaults applied. Every node records each definition it
+// registers under its version in leasehold_workflow_definitions when it
+// starts (runner.DefinitionRecorder), and Start records it with the
+// instance until one such write committed, so the definition of every
+// instance is in the database. An instance stores the version it was
+// started with (definition_version), and every advance follows that
+// definition: the one registered on the advancing node when the versions
+// are equal, else the one recorded under the instance's version, read once
+// per engine and cached. During a rolling deploy that renamed, added or
+// removed a step, a node of the new version therefore advances instances
+// of the old one by their own graph, to their end, and starts new ones on
+// its own. Running a step needs only its actor and expectation: its
+// episode goes to a node that registered that pair (the pollers claim by
+// pairs), and one no live node runs waits, shown as waiting
+// (membership.ListWaitingForNode), without using up its attempts.
+//
+// Advancing from the recorded definition is as safe as from the registered
+// one. The instance lock still orders every advance of an instance, and
+// each advance re-reads the step rows under it; the definition only says
+// which step comes after which, and the recorded one cannot change under
+// the instance: a version's row is inserted once and never updated
+// (PutWorkflowDefinition does nothing when it is there), its key is the
+// hash of its content, and a row that does not hash to its version is
+// refused, never followed. Two engines advancing one instance by
+// different registered definitions both read the same recorded one, so
+// they agree.
+//
+// Instances started before versions were recorded (an empty version),
+// and any whose recorded definition is missing or refused, are advanced as
+// before: with the definition registered where they advance, and parked
+// when it does not match their steps (see below). Migrate moves such an
+// instance (or any running one) to a recorded version, with an explicit
+// mapping of its steps, under the instance lock.
 //
 // # Failures
 //
@@ -52,9 +98,11 @@
 //
 //   - a transient failure (a lock timeout, a lost connection): the next
 //     Reconcile tries again;
-//   - a definition that does not match the instance: the instance runs the
-//     steps it was started with, and a node whose registered definition
-//     renamed, added or removed one (a rolling deploy) cannot advance it.
+//   - a definition that does not match the instance, which only an
+//     instance without a recorded definition can meet (see Versions): the
+//     instance runs the steps it was started with, and a node whose
+//     registered definition renamed, added or removed one (a rolling
+//     deploy) cannot advance it.
 //     The instance is parked: it stays running, Instance.ParkedReason (and
 //     `leasehold workflows ls`, -parked) says why, and parked instances are
 //     listed after the others so they never fill Reconcile's Limit. A node
@@ -92,7 +140,7 @@
 // # Wiring
 //
 //	engine, _ := workflows.New(store, node, logger) // before node.Start: it becomes the node's Finisher
-//	engine.Register(definition)                      // on every node that runs or reconciles it
+//	engine.Register(definition)                      // on every node that starts it; node.Start records it
 //	node.Start(ctx)
 //	engine.Start(ctx, "report", "customer-42", input, workflows.StartOptions{})
 //	recovery.NewSweeper(recoverer, recovery.SweeperConfig{  // Reconcile after each recovery sweep

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/leasehold/leasehold/claims"
 	"github.com/leasehold/leasehold/dedupe"
@@ -72,7 +74,12 @@ type Engine struct {
 	obs   telemetry.Observer
 
 	mu   sync.RWMutex
-	defs map[string]*Definition
+	defs map[string]*registered
+	// stored caches the definitions read back by version
+	// (GetWorkflowDefinition): a version's definition never changes, so
+	// an entry is never stale. One entry per version an instance on this
+	// node's advances was started with: a handful per workflow.
+	stored map[versionKey]*Definition
 
 	subsMu sync.Mutex
 	subs   map[int]func(Event)
@@ -87,6 +94,19 @@ type Engine struct {
 	afterCallerTx map[int64][]Event
 }
 
+// registered is a definition registered on this engine, with its version
+// and canonical JSON.
+type registered struct {
+	def     *Definition
+	version string
+	raw     json.RawMessage
+	// recorded: a PutWorkflowDefinition of it committed (node Start, or
+	// a Start's transaction); until then every Start records it too.
+	recorded atomic.Bool
+}
+
+type versionKey struct{ workflowID, version string }
+
 // New returns an Engine for node over store and makes it node's Finisher;
 // call it before node.Start. logger may be nil.
 func New(store Store, node *runner.Node, logger *slog.Logger) (*Engine, error) {
@@ -96,7 +116,7 @@ func New(store Store, node *runner.Node, logger *slog.Logger) (*Engine, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	e := &Engine{store: store, node: node, log: logger, obs: telemetry.Nop{}, defs: map[string]*Definition{}, subs: map[int]func(Event){}}
+	e := &Engine{store: store, node: node, log: logger, obs: telemetry.Nop{}, defs: map[string]*registered{}, stored: map[versionKey]*Definition{}, subs: map[int]func(Event){}}
 	if err := node.SetFinisher(e); err != nil {
 		return nil, err
 	}
@@ -112,28 +132,60 @@ func (e *Engine) SetObserver(obs telemetry.Observer) {
 	e.obs = obs
 }
 
-// Register adds a workflow definition. Every node that runs a workflow's
-// steps or may reconcile it registers the same definition. d is copied:
-// changing it afterwards changes nothing registered.
+// Register adds a workflow definition: Start starts instances of it, and
+// they follow it (its Version) to their end, on whichever node advances
+// them. Every node that starts a workflow registers it; a node of a later
+// deploy may register another version, and advances the instances of the
+// earlier one by the definition recorded for them. The node records every
+// registered definition when it starts (PutWorkflowDefinition), and Start
+// records its own in its transaction until one did, so an instance's
+// definition is always in the database. d is copied: changing it
+// afterwards changes nothing registered.
 func (e *Engine) Register(d Definition) error {
 	d = d.clone()
 	if err := d.validate(); err != nil {
 		return err
 	}
+	version, raw := d.canonical()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if _, dup := e.defs[d.ID]; dup {
 		return fmt.Errorf("%w: workflow %q registered twice", ErrInvalid, d.ID)
 	}
-	e.defs[d.ID] = &d
+	e.defs[d.ID] = &registered{def: &d, version: version, raw: raw}
+	e.stored[versionKey{d.ID, version}] = &d
 	return nil
 }
 
-func (e *Engine) def(id string) (*Definition, bool) {
+func (e *Engine) def(id string) (*registered, bool) {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
-	d, ok := e.defs[id]
-	return d, ok
+	r, ok := e.defs[id]
+	return r, ok
+}
+
+// RecordDefinitions implements runner.DefinitionRecorder: node Start calls
+// it, under Start's ctx, to record every registered workflow definition
+// under its version (PutWorkflowDefinition, which leaves a recorded version
+// as it is).
+func (e *Engine) RecordDefinitions(ctx context.Context) error {
+	e.mu.RLock()
+	regs := make([]*registered, 0, len(e.defs))
+	for _, id := range slices.Sorted(maps.Keys(e.defs)) {
+		regs = append(regs, e.defs[id])
+	}
+	e.mu.RUnlock()
+	for _, r := range regs {
+		if err := e.store.PutWorkflowDefinition(ctx, r.stored(e.node.ID())); err != nil {
+			return fmt.Errorf("record workflow %q version %s: %w", r.def.ID, r.version, err)
+		}
+		r.recorded.Store(true)
+	}
+	return nil
+}
+
+func (r *registered) stored(node string) StoredDefinition {
+	return StoredDefinition{WorkflowID: r.def.ID, Version: r.version, Definition: r.raw, RecordedBy: node}
 }
 
 // Subscribe calls fn with every event of this engine (see Event: only what
@@ -195,10 +247,12 @@ type StartOptions struct {
 // caller that must not run a workflow twice for one subject checks List
 // (WorkflowID and Subject) before retrying.
 func (e *Engine) Start(ctx context.Context, workflowID, subject string, payload any, opts StartOptions) (inst Instance, created bool, err error) {
-	d, ok := e.def(workflowID)
+	reg, ok := e.def(workflowID)
 	if !ok {
 		return Instance{}, false, fmt.Errorf("%w: %q", ErrUnknown, workflowID)
 	}
+	d := reg.def
+	record := !reg.recorded.Load()
 	env := e.node.Env()
 	if opts.Env != nil {
 		env = *opts.Env
@@ -210,7 +264,16 @@ func (e *Engine) Start(ctx context.Context, workflowID, subject string, payload 
 	var evs []Event
 	err = e.store.InTx(ctx, func(tx Tx) error {
 		evs, created = nil, false
-		n := NewInstance{WorkflowID: workflowID, Subject: subject, Env: env, SourceStack: e.node.Stack(), Payload: raw}
+		if record {
+			// Registered after the node started (or on an engine whose
+			// node recorded nothing): the instance's definition is
+			// recorded with it.
+			if err := tx.PutWorkflowDefinition(ctx, reg.stored(e.node.ID())); err != nil {
+				return err
+			}
+		}
+		n := NewInstance{WorkflowID: workflowID, Subject: subject, Env: env, SourceStack: e.node.Stack(), Payload: raw,
+			DefinitionVersion: reg.version}
 		id, err := e.createOrRunning(ctx, tx, n, &inst)
 		if err != nil || id == 0 {
 			return err
@@ -229,6 +292,9 @@ func (e *Engine) Start(ctx context.Context, workflowID, subject string, payload 
 	})
 	if err != nil {
 		return Instance{}, false, fmt.Errorf("start workflow %q for %q: %w", workflowID, subject, err)
+	}
+	if record {
+		reg.recorded.Store(true)
 	}
 	e.publish(evs...)
 	if created {
@@ -466,9 +532,13 @@ func (e *Engine) advance(ctx context.Context, tx Tx, instanceID, episodeID int64
 	if err != nil {
 		return nil, false, err
 	}
-	d, ok := e.def(inst.WorkflowID)
-	if !ok {
-		e.log.WarnContext(ctx, "leasehold: workflow not registered on this node; Reconcile on a node that has it advances it",
+	d, unrecorded, err := e.definitionOf(ctx, tx, &inst)
+	if err != nil {
+		return nil, false, err
+	}
+	if d == nil {
+		e.log.WarnContext(ctx, "leasehold: workflow not registered on this node and its instance's version not recorded; "+
+			"Reconcile on a node that has it advances it",
 			slog.String("workflow", inst.WorkflowID), slog.Int64("instance", inst.ID))
 		return nil, false, nil
 	}
@@ -481,6 +551,9 @@ func (e *Engine) advance(ctx context.Context, tx Tx, instanceID, episodeID int64
 		return nil, false, err
 	}
 	if err := matches(d, &inst, rows); err != nil {
+		if unrecorded != "" {
+			err = fmt.Errorf("%w (%s)", err, unrecorded)
+		}
 		return nil, false, err
 	}
 	sd, _ := d.step(step.StepID)
@@ -491,6 +564,52 @@ func (e *Engine) advance(ctx context.Context, tx Tx, instanceID, episodeID int64
 	}
 	evs, err = e.move(ctx, tx, &inst, d, sd, step, episodeID, status)
 	return evs, err == nil, err
+}
+
+// definitionOf returns the definition inst follows: the one registered
+// here when it is the instance's version, else the one recorded under the
+// instance's version (GetWorkflowDefinition, cached: it never changes).
+// When neither applies (an instance started before versions were recorded,
+// version "", or a version whose row is missing or refused) it returns the
+// one registered here, which advance checks against the instance's steps
+// and parks the instance on a mismatch, as before versions; unrecorded
+// then says why the instance's own was not used. nil when nothing is
+// known here.
+func (e *Engine) definitionOf(ctx context.Context, tx Tx, inst *Instance) (d *Definition, unrecorded string, err error) {
+	reg, registered := e.def(inst.WorkflowID)
+	if registered && (inst.DefinitionVersion == "" || reg.version == inst.DefinitionVersion) {
+		return reg.def, "", nil
+	}
+	if inst.DefinitionVersion == "" {
+		return nil, "", nil
+	}
+	key := versionKey{inst.WorkflowID, inst.DefinitionVersion}
+	e.mu.RLock()
+	d = e.stored[key]
+	e.mu.RUnlock()
+	if d != nil {
+		return d, "", nil
+	}
+	raw, found, err := tx.GetWorkflowDefinition(ctx, inst.WorkflowID, inst.DefinitionVersion)
+	if err != nil {
+		return nil, "", err
+	}
+	unrecorded = fmt.Sprintf("its definition version %s is not recorded", inst.DefinitionVersion)
+	if found {
+		if d, err = parseStored(inst.WorkflowID, inst.DefinitionVersion, raw); err == nil {
+			e.mu.Lock()
+			e.stored[key] = d
+			e.mu.Unlock()
+			return d, "", nil
+		}
+		unrecorded = err.Error()
+		e.log.WarnContext(ctx, "leasehold: recorded workflow definition refused", slog.String("workflow", inst.WorkflowID),
+			slog.Int64("instance", inst.ID), slog.String("reason", unrecorded))
+	}
+	if !registered {
+		return nil, "", nil
+	}
+	return reg.def, unrecorded, nil
 }
 
 // matches checks that d has exactly the steps inst was started with: an
@@ -676,7 +795,7 @@ type ReconcileOptions struct {
 type ReconcileReport struct {
 	Found    int // running steps whose episode had ended
 	Advanced int // advanced through the normal path
-	Skipped  int // workflow not registered here, or advanced meanwhile
+	Skipped  int // definition unknown here (see advance), or advanced meanwhile
 	// Stuck counts the steps Reconcile could not advance, StuckSteps says
 	// which and why; Reconcile went on with the others.
 	Stuck      int

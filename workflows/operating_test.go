@@ -3,6 +3,7 @@ package workflows_test
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -32,6 +33,15 @@ func endBehindTheBack(t *testing.T, c cluster, id int64, status string) {
 	pgtest.Exec(t, c.Pool, `UPDATE leasehold_episodes SET status = $2, finished_at = now() WHERE id = $1`, id, status)
 }
 
+// unversioned makes an instance one started before definitions were
+// versioned (migration 00013): it has no definition version, so it is
+// advanced with the definition registered where it advances, and parked
+// when that does not match its steps.
+func unversioned(t *testing.T, c cluster, id int64) {
+	t.Helper()
+	require.EqualValues(t, 1, pgtest.Exec(t, c.Pool, `UPDATE leasehold_workflow_instances SET definition_version = '' WHERE id = $1`, id))
+}
+
 func triggerOnly(t *testing.T, c cluster) {
 	t.Helper()
 	for _, n := range c.Nodes {
@@ -39,10 +49,11 @@ func triggerOnly(t *testing.T, c cluster) {
 	}
 }
 
-// Issue 23 item 1: an instance Reconcile cannot advance (here: node-1's
-// definition renamed a step) is reported, counted and parked, and the
-// others are advanced all the same, on every call; a node whose definition
-// matches advances the parked one later and clears its reason.
+// Issue 23 item 1: an instance Reconcile cannot advance (here: one started
+// before definitions were versioned, and node-1's definition renamed a
+// step) is reported, counted and parked, and the others are advanced all
+// the same, on every call; a node whose definition matches advances the
+// parked one later and clears its reason.
 func TestReconcileGoesOnPastAStuckInstance(t *testing.T) {
 	t.Parallel()
 	s := &steps{runs: map[string]int{}}
@@ -59,6 +70,7 @@ func TestReconcileGoesOnPastAStuckInstance(t *testing.T) {
 	healthy, _, err := c.engines[0].Start(ctx, "healthy", "s", nil, workflows.StartOptions{})
 	require.NoError(t, err)
 	require.Less(t, stuck.ID, healthy.ID, "the stuck instance comes first")
+	unversioned(t, c, stuck.ID)
 	for _, id := range []int64{stuck.ID, healthy.ID} {
 		_, st := stepStates(t, c.engines[0], id)
 		endBehindTheBack(t, c, st["extract"].EpisodeID, "done")
@@ -110,9 +122,11 @@ func TestReconcileGoesOnPastAStuckInstance(t *testing.T) {
 }
 
 // Issue 23 item 7: a rolling deploy renamed a step. The node with the new
-// definition runs the old instance's first step: the episode's finish
-// stands (it ran once, it is done), the instance is parked with the
-// reason, and an operator can see and cancel it.
+// definition runs the first step of an old instance started before
+// definitions were versioned: the episode's finish stands (it ran once,
+// it is done), the instance is parked with the reason, and an operator can
+// see and cancel it. (A versioned instance is advanced by its own
+// definition instead: TestRollingDeployFollowsTheInstancesVersion.)
 func TestRenamedStepKeepsTheEpisodesFinish(t *testing.T) {
 	t.Parallel()
 	s := &steps{runs: map[string]int{}}
@@ -122,7 +136,7 @@ func TestRenamedStepKeepsTheEpisodesFinish(t *testing.T) {
 		}
 		return []workflows.Definition{twoSteps("deployed", "publish")}
 	})
-	require.NoError(t, c.Nodes[0].SetMode(runner.ModeTriggerOnly)) // node-1, deployed, runs the step
+	triggerOnly(t, c) // until the instance is unversioned; then node-1, deployed, runs the step
 	finished := make(chan workflows.Event, 10)
 	c.engines[1].Subscribe(func(ev workflows.Event) {
 		if ev.Kind == workflows.EpisodeCompleted || ev.Kind == workflows.EpisodeFailed {
@@ -132,6 +146,9 @@ func TestRenamedStepKeepsTheEpisodesFinish(t *testing.T) {
 	ctx := context.Background()
 	inst, _, err := c.engines[0].Start(ctx, "deployed", "s", nil, workflows.StartOptions{})
 	require.NoError(t, err)
+	unversioned(t, c, inst.ID)
+	require.NoError(t, c.Nodes[1].SetMode(runner.ModeFull))
+	c.Nodes[1].PollNow()
 	var ev workflows.Event
 	select {
 	case ev = <-finished:
@@ -285,4 +302,61 @@ func TestSubscribeSeesOnlyItsNode(t *testing.T) {
 	require.Equal(t, workflows.WorkflowCanceled, mine[0].Kind)
 	require.Empty(t, theirs, "node-1 does not see node-0's cancel")
 	require.True(t, strings.HasPrefix(mine[0].Kind, "workflow."))
+}
+
+// Issue 31 item 2: a rolling deploy renamed a step (node-1) or added one
+// (node-2). An instance started under the old definition on node-0 is
+// run and advanced to its end by the new nodes alone, by the definition it
+// was started with (read back from leasehold_workflow_definitions), never
+// parked; every node recorded its own definition when it started.
+func TestRollingDeployFollowsTheInstancesVersion(t *testing.T) {
+	t.Parallel()
+	s := &steps{runs: map[string]int{}}
+	v1 := twoSteps("deployed", "publish")
+	renamed := workflows.Definition{ID: "deployed", Steps: []workflows.Step{
+		{ID: "extract", Actor: "wf", Expectation: "extract"},
+		{ID: "deliver", Actor: "wf", Expectation: "publish", After: []string{"extract"}},
+	}}
+	added := workflows.Definition{ID: "deployed", Steps: []workflows.Step{
+		{ID: "extract", Actor: "wf", Expectation: "extract"},
+		{ID: "publish", Actor: "wf", Expectation: "publish", After: []string{"extract"}},
+		{ID: "ship", Actor: "wf", Expectation: "ship", After: []string{"publish"}},
+	}}
+	defs := []workflows.Definition{v1, renamed, added}
+	c := startEach(t, 3, s, func(i int) []workflows.Definition { return defs[i : i+1] })
+	require.NoError(t, c.Nodes[0].SetMode(runner.ModeTriggerOnly)) // the old node runs nothing
+	versions := make([]string, len(defs))
+	for i, d := range defs {
+		v, err := d.Version()
+		require.NoError(t, err)
+		versions[i] = v
+		require.Equal(t, 1, countRows(t, c, `SELECT count(*) FROM leasehold_workflow_definitions
+			WHERE workflow_id = 'deployed' AND version = $1 AND recorded_by = $2`, v, c.Nodes[i].ID()),
+			"node %d recorded its definition when it started", i)
+	}
+	require.Len(t, slices.Compact(slices.Sorted(slices.Values(versions))), 3)
+
+	ctx := context.Background()
+	inst, _, err := c.engines[0].Start(ctx, "deployed", "s", nil, workflows.StartOptions{})
+	require.NoError(t, err)
+	require.Equal(t, versions[0], inst.DefinitionVersion)
+	ev := c.waitEnded(t)
+	require.Equal(t, workflows.WorkflowCompleted, ev.Kind)
+	require.Equal(t, inst.ID, ev.InstanceID)
+	got, st := stepStates(t, c.engines[0], inst.ID)
+	require.Equal(t, workflows.InstanceDone, got.Status)
+	require.Empty(t, got.ParkedReason, "never parked")
+	require.Len(t, st, 2, "the steps it was started with")
+	require.Equal(t, workflows.StepDone, st["extract"].Status)
+	require.Equal(t, workflows.StepDone, st["publish"].Status)
+	require.Equal(t, 1, s.count("extract"))
+	require.Equal(t, 1, s.count("publish"))
+	require.Zero(t, s.count("ship"), "the added step is not the old instance's")
+}
+
+func countRows(t *testing.T, c cluster, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	require.NoError(t, c.Pool.QueryRow(context.Background(), sql, args...).Scan(&n))
+	return n
 }

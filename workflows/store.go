@@ -44,9 +44,17 @@ type Instance struct {
 	// definition registered where it ran (a rolling deploy that renamed,
 	// added or removed a step): the step's episode kept its finish and the
 	// instance waits, running, for a node whose definition has the
-	// instance's steps, or for Cancel. "" when not parked; the next advance
-	// that succeeds clears it.
+	// instance's steps, for Migrate, or for Cancel. "" when not parked; the
+	// next advance that succeeds clears it. Only an instance without a
+	// recorded definition (DefinitionVersion "", or its row missing) can
+	// be parked: the others follow their own definition.
 	ParkedReason string
+	// DefinitionVersion is the version (Definition.Version) of the
+	// definition the instance was started with, which every advance
+	// follows; "" for an instance started before versions were recorded
+	// (migration 00013), advanced with the definition registered where it
+	// advances.
+	DefinitionVersion string
 }
 
 // StepState is a step row.
@@ -67,6 +75,17 @@ type NewInstance struct {
 	Env         string
 	SourceStack string
 	Payload     json.RawMessage
+	// DefinitionVersion pins the instance to the definition it starts with.
+	DefinitionVersion string
+}
+
+// StoredDefinition is a definition as recorded under its version
+// (PutWorkflowDefinition): Definition is its canonical JSON.
+type StoredDefinition struct {
+	WorkflowID string
+	Version    string
+	Definition json.RawMessage
+	RecordedBy string // the node that recorded it
 }
 
 // StalledQuery selects running steps whose episode already ended, for
@@ -117,6 +136,9 @@ type Store interface {
 	ListWorkflowSteps(ctx context.Context, instanceID int64) ([]StepState, error)
 	ListStalledWorkflowSteps(ctx context.Context, q StalledQuery) ([]Stalled, error)
 	ListWorkflowInstances(ctx context.Context, q ListQuery) ([]Instance, error)
+	// PutWorkflowDefinition records d under its version unless that
+	// version is recorded already: a version's row is never changed.
+	PutWorkflowDefinition(ctx context.Context, d StoredDefinition) error
 }
 
 // Tx is the statements one advancing transaction runs.
@@ -142,4 +164,19 @@ type Tx interface {
 	// GetAgentMaxAttempts is the expectation's max attempts as recorded by
 	// the nodes that register it; found false when none did.
 	GetAgentMaxAttempts(ctx context.Context, actorID, expectationID string) (n int32, found bool, err error)
+	// PutWorkflowDefinition: as Store's, in the transaction.
+	PutWorkflowDefinition(ctx context.Context, d StoredDefinition) error
+	// GetWorkflowDefinition is the canonical JSON recorded for a workflow
+	// at version; found false when none was.
+	GetWorkflowDefinition(ctx context.Context, workflowID, version string) (def json.RawMessage, found bool, err error)
+	// MoveWorkflowStep gives a step another ID and max attempts (Migrate),
+	// false when it is no longer in fromStatus with fromEpisode.
+	MoveWorkflowStep(ctx context.Context, instanceID int64, stepID, newStepID string, maxAttempts int32, fromStatus string, fromEpisode int64) (bool, error)
+	// DeleteWorkflowStep removes a step that is not running (Migrate),
+	// false when it is no longer in fromStatus with fromEpisode.
+	DeleteWorkflowStep(ctx context.Context, instanceID int64, stepID, fromStatus string, fromEpisode int64) (bool, error)
+	// SetWorkflowDefinitionVersion points a running instance at another
+	// version and clears its parked reason (Migrate); false when the
+	// instance is not running.
+	SetWorkflowDefinitionVersion(ctx context.Context, id int64, version string) (bool, error)
 }

@@ -264,7 +264,7 @@ func (s *Store) DashboardWorkflows(ctx context.Context, q inspect.WorkflowQuery)
 			out = append(out, inspect.WorkflowInstance{
 				ID: r.ID, WorkflowID: r.WorkflowID, Subject: r.Subject, Env: r.Env, SourceStack: r.SourceStack,
 				Status: r.Status, Payload: r.Payload, ErrorDetail: r.ErrorDetail, CreatedAt: r.CreatedAt,
-				FinishedAt: r.FinishedAt, ParkedReason: deref(r.ParkedReason),
+				FinishedAt: r.FinishedAt, ParkedReason: deref(r.ParkedReason), DefinitionVersion: r.DefinitionVersion,
 			})
 		}
 		if r.StepID == "" {

@@ -63,7 +63,7 @@ func toInstance(r db.LeaseholdWorkflowInstance) workflows.Instance {
 	return workflows.Instance{
 		ID: r.ID, WorkflowID: r.WorkflowID, Subject: r.Subject, Env: r.Env, SourceStack: r.SourceStack,
 		Status: r.Status, Payload: r.Payload, ErrorDetail: r.ErrorDetail, CreatedAt: r.CreatedAt, FinishedAt: r.FinishedAt,
-		ParkedReason: deref(r.ParkedReason),
+		ParkedReason: deref(r.ParkedReason), DefinitionVersion: r.DefinitionVersion,
 	}
 }
 
@@ -81,6 +81,7 @@ func instanceResult(query string, r db.LeaseholdWorkflowInstance, err error) (wo
 func (s *Store) CreateWorkflowInstance(ctx context.Context, n workflows.NewInstance) (int64, bool, error) {
 	row, err := s.q.CreateWorkflowInstance(ctx, s.conn, db.CreateWorkflowInstanceParams{
 		WorkflowID: n.WorkflowID, Subject: n.Subject, Env: n.Env, SourceStack: n.SourceStack, Payload: n.Payload,
+		DefinitionVersion: n.DefinitionVersion,
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, nil
@@ -241,4 +242,63 @@ func (s *Store) GetAgentMaxAttempts(ctx context.Context, actorID, expectationID 
 		return 0, false, dbError("GetAgentMaxAttempts", err)
 	}
 	return n, true, nil
+}
+
+// PutWorkflowDefinition runs PutWorkflowDefinition: a version already
+// recorded is left as it is.
+func (s *Store) PutWorkflowDefinition(ctx context.Context, d workflows.StoredDefinition) error {
+	err := s.q.PutWorkflowDefinition(ctx, s.conn, db.PutWorkflowDefinitionParams{
+		WorkflowID: d.WorkflowID, Version: d.Version, Definition: d.Definition, RecordedBy: d.RecordedBy,
+	})
+	if err != nil {
+		return dbError("PutWorkflowDefinition", err)
+	}
+	return nil
+}
+
+// GetWorkflowDefinition runs GetWorkflowDefinition; found is false when no
+// definition is recorded for the workflow at that version.
+func (s *Store) GetWorkflowDefinition(ctx context.Context, workflowID, version string) (json.RawMessage, bool, error) {
+	raw, err := s.q.GetWorkflowDefinition(ctx, s.conn, db.GetWorkflowDefinitionParams{WorkflowID: workflowID, Version: version})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, dbError("GetWorkflowDefinition", err)
+	}
+	return raw, true, nil
+}
+
+// MoveWorkflowStep runs MoveWorkflowStep; false when the step was not in
+// the expected state.
+func (s *Store) MoveWorkflowStep(ctx context.Context, instanceID int64, stepID, newStepID string, maxAttempts int32, fromStatus string, fromEpisode int64) (bool, error) {
+	n, err := s.q.MoveWorkflowStep(ctx, s.conn, db.MoveWorkflowStepParams{
+		NewStepID: newStepID, MaxAttempts: maxAttempts, InstanceID: instanceID, StepID: stepID, FromStatus: fromStatus, FromEpisodeID: fromEpisode,
+	})
+	if err != nil {
+		return false, dbError("MoveWorkflowStep", err)
+	}
+	return n == 1, nil
+}
+
+// DeleteWorkflowStep runs DeleteWorkflowStep; false when the step was not
+// in the expected state (or is running).
+func (s *Store) DeleteWorkflowStep(ctx context.Context, instanceID int64, stepID, fromStatus string, fromEpisode int64) (bool, error) {
+	n, err := s.q.DeleteWorkflowStep(ctx, s.conn, db.DeleteWorkflowStepParams{
+		InstanceID: instanceID, StepID: stepID, FromStatus: fromStatus, FromEpisodeID: fromEpisode,
+	})
+	if err != nil {
+		return false, dbError("DeleteWorkflowStep", err)
+	}
+	return n == 1, nil
+}
+
+// SetWorkflowDefinitionVersion runs SetWorkflowDefinitionVersion; false
+// when the instance is not running.
+func (s *Store) SetWorkflowDefinitionVersion(ctx context.Context, id int64, version string) (bool, error) {
+	n, err := s.q.SetWorkflowDefinitionVersion(ctx, s.conn, db.SetWorkflowDefinitionVersionParams{DefinitionVersion: version, ID: id})
+	if err != nil {
+		return false, dbError("SetWorkflowDefinitionVersion", err)
+	}
+	return n == 1, nil
 }

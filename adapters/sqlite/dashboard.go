@@ -261,6 +261,7 @@ func (s *Store) DashboardWorkflows(ctx context.Context, q inspect.WorkflowQuery)
 				ID: r.ID, WorkflowID: r.WorkflowID, Subject: r.Subject, Env: r.Env, SourceStack: r.SourceStack,
 				Status: r.Status, Payload: jsonRaw(r.Payload), ErrorDetail: jsonRaw(r.ErrorDetail), CreatedAt: fromMs(r.CreatedAt),
 				FinishedAt: fromMsPtr(r.FinishedAt), ParkedReason: inspectText(r.ParkedReason),
+				DefinitionVersion: r.DefinitionVersion,
 			})
 		}
 		if r.StepID == "" {

@@ -34,6 +34,7 @@ func TestSchemaMatchesPostgres(t *testing.T) {
 		{db.LeaseholdNode{}, sqlitedb.LeaseholdNode{}},
 		{db.LeaseholdWorkflowInstance{}, sqlitedb.LeaseholdWorkflowInstance{}},
 		{db.LeaseholdWorkflowStep{}, sqlitedb.LeaseholdWorkflowStep{}},
+		{db.LeaseholdWorkflowDefinition{}, sqlitedb.LeaseholdWorkflowDefinition{}},
 	} {
 		pg, lite := reflect.TypeOf(pair[0]), reflect.TypeOf(pair[1])
 		want := columns(pg)
@@ -63,7 +64,8 @@ func TestSchemaMatchesPostgres(t *testing.T) {
 // notNullJSONB are the Postgres jsonb columns declared NOT NULL: sqlc
 // models every jsonb column as []byte, which columns reads as nullable.
 var notNullJSONB = map[string]struct{}{
-	"LeaseholdNode.Runnable": {}, // migration 00012, NOT NULL DEFAULT '[]'
+	"LeaseholdNode.Runnable":                 {}, // migration 00012, NOT NULL DEFAULT '[]'
+	"LeaseholdWorkflowDefinition.Definition": {}, // migration 00013, NOT NULL
 }
 
 // sqliteOnlyTables are the SQLite tables Postgres has no counterpart of,
@@ -82,7 +84,7 @@ func TestSchemaTablesMatchPostgres(t *testing.T) {
 	for _, m := range []any{
 		db.LeaseholdWorkClaim{}, db.LeaseholdEpisode{}, db.LeaseholdEpisodeStep{}, db.LeaseholdAgentDefinition{},
 		db.LeaseholdTriggerRequest{}, db.LeaseholdFinding{}, db.LeaseholdNode{}, db.LeaseholdWorkflowInstance{},
-		db.LeaseholdWorkflowStep{},
+		db.LeaseholdWorkflowStep{}, db.LeaseholdWorkflowDefinition{},
 	} {
 		want = append(want, snakePlural(reflect.TypeOf(m).Name()))
 	}

@@ -45,7 +45,7 @@ func toInstance(r sqlitedb.LeaseholdWorkflowInstance) workflows.Instance {
 	in := workflows.Instance{
 		ID: r.ID, WorkflowID: r.WorkflowID, Subject: r.Subject, Env: r.Env, SourceStack: r.SourceStack,
 		Status: r.Status, Payload: jsonRaw(r.Payload), ErrorDetail: jsonRaw(r.ErrorDetail),
-		CreatedAt: fromMs(r.CreatedAt), FinishedAt: fromMsPtr(r.FinishedAt),
+		CreatedAt: fromMs(r.CreatedAt), FinishedAt: fromMsPtr(r.FinishedAt), DefinitionVersion: r.DefinitionVersion,
 	}
 	if r.ParkedReason != nil {
 		in.ParkedReason = *r.ParkedReason
@@ -68,6 +68,7 @@ func instanceResult(query string, r sqlitedb.LeaseholdWorkflowInstance, err erro
 func (s *Store) CreateWorkflowInstance(ctx context.Context, n workflows.NewInstance) (int64, bool, error) {
 	row, err := s.q.CreateWorkflowInstance(ctx, s.conn, sqlitedb.CreateWorkflowInstanceParams{
 		WorkflowID: n.WorkflowID, Subject: n.Subject, Env: n.Env, SourceStack: n.SourceStack, Payload: jsonText(n.Payload),
+		DefinitionVersion: n.DefinitionVersion,
 	})
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, false, nil
@@ -233,4 +234,63 @@ func (s *Store) GetAgentMaxAttempts(ctx context.Context, actorID, expectationID 
 		return 0, false, dbError("GetAgentMaxAttempts", err)
 	}
 	return int32(n), true, nil
+}
+
+// PutWorkflowDefinition runs PutWorkflowDefinition: a version already
+// recorded is left as it is.
+func (s *Store) PutWorkflowDefinition(ctx context.Context, d workflows.StoredDefinition) error {
+	err := s.q.PutWorkflowDefinition(ctx, s.conn, sqlitedb.PutWorkflowDefinitionParams{
+		WorkflowID: d.WorkflowID, Version: d.Version, Definition: string(d.Definition), RecordedBy: d.RecordedBy,
+	})
+	if err != nil {
+		return dbError("PutWorkflowDefinition", err)
+	}
+	return nil
+}
+
+// GetWorkflowDefinition runs GetWorkflowDefinition; found is false when no
+// definition is recorded for the workflow at that version.
+func (s *Store) GetWorkflowDefinition(ctx context.Context, workflowID, version string) (json.RawMessage, bool, error) {
+	raw, err := s.q.GetWorkflowDefinition(ctx, s.conn, sqlitedb.GetWorkflowDefinitionParams{WorkflowID: workflowID, Version: version})
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, dbError("GetWorkflowDefinition", err)
+	}
+	return json.RawMessage(raw), true, nil
+}
+
+// MoveWorkflowStep runs MoveWorkflowStep; false when the step was not in
+// the expected state.
+func (s *Store) MoveWorkflowStep(ctx context.Context, instanceID int64, stepID, newStepID string, maxAttempts int32, fromStatus string, fromEpisode int64) (bool, error) {
+	n, err := s.q.MoveWorkflowStep(ctx, s.conn, sqlitedb.MoveWorkflowStepParams{
+		NewStepID: newStepID, MaxAttempts: int64(maxAttempts), InstanceID: instanceID, StepID: stepID, FromStatus: fromStatus, FromEpisodeID: fromEpisode,
+	})
+	if err != nil {
+		return false, dbError("MoveWorkflowStep", err)
+	}
+	return n == 1, nil
+}
+
+// DeleteWorkflowStep runs DeleteWorkflowStep; false when the step was not
+// in the expected state (or is running).
+func (s *Store) DeleteWorkflowStep(ctx context.Context, instanceID int64, stepID, fromStatus string, fromEpisode int64) (bool, error) {
+	n, err := s.q.DeleteWorkflowStep(ctx, s.conn, sqlitedb.DeleteWorkflowStepParams{
+		InstanceID: instanceID, StepID: stepID, FromStatus: fromStatus, FromEpisodeID: fromEpisode,
+	})
+	if err != nil {
+		return false, dbError("DeleteWorkflowStep", err)
+	}
+	return n == 1, nil
+}
+
+// SetWorkflowDefinitionVersion runs SetWorkflowDefinitionVersion; false
+// when the instance is not running.
+func (s *Store) SetWorkflowDefinitionVersion(ctx context.Context, id int64, version string) (bool, error) {
+	n, err := s.q.SetWorkflowDefinitionVersion(ctx, s.conn, sqlitedb.SetWorkflowDefinitionVersionParams{DefinitionVersion: version, ID: id})
+	if err != nil {
+		return false, dbError("SetWorkflowDefinitionVersion", err)
+	}
+	return n == 1, nil
 }

@@ -49,7 +49,7 @@ var (
 	dashboardJournalColumns   = []string{"step_no", "fence", "data", "created_at"}
 	dashboardWorkflowsColumns = []string{
 		"id", "workflow_id", "subject", "env", "source_stack", "status", "payload",
-		"error_detail", "created_at", "finished_at", "parked_reason",
+		"error_detail", "created_at", "finished_at", "parked_reason", "definition_version",
 		"step_id", "step_status", "step_episode_id", "step_attempts", "step_max_attempts",
 		"step_updated_at", "episode_status", "episode_error_class",
 	}
@@ -415,7 +415,7 @@ func (s *Store) DashboardWorkflows(ctx context.Context, q inspect.WorkflowQuery)
 			episodeStatus           string
 		)
 		if err := rows.Scan(&in.ID, &in.WorkflowID, &in.Subject, &in.Env, &in.SourceStack, &in.Status, &payload,
-			&detail, &in.CreatedAt, &finished, &parked,
+			&detail, &in.CreatedAt, &finished, &parked, &in.DefinitionVersion,
 			&st.StepID, &st.Status, &st.EpisodeID, &st.Attempts, &st.MaxAttempts,
 			&stepUpdated, &episodeStatus, &st.EpisodeErrorClass); err != nil {
 			return nil, err

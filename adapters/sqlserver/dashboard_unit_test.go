@@ -67,7 +67,7 @@ func TestUnitDashboard(t *testing.T) {
 
 	t.Run("workflows group by instance", func(t *testing.T) {
 		row := func(id int64, step, status string, ep int64) []driver.Value {
-			return []driver.Value{id, "report", "c-42", "", "", "running", nil, nil, now, nil, nil,
+			return []driver.Value{id, "report", "c-42", "", "", "running", nil, nil, now, nil, nil, "0123456789abcdef",
 				step, status, ep, int64(1), int64(3), now, "running", ""}
 		}
 		answer = map[string][][]driver.Value{"DashboardWorkflows": {
@@ -79,6 +79,7 @@ func TestUnitDashboard(t *testing.T) {
 		require.Equal(t, int64(7), got[0].ID)
 		require.Equal(t, []string{"enrich", "extract"}, []string{got[0].Steps[0].StepID, got[0].Steps[1].StepID})
 		require.Equal(t, int64(12), got[0].Steps[0].EpisodeID)
+		require.Equal(t, "0123456789abcdef", got[0].DefinitionVersion)
 		require.Empty(t, got[1].Steps, "an instance without step rows")
 	})
 

@@ -45,6 +45,8 @@ const (
 	nodesTable     = "leasehold_nodes"
 	episodesTable  = "leasehold_episodes"
 	instancesTable = "leasehold_workflow_instances"
+
+	definitionsTable = "leasehold_workflow_definitions"
 )
 
 // postgresOnly are the Postgres statements that have no SQL Server
@@ -349,6 +351,10 @@ func TestStaticLockHints(t *testing.T) {
 		// key-range lock before inserting, like CreateDeferredEpisode.
 		{"LockWorkflowInstance", instancesTable, everyRef, forUpdate},
 		{"CreateWorkflowInstance", instancesTable, insertGuard, upsert},
+		// A definition version is inserted once: the insert is guarded by
+		// a check of its key under a key-range lock, so two nodes
+		// recording it at once both succeed (ON CONFLICT DO NOTHING).
+		{"PutWorkflowDefinition", definitionsTable, insertGuard, upsert},
 	}
 	for _, r := range rules {
 		t.Run("required/"+r.query+"/"+r.table, func(t *testing.T) {

@@ -267,21 +267,26 @@ var resultColumns = map[string][]string{
 	"RaiseWaitingForNodeFinding":  rowsAffected,
 	"ClearWaitingForNodeFindings": rowsAffected,
 
-	"CreateWorkflowInstance":     {"id", "created_at"},
-	"GetRunningWorkflowInstance": instanceColumns,
-	"InsertWorkflowStep":         nil,
-	"LockWorkflowInstance":       instanceColumns,
-	"GetWorkflowInstance":        instanceColumns,
-	"ListWorkflowSteps":          stepColumns,
-	"GetWorkflowStepByEpisode":   stepColumns,
-	"StartWorkflowStep":          rowsAffected,
-	"EndWorkflowStep":            rowsAffected,
-	"SkipPendingWorkflowSteps":   rowsAffected,
-	"FinishWorkflowInstance":     rowsAffected,
-	"ListStalledWorkflowSteps":   {"instance_id", "step_id", "episode_id", "episode_status"},
-	"ParkWorkflowInstance":       rowsAffected,
-	"ListWorkflowInstances":      instanceColumns,
-	"GetAgentMaxAttempts":        {"max_attempts"},
+	"CreateWorkflowInstance":       {"id", "created_at"},
+	"GetRunningWorkflowInstance":   instanceColumns,
+	"InsertWorkflowStep":           nil,
+	"LockWorkflowInstance":         instanceColumns,
+	"GetWorkflowInstance":          instanceColumns,
+	"ListWorkflowSteps":            stepColumns,
+	"GetWorkflowStepByEpisode":     stepColumns,
+	"StartWorkflowStep":            rowsAffected,
+	"EndWorkflowStep":              rowsAffected,
+	"SkipPendingWorkflowSteps":     rowsAffected,
+	"FinishWorkflowInstance":       rowsAffected,
+	"ListStalledWorkflowSteps":     {"instance_id", "step_id", "episode_id", "episode_status"},
+	"ParkWorkflowInstance":         rowsAffected,
+	"ListWorkflowInstances":        instanceColumns,
+	"GetAgentMaxAttempts":          {"max_attempts"},
+	"PutWorkflowDefinition":        nil,
+	"GetWorkflowDefinition":        {"definition"},
+	"MoveWorkflowStep":             rowsAffected,
+	"DeleteWorkflowStep":           rowsAffected,
+	"SetWorkflowDefinitionVersion": rowsAffected,
 
 	"InspectEpisodes": {
 		"id", "actor_id", "expectation_id", "trigger_type", "dedupe_key", "status", "phase",
@@ -327,7 +332,7 @@ var claimColumns = []string{
 
 var instanceColumns = []string{
 	"id", "workflow_id", "subject", "env", "source_stack", "status", "payload", "error_detail",
-	"created_at", "finished_at", "parked_reason",
+	"created_at", "finished_at", "parked_reason", "definition_version",
 }
 
 var stepColumns = []string{

@@ -454,6 +454,12 @@ func TestUnitParamsMatchPostgres(t *testing.T) {
 	_, _ = s.ParkWorkflowInstance(ctx, 1, "renamed")
 	_, _ = s.ListWorkflowInstances(ctx, workflows.ListQuery{WorkflowID: "w", Status: workflows.InstanceRunning, Limit: 10})
 	_, _, _ = s.GetAgentMaxAttempts(ctx, "x", "y")
+	_ = s.PutWorkflowDefinition(ctx, workflows.StoredDefinition{WorkflowID: "w", Version: "0123456789abcdef",
+		Definition: json.RawMessage(`{"steps":[]}`), RecordedBy: "n"})
+	_, _, _ = s.GetWorkflowDefinition(ctx, "w", "0123456789abcdef")
+	_, _ = s.MoveWorkflowStep(ctx, 1, "a", "b", 2, workflows.StepRunning, 9)
+	_, _ = s.DeleteWorkflowStep(ctx, 1, "a", workflows.StepPending, 0)
+	_, _ = s.SetWorkflowDefinitionVersion(ctx, 1, "0123456789abcdef")
 	_, _ = s.InspectEpisodes(ctx, inspect.EpisodeQuery{Status: episodes.StatusFailed, ErrorClass: "error", DedupeKey: "k", Limit: 10})
 	_, _ = s.InspectEpisode(ctx, 1)
 	_, _ = s.InspectJournal(ctx, 1, 10)
@@ -1022,20 +1028,22 @@ func TestUnitWorkflows(t *testing.T) {
 	s := f.store
 
 	answer = map[string][][]driver.Value{"CreateWorkflowInstance": {{int64(5), now}}}
-	id, created, err := s.CreateWorkflowInstance(ctx, workflows.NewInstance{WorkflowID: "w", Subject: "s", Payload: json.RawMessage(`{"a":1}`)})
+	id, created, err := s.CreateWorkflowInstance(ctx, workflows.NewInstance{WorkflowID: "w", Subject: "s", Payload: json.RawMessage(`{"a":1}`),
+		DefinitionVersion: "0123456789abcdef"})
 	require.NoError(t, err)
 	require.True(t, created)
 	require.Equal(t, int64(5), id)
 	require.Equal(t, `{"a":1}`, f.params["CreateWorkflowInstance"]["payload"])
+	require.Equal(t, "0123456789abcdef", f.params["CreateWorkflowInstance"]["definition_version"])
 
-	running := []driver.Value{int64(5), "w", "s", "rc", "st", "running", `{"a":1}`, nil, now, nil, "step b renamed"}
-	ended := []driver.Value{int64(6), "w", "s", "", "", "failed", nil, `{"why":"x"}`, now, now.Add(time.Second), nil}
+	running := []driver.Value{int64(5), "w", "s", "rc", "st", "running", `{"a":1}`, nil, now, nil, "step b renamed", "0123456789abcdef"}
+	ended := []driver.Value{int64(6), "w", "s", "", "", "failed", nil, `{"why":"x"}`, now, now.Add(time.Second), nil, ""}
 	answer = map[string][][]driver.Value{"LockWorkflowInstance": {running}, "GetWorkflowInstance": {ended}}
 	inst, err := s.LockWorkflowInstance(ctx, 5)
 	require.NoError(t, err)
 	require.Equal(t, workflows.Instance{
 		ID: 5, WorkflowID: "w", Subject: "s", Env: "rc", SourceStack: "st", Status: workflows.InstanceRunning,
-		Payload: json.RawMessage(`{"a":1}`), CreatedAt: now, ParkedReason: "step b renamed",
+		Payload: json.RawMessage(`{"a":1}`), CreatedAt: now, ParkedReason: "step b renamed", DefinitionVersion: "0123456789abcdef",
 	}, inst)
 	inst, err = s.GetWorkflowInstance(ctx, 6)
 	require.NoError(t, err)
@@ -1056,6 +1064,17 @@ func TestUnitWorkflows(t *testing.T) {
 		{InstanceID: 5, StepID: "b", Status: workflows.StepPending, Attempts: 0, MaxAttempts: 1, UpdatedAt: now},
 	}, steps)
 
+	answer = map[string][][]driver.Value{"GetWorkflowDefinition": {{`{"steps":[]}`}}}
+	raw, found, err := s.GetWorkflowDefinition(ctx, "w", "0123456789abcdef")
+	require.NoError(t, err)
+	require.True(t, found)
+	require.JSONEq(t, `{"steps":[]}`, string(raw))
+	require.Equal(t, map[string]any{"workflow_id": "w", "version": "0123456789abcdef"}, f.params["GetWorkflowDefinition"])
+	answer = map[string][][]driver.Value{}
+	_, found, err = s.GetWorkflowDefinition(ctx, "w", "fedcba9876543210")
+	require.NoError(t, err)
+	require.False(t, found, "no row is not found, not an error")
+
 	answer = map[string][][]driver.Value{"ListStalledWorkflowSteps": {{int64(5), "a", int64(9), "partially_failed"}}}
 	stalled, err := s.ListStalledWorkflowSteps(ctx, workflows.StalledQuery{Env: "rc", Stack: "st", Limit: 3})
 	require.NoError(t, err)
@@ -1064,10 +1083,22 @@ func TestUnitWorkflows(t *testing.T) {
 
 	for _, n := range []int64{0, 1} {
 		answer = map[string][][]driver.Value{}
-		for _, name := range []string{"StartWorkflowStep", "EndWorkflowStep", "SkipPendingWorkflowSteps", "FinishWorkflowInstance"} {
+		for _, name := range []string{"StartWorkflowStep", "EndWorkflowStep", "SkipPendingWorkflowSteps", "FinishWorkflowInstance",
+			"MoveWorkflowStep", "DeleteWorkflowStep", "SetWorkflowDefinitionVersion"} {
 			answer[name] = [][]driver.Value{{n}}
 		}
-		ok, err := s.StartWorkflowStep(ctx, 5, "a", workflows.StepRunning, 9, 10)
+		ok, err := s.MoveWorkflowStep(ctx, 5, "a", "b", 3, workflows.StepRunning, 9)
+		require.NoError(t, err)
+		require.Equal(t, n == 1, ok)
+		require.Equal(t, map[string]any{"new_step_id": "b", "max_attempts": int32(3), "instance_id": int64(5), "step_id": "a",
+			"from_status": "running", "from_episode_id": int64(9)}, f.params["MoveWorkflowStep"])
+		ok, err = s.DeleteWorkflowStep(ctx, 5, "c", workflows.StepPending, 0)
+		require.NoError(t, err)
+		require.Equal(t, n == 1, ok)
+		ok, err = s.SetWorkflowDefinitionVersion(ctx, 5, "v")
+		require.NoError(t, err)
+		require.Equal(t, n == 1, ok)
+		ok, err = s.StartWorkflowStep(ctx, 5, "a", workflows.StepRunning, 9, 10)
 		require.NoError(t, err)
 		require.Equal(t, n == 1, ok)
 		ok, err = s.EndWorkflowStep(ctx, 5, "a", 10, workflows.StepDone)
@@ -1089,7 +1120,7 @@ func TestUnitWorkflows(t *testing.T) {
 func TestUnitInTx(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC)
 	tk := claims.Token{Key: "k", Owner: "a", Fence: 1}
-	instance := []driver.Value{int64(5), "w", "s", "", "", "running", nil, nil, now, nil, nil}
+	instance := []driver.Value{int64(5), "w", "s", "", "", "running", nil, nil, now, nil, nil, ""}
 	step := []driver.Value{int64(5), "a", "running", int64(9), int64(1), int64(1), now}
 	answers := map[string][][]driver.Value{
 		"FinishEpisode":              {{int64(9)}},
@@ -1099,6 +1130,7 @@ func TestUnitInTx(t *testing.T) {
 		"LockWorkflowInstance":       {instance},
 		"ListWorkflowSteps":          {step},
 		"GetWorkflowStepByEpisode":   {step},
+		"GetWorkflowDefinition":      {{`{"steps":[]}`}},
 	}
 	answer := func(name string, _ map[string]any) fakeResult {
 		if slices.Equal(resultColumns[name], rowsAffected) {
@@ -1137,12 +1169,19 @@ func TestUnitInTx(t *testing.T) {
 			require.True(t, found)
 			_, _, err = tx.GetAgentMaxAttempts(ctx, "x", "e")
 			require.NoError(t, err)
+			require.NoError(t, tx.PutWorkflowDefinition(ctx, workflows.StoredDefinition{WorkflowID: "w", Version: "v", Definition: json.RawMessage(`{"steps":[]}`)}))
+			_, found, err = tx.GetWorkflowDefinition(ctx, "w", "v")
+			require.NoError(t, err)
+			require.True(t, found)
 			for _, run := range []func() (bool, error){
 				func() (bool, error) { return tx.StartWorkflowStep(ctx, 5, "b", workflows.StepPending, 0, 10) },
 				func() (bool, error) { return tx.EndWorkflowStep(ctx, 5, "a", 9, workflows.StepDone) },
 				func() (bool, error) { n, err := tx.SkipPendingWorkflowSteps(ctx, 5); return n == 1, err },
 				func() (bool, error) { return tx.FinishWorkflowInstance(ctx, 5, workflows.InstanceDone, nil) },
 				func() (bool, error) { return tx.ParkWorkflowInstance(ctx, 5, "") },
+				func() (bool, error) { return tx.MoveWorkflowStep(ctx, 5, "a", "b", 1, workflows.StepRunning, 9) },
+				func() (bool, error) { return tx.DeleteWorkflowStep(ctx, 5, "c", workflows.StepPending, 0) },
+				func() (bool, error) { return tx.SetWorkflowDefinitionVersion(ctx, 5, "v") },
 			} {
 				ok, err := run()
 				require.NoError(t, err)

@@ -84,6 +84,7 @@ func (s *Store) CreateWorkflowInstance(ctx context.Context, n workflows.NewInsta
 		sql.Named("env", n.Env),
 		sql.Named("source_stack", n.SourceStack),
 		sql.Named("payload", jsonArg(n.Payload)),
+		sql.Named("definition_version", n.DefinitionVersion),
 	).Scan(&id, &createdAt)
 	if errors.Is(err, sql.ErrNoRows) || s.lostRace(err) {
 		return 0, false, nil
@@ -127,7 +128,7 @@ func scanInstance(r scanner) (workflows.Instance, error) {
 		finished        sql.NullTime
 	)
 	err := r.Scan(&in.ID, &in.WorkflowID, &in.Subject, &in.Env, &in.SourceStack, &in.Status,
-		&payload, &detail, &in.CreatedAt, &finished, &parked)
+		&payload, &detail, &in.CreatedAt, &finished, &parked, &in.DefinitionVersion)
 	if errors.Is(err, sql.ErrNoRows) {
 		return workflows.Instance{}, workflows.ErrNoInstance
 	}
@@ -310,4 +311,68 @@ func (s *Store) GetAgentMaxAttempts(ctx context.Context, actorID, expectationID 
 		return 0, false, err
 	}
 	return n, true, nil
+}
+
+// PutWorkflowDefinition runs PutWorkflowDefinition: a version already
+// recorded is left as it is.
+func (s *Store) PutWorkflowDefinition(ctx context.Context, d workflows.StoredDefinition) error {
+	return s.exec(ctx, "PutWorkflowDefinition",
+		sql.Named("workflow_id", d.WorkflowID),
+		sql.Named("version", d.Version),
+		sql.Named("definition", string(d.Definition)),
+		sql.Named("recorded_by", d.RecordedBy),
+	)
+}
+
+// GetWorkflowDefinition runs GetWorkflowDefinition; found is false when no
+// definition is recorded for the workflow at that version.
+func (s *Store) GetWorkflowDefinition(ctx context.Context, workflowID, version string) (json.RawMessage, bool, error) {
+	var raw string
+	err := s.queryRow(ctx, "GetWorkflowDefinition",
+		sql.Named("workflow_id", workflowID),
+		sql.Named("version", version),
+	).Scan(&raw)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return json.RawMessage(raw), true, nil
+}
+
+// MoveWorkflowStep runs MoveWorkflowStep; false when the step was not in
+// the expected state.
+func (s *Store) MoveWorkflowStep(ctx context.Context, instanceID int64, stepID, newStepID string, maxAttempts int32, fromStatus string, fromEpisode int64) (bool, error) {
+	n, err := s.execRows(ctx, "MoveWorkflowStep",
+		sql.Named("new_step_id", newStepID),
+		sql.Named("max_attempts", maxAttempts),
+		sql.Named("instance_id", instanceID),
+		sql.Named("step_id", stepID),
+		sql.Named("from_status", fromStatus),
+		sql.Named("from_episode_id", fromEpisode),
+	)
+	return n == 1, err
+}
+
+// DeleteWorkflowStep runs DeleteWorkflowStep; false when the step was not
+// in the expected state (or is running).
+func (s *Store) DeleteWorkflowStep(ctx context.Context, instanceID int64, stepID, fromStatus string, fromEpisode int64) (bool, error) {
+	n, err := s.execRows(ctx, "DeleteWorkflowStep",
+		sql.Named("instance_id", instanceID),
+		sql.Named("step_id", stepID),
+		sql.Named("from_status", fromStatus),
+		sql.Named("from_episode_id", fromEpisode),
+	)
+	return n == 1, err
+}
+
+// SetWorkflowDefinitionVersion runs SetWorkflowDefinitionVersion; false
+// when the instance is not running.
+func (s *Store) SetWorkflowDefinitionVersion(ctx context.Context, id int64, version string) (bool, error) {
+	n, err := s.execRows(ctx, "SetWorkflowDefinitionVersion",
+		sql.Named("definition_version", version),
+		sql.Named("id", id),
+	)
+	return n == 1, err
 }

@@ -165,7 +165,7 @@ func TestCLISQLiteCommands(t *testing.T) {
 
 	code, out, errOut = runMain(t, "workflows", "ls", "-url", u)
 	require.Equal(t, 0, code, errOut)
-	require.Regexp(t, `(?m)^`+strconv.FormatInt(wf, 10)+`\s+report\s+c-1\s+running`, out)
+	require.Regexp(t, `(?m)^`+strconv.FormatInt(wf, 10)+`\s+report\s+-\s+c-1\s+running`, out)
 
 	sqlitetest.ExpireClaim(t, db, "inv:1")
 	sqlitetest.Exec(t, db, `UPDATE leasehold_episodes SET started_at = started_at - 3600000 WHERE id = ?`, id)

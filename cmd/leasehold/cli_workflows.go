@@ -17,6 +17,7 @@ import (
 type instanceJSON struct {
 	ID          int64           `json:"id"`
 	WorkflowID  string          `json:"workflow_id"`
+	Version     string          `json:"definition_version"`
 	Subject     string          `json:"subject"`
 	Env         string          `json:"env"`
 	Stack       string          `json:"stack"`
@@ -46,7 +47,10 @@ func workflowsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "ls lists workflow instances, newest first, with the reason a parked one")
 		fmt.Fprintln(w, "waits (a rolling deploy changed its steps; a node with the instance's steps")
-		fmt.Fprintln(w, "advances it, or cancel ends it). A read-only snapshot: it locks nothing.")
+		fmt.Fprintln(w, "advances it, or cancel ends it). VERSION is the first characters of the")
+		fmt.Fprintln(w, "version of the definition the instance follows (-json: all of it), - for")
+		fmt.Fprintln(w, "one started before definitions were versioned. A read-only snapshot: it")
+		fmt.Fprintln(w, "locks nothing.")
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "cancel ends a running instance as canceled, under the instance lock: steps")
 		fmt.Fprintln(w, "not started are skipped; episodes already running finish and start nothing.")
@@ -117,7 +121,7 @@ func workflowsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		out := make([]instanceJSON, len(list))
 		for i, in := range list {
 			out[i] = instanceJSON{
-				ID: in.ID, WorkflowID: in.WorkflowID, Subject: in.Subject, Env: in.Env, Stack: in.SourceStack,
+				ID: in.ID, WorkflowID: in.WorkflowID, Version: in.DefinitionVersion, Subject: in.Subject, Env: in.Env, Stack: in.SourceStack,
 				Status: in.Status, Parked: in.ParkedReason, ErrorDetail: in.ErrorDetail,
 				CreatedAt: utc(in.CreatedAt), FinishedAt: utcPtr(in.FinishedAt),
 			}
@@ -128,9 +132,10 @@ func workflowsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return 0
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tWORKFLOW\tSUBJECT\tSTATUS\tSTACK\tENV\tCREATED AT\tFINISHED AT\tPARKED")
+	fmt.Fprintln(tw, "ID\tWORKFLOW\tVERSION\tSUBJECT\tSTATUS\tSTACK\tENV\tCREATED AT\tFINISHED AT\tPARKED")
 	for _, in := range list {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", in.ID, cell(in.WorkflowID), cell(in.Subject), cell(in.Status),
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", in.ID, cell(in.WorkflowID),
+			dash(cell(shortVersion(in.DefinitionVersion))), cell(in.Subject), cell(in.Status),
 			dash(cell(in.SourceStack)), dash(cell(in.Env)), utc(in.CreatedAt), dash(utcPtr(in.FinishedAt)), dash(cell(in.ParkedReason)))
 	}
 	if err := tw.Flush(); err != nil {
@@ -138,4 +143,13 @@ func workflowsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	fmt.Fprintf(stderr, "%d instance(s)\n", len(list))
 	return 0
+}
+
+// shortVersion is the first 8 characters of a definition version, enough
+// to tell a workflow's versions apart on screen.
+func shortVersion(v string) string {
+	if len(v) > 8 {
+		return v[:8]
+	}
+	return v
 }

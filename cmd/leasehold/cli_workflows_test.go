@@ -16,8 +16,10 @@ func TestCLIWorkflows(t *testing.T) {
 	store, url, _ := cliSchema(t)
 	ctx := context.Background()
 	var ids []int64
-	for _, subject := range []string{"c-1", "c-2"} {
-		id, created, err := store.CreateWorkflowInstance(ctx, workflows.NewInstance{WorkflowID: "report", Subject: subject, Env: "rc"})
+	for i, subject := range []string{"c-1", "c-2"} {
+		version := []string{"", "0123456789abcdef"}[i] // c-1 was started before versions
+		id, created, err := store.CreateWorkflowInstance(ctx, workflows.NewInstance{WorkflowID: "report", Subject: subject, Env: "rc",
+			DefinitionVersion: version})
 		require.NoError(t, err)
 		require.True(t, created)
 		require.NoError(t, store.InsertWorkflowStep(ctx, id, "a", 1))
@@ -31,9 +33,10 @@ func TestCLIWorkflows(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	require.Len(t, lines, 3, out)
-	require.Regexp(t, `^ID\s+WORKFLOW\s+SUBJECT\s+STATUS\s+STACK\s+ENV\s+CREATED AT\s+FINISHED AT\s+PARKED$`, lines[0])
-	require.Regexp(t, `^`+strconv.FormatInt(ids[1], 10)+`\s+report\s+c-2\s+running\s+-\s+rc\s+\S+\s+-\s+-$`, lines[1])
+	require.Regexp(t, `^ID\s+WORKFLOW\s+VERSION\s+SUBJECT\s+STATUS\s+STACK\s+ENV\s+CREATED AT\s+FINISHED AT\s+PARKED$`, lines[0])
+	require.Regexp(t, `^`+strconv.FormatInt(ids[1], 10)+`\s+report\s+01234567\s+c-2\s+running\s+-\s+rc\s+\S+\s+-\s+-$`, lines[1])
 	require.True(t, strings.HasSuffix(lines[2], `step "b" renamed`), "the parked reason: %s", lines[2])
+	require.Regexp(t, `^`+strconv.FormatInt(ids[0], 10)+`\s+report\s+-\s+c-1\s`, lines[2], "no version: -")
 	require.Contains(t, errOut, "2 instance(s)")
 
 	code, out, errOut = runCLI(t, workflowsCmd, "ls", "-parked", "-json", "-url", url)
@@ -43,6 +46,10 @@ func TestCLIWorkflows(t *testing.T) {
 	require.Len(t, got, 1)
 	require.Equal(t, ids[0], got[0].ID)
 	require.Equal(t, `step "b" renamed`, got[0].Parked)
+	require.Empty(t, got[0].Version)
+	code, out, errOut = runCLI(t, workflowsCmd, "ls", "-subject", "c-2", "-json", "-url", url)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, `"definition_version":"0123456789abcdef"`)
 
 	code, out, errOut = runCLI(t, workflowsCmd, "cancel", "-id", strconv.FormatInt(ids[0], 10), "-reason", "deploy rolled back", "-url", url)
 	require.Equal(t, 0, code, errOut)

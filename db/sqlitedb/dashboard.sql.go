@@ -890,7 +890,7 @@ func (q *Queries) DashboardStatusCounts(ctx context.Context, db DBTX) ([]Dashboa
 
 const dashboardWorkflows = `-- name: DashboardWorkflows :many
 SELECT i.id, i.workflow_id, i.subject, i.env, i.source_stack, i.status, i.payload,
-    i.error_detail, i.created_at, i.finished_at, i.parked_reason,
+    i.error_detail, i.created_at, i.finished_at, i.parked_reason, i.definition_version,
     CAST(coalesce(s.step_id, '') AS TEXT) AS step_id,
     CAST(coalesce(s.status, '') AS TEXT) AS step_status,
     CAST(coalesce(s.episode_id, 0) AS INTEGER) AS step_episode_id,
@@ -901,7 +901,7 @@ SELECT i.id, i.workflow_id, i.subject, i.env, i.source_stack, i.status, i.payloa
     CAST(coalesce(e.error_class, '') AS TEXT) AS episode_error_class
 FROM (
     SELECT w.id, w.workflow_id, w.subject, w.env, w.source_stack, w.status, w.payload,
-        w.error_detail, w.created_at, w.finished_at, w.parked_reason
+        w.error_detail, w.created_at, w.finished_at, w.parked_reason, w.definition_version
     FROM leasehold_workflow_instances AS w
     WHERE (CAST(?1 AS INTEGER) = 0 OR w.id < CAST(?1 AS INTEGER))
       AND (CAST(?2 AS INTEGER) = 0 OR w.id = CAST(?2 AS INTEGER))
@@ -937,6 +937,7 @@ type DashboardWorkflowsRow struct {
 	CreatedAt         int64
 	FinishedAt        *int64
 	ParkedReason      *string
+	DefinitionVersion string
 	StepID            string
 	StepStatus        string
 	StepEpisodeID     int64
@@ -954,6 +955,8 @@ type DashboardWorkflowsRow struct {
 // means any, else that instance alone; empty workflow_id and status mean
 // any. The page of instances is chosen first (max_rows of them), then
 // their steps are joined, so the limit counts instances, not steps.
+// definition_version is the version of the definition the instance follows
+// (” when started before versions were recorded).
 func (q *Queries) DashboardWorkflows(ctx context.Context, db DBTX, arg DashboardWorkflowsParams) ([]DashboardWorkflowsRow, error) {
 	rows, err := db.QueryContext(ctx, dashboardWorkflows,
 		arg.BeforeID,
@@ -981,6 +984,7 @@ func (q *Queries) DashboardWorkflows(ctx context.Context, db DBTX, arg Dashboard
 			&i.CreatedAt,
 			&i.FinishedAt,
 			&i.ParkedReason,
+			&i.DefinitionVersion,
 			&i.StepID,
 			&i.StepStatus,
 			&i.StepEpisodeID,

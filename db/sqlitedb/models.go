@@ -123,18 +123,27 @@ type LeaseholdWorkClaim struct {
 	ErrorDetail     *string
 }
 
+type LeaseholdWorkflowDefinition struct {
+	WorkflowID string
+	Version    string
+	Definition string
+	RecordedAt int64
+	RecordedBy string
+}
+
 type LeaseholdWorkflowInstance struct {
-	ID           int64
-	WorkflowID   string
-	Subject      string
-	Env          string
-	SourceStack  string
-	Status       string
-	Payload      *string
-	ErrorDetail  *string
-	CreatedAt    int64
-	FinishedAt   *int64
-	ParkedReason *string
+	ID                int64
+	WorkflowID        string
+	Subject           string
+	Env               string
+	SourceStack       string
+	Status            string
+	Payload           *string
+	ErrorDetail       *string
+	CreatedAt         int64
+	FinishedAt        *int64
+	ParkedReason      *string
+	DefinitionVersion string
 }
 
 type LeaseholdWorkflowStep struct {

@@ -11,19 +11,22 @@ import (
 
 const createWorkflowInstance = `-- name: CreateWorkflowInstance :one
 
-INSERT INTO leasehold_workflow_instances (workflow_id, subject, env, source_stack, status, payload, created_at)
+INSERT INTO leasehold_workflow_instances (workflow_id, subject, env, source_stack, status, payload, created_at,
+    definition_version)
 VALUES (CAST(?1 AS TEXT), CAST(?2 AS TEXT), CAST(?3 AS TEXT), CAST(?4 AS TEXT),
-    'running', ?5, CAST(round(unixepoch('subsec') * 1000) AS INTEGER))
+    'running', ?5, CAST(round(unixepoch('subsec') * 1000) AS INTEGER),
+    CAST(?6 AS TEXT))
 ON CONFLICT (workflow_id, subject, env) WHERE status = 'running' DO NOTHING
 RETURNING id, created_at
 `
 
 type CreateWorkflowInstanceParams struct {
-	WorkflowID  string
-	Subject     string
-	Env         string
-	SourceStack string
-	Payload     *string
+	WorkflowID        string
+	Subject           string
+	Env               string
+	SourceStack       string
+	Payload           *string
+	DefinitionVersion string
 }
 
 type CreateWorkflowInstanceRow struct {
@@ -48,7 +51,8 @@ type CreateWorkflowInstanceRow struct {
 // CAST(round(unixepoch('subsec') * 1000) AS INTEGER).
 // Starts an instance, unless one is already running for the same workflow,
 // subject and env (the partial unique index): then no row comes back and
-// the caller reads the running one.
+// the caller reads the running one. definition_version pins the instance
+// to the definition it starts with (see GetWorkflowDefinition).
 func (q *Queries) CreateWorkflowInstance(ctx context.Context, db DBTX, arg CreateWorkflowInstanceParams) (CreateWorkflowInstanceRow, error) {
 	row := db.QueryRowContext(ctx, createWorkflowInstance,
 		arg.WorkflowID,
@@ -56,10 +60,44 @@ func (q *Queries) CreateWorkflowInstance(ctx context.Context, db DBTX, arg Creat
 		arg.Env,
 		arg.SourceStack,
 		arg.Payload,
+		arg.DefinitionVersion,
 	)
 	var i CreateWorkflowInstanceRow
 	err := row.Scan(&i.ID, &i.CreatedAt)
 	return i, err
+}
+
+const deleteWorkflowStep = `-- name: DeleteWorkflowStep :execrows
+DELETE FROM leasehold_workflow_steps
+WHERE instance_id = CAST(?1 AS INTEGER)
+  AND step_id = CAST(?2 AS TEXT)
+  AND status = CAST(?3 AS TEXT)
+  AND status <> 'running'
+  AND coalesce(episode_id, 0) = CAST(?4 AS INTEGER)
+`
+
+type DeleteWorkflowStepParams struct {
+	InstanceID    int64
+	StepID        string
+	FromStatus    string
+	FromEpisodeID int64
+}
+
+// Migrate: a step the version the instance moves to does not have. Run in
+// the advancing transaction, conditioned on the status and episode the
+// caller saw; never a running step, whose episode's end would then advance
+// nothing.
+func (q *Queries) DeleteWorkflowStep(ctx context.Context, db DBTX, arg DeleteWorkflowStepParams) (int64, error) {
+	result, err := db.ExecContext(ctx, deleteWorkflowStep,
+		arg.InstanceID,
+		arg.StepID,
+		arg.FromStatus,
+		arg.FromEpisodeID,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
 }
 
 const endWorkflowStep = `-- name: EndWorkflowStep :execrows
@@ -146,7 +184,7 @@ func (q *Queries) GetAgentMaxAttempts(ctx context.Context, db DBTX, arg GetAgent
 
 const getRunningWorkflowInstance = `-- name: GetRunningWorkflowInstance :one
 SELECT id, workflow_id, subject, env, source_stack, status, payload, error_detail,
-    created_at, finished_at, parked_reason
+    created_at, finished_at, parked_reason, definition_version
 FROM leasehold_workflow_instances
 WHERE workflow_id = CAST(?1 AS TEXT)
   AND subject = CAST(?2 AS TEXT)
@@ -176,13 +214,38 @@ func (q *Queries) GetRunningWorkflowInstance(ctx context.Context, db DBTX, arg G
 		&i.CreatedAt,
 		&i.FinishedAt,
 		&i.ParkedReason,
+		&i.DefinitionVersion,
 	)
 	return i, err
 }
 
+const getWorkflowDefinition = `-- name: GetWorkflowDefinition :one
+SELECT definition
+FROM leasehold_workflow_definitions
+WHERE workflow_id = CAST(?1 AS TEXT)
+  AND version = CAST(?2 AS TEXT)
+`
+
+type GetWorkflowDefinitionParams struct {
+	WorkflowID string
+	Version    string
+}
+
+// The definition of a workflow at one version: what an advance uses when
+// the instance's definition_version is not the one registered on the
+// advancing node (a rolling deploy). A plain read: the row never changes
+// once written (PutWorkflowDefinition), and the advancing transaction's
+// write lock already orders the advances that use it.
+func (q *Queries) GetWorkflowDefinition(ctx context.Context, db DBTX, arg GetWorkflowDefinitionParams) (string, error) {
+	row := db.QueryRowContext(ctx, getWorkflowDefinition, arg.WorkflowID, arg.Version)
+	var definition string
+	err := row.Scan(&definition)
+	return definition, err
+}
+
 const getWorkflowInstance = `-- name: GetWorkflowInstance :one
 SELECT id, workflow_id, subject, env, source_stack, status, payload, error_detail,
-    created_at, finished_at, parked_reason
+    created_at, finished_at, parked_reason, definition_version
 FROM leasehold_workflow_instances
 WHERE id = CAST(?1 AS INTEGER)
 `
@@ -202,6 +265,7 @@ func (q *Queries) GetWorkflowInstance(ctx context.Context, db DBTX, id int64) (L
 		&i.CreatedAt,
 		&i.FinishedAt,
 		&i.ParkedReason,
+		&i.DefinitionVersion,
 	)
 	return i, err
 }
@@ -322,7 +386,7 @@ func (q *Queries) ListStalledWorkflowSteps(ctx context.Context, db DBTX, arg Lis
 
 const listWorkflowInstances = `-- name: ListWorkflowInstances :many
 SELECT id, workflow_id, subject, env, source_stack, status, payload, error_detail,
-    created_at, finished_at, parked_reason
+    created_at, finished_at, parked_reason, definition_version
 FROM leasehold_workflow_instances
 WHERE (CAST(?1 AS TEXT) = '' OR workflow_id = CAST(?1 AS TEXT))
   AND (CAST(?2 AS TEXT) = '' OR subject = CAST(?2 AS TEXT))
@@ -372,6 +436,7 @@ func (q *Queries) ListWorkflowInstances(ctx context.Context, db DBTX, arg ListWo
 			&i.CreatedAt,
 			&i.FinishedAt,
 			&i.ParkedReason,
+			&i.DefinitionVersion,
 		); err != nil {
 			return nil, err
 		}
@@ -437,7 +502,7 @@ func (q *Queries) ListWorkflowSteps(ctx context.Context, db DBTX, instanceID int
 
 const lockWorkflowInstance = `-- name: LockWorkflowInstance :one
 SELECT id, workflow_id, subject, env, source_stack, status, payload, error_detail,
-    created_at, finished_at, parked_reason
+    created_at, finished_at, parked_reason, definition_version
 FROM leasehold_workflow_instances
 WHERE id = CAST(?1 AS INTEGER)
 `
@@ -464,8 +529,49 @@ func (q *Queries) LockWorkflowInstance(ctx context.Context, db DBTX, id int64) (
 		&i.CreatedAt,
 		&i.FinishedAt,
 		&i.ParkedReason,
+		&i.DefinitionVersion,
 	)
 	return i, err
+}
+
+const moveWorkflowStep = `-- name: MoveWorkflowStep :execrows
+UPDATE leasehold_workflow_steps
+SET step_id = CAST(?1 AS TEXT), max_attempts = CAST(?2 AS INTEGER),
+    updated_at = CAST(round(unixepoch('subsec') * 1000) AS INTEGER)
+WHERE instance_id = CAST(?3 AS INTEGER)
+  AND step_id = CAST(?4 AS TEXT)
+  AND status = CAST(?5 AS TEXT)
+  AND coalesce(episode_id, 0) = CAST(?6 AS INTEGER)
+`
+
+type MoveWorkflowStepParams struct {
+	NewStepID     string
+	MaxAttempts   int64
+	InstanceID    int64
+	StepID        string
+	FromStatus    string
+	FromEpisodeID int64
+}
+
+// Migrate: the step takes its ID and max attempts in the version the
+// instance moves to, keeping its status, attempts and episode. Run in the
+// advancing transaction (its write lock is the instance lock),
+// conditioned on the status and episode the caller saw, like every step
+// update: zero rows means the step changed, and the migration is rolled
+// back.
+func (q *Queries) MoveWorkflowStep(ctx context.Context, db DBTX, arg MoveWorkflowStepParams) (int64, error) {
+	result, err := db.ExecContext(ctx, moveWorkflowStep,
+		arg.NewStepID,
+		arg.MaxAttempts,
+		arg.InstanceID,
+		arg.StepID,
+		arg.FromStatus,
+		arg.FromEpisodeID,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
 }
 
 const parkWorkflowInstance = `-- name: ParkWorkflowInstance :execrows
@@ -486,6 +592,59 @@ type ParkWorkflowInstanceParams struct {
 // episode finished; only a running instance is parked.
 func (q *Queries) ParkWorkflowInstance(ctx context.Context, db DBTX, arg ParkWorkflowInstanceParams) (int64, error) {
 	result, err := db.ExecContext(ctx, parkWorkflowInstance, arg.ParkedReason, arg.ID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}
+
+const putWorkflowDefinition = `-- name: PutWorkflowDefinition :exec
+INSERT INTO leasehold_workflow_definitions (workflow_id, version, definition, recorded_at, recorded_by)
+VALUES (CAST(?1 AS TEXT), CAST(?2 AS TEXT), CAST(?3 AS TEXT),
+    CAST(round(unixepoch('subsec') * 1000) AS INTEGER), CAST(?4 AS TEXT))
+ON CONFLICT (workflow_id, version) DO NOTHING
+`
+
+type PutWorkflowDefinitionParams struct {
+	WorkflowID string
+	Version    string
+	Definition string
+	RecordedBy string
+}
+
+// Records a workflow definition under its version, a hash of its canonical
+// JSON: every node that registers the definition runs it when it starts
+// (and a Start runs it in its transaction until one committed), and every
+// run after the first changes nothing (DO NOTHING on the primary key). A
+// version's row is therefore written once and never updated: the definition
+// an instance pinned with definition_version cannot change under it.
+func (q *Queries) PutWorkflowDefinition(ctx context.Context, db DBTX, arg PutWorkflowDefinitionParams) error {
+	_, err := db.ExecContext(ctx, putWorkflowDefinition,
+		arg.WorkflowID,
+		arg.Version,
+		arg.Definition,
+		arg.RecordedBy,
+	)
+	return err
+}
+
+const setWorkflowDefinitionVersion = `-- name: SetWorkflowDefinitionVersion :execrows
+UPDATE leasehold_workflow_instances
+SET definition_version = CAST(?1 AS TEXT), parked_reason = NULL
+WHERE id = CAST(?2 AS INTEGER)
+  AND status = 'running'
+`
+
+type SetWorkflowDefinitionVersionParams struct {
+	DefinitionVersion string
+	ID                int64
+}
+
+// Migrate: the running instance follows another version of its workflow
+// from now on (its steps were moved in the same transaction), and a parked
+// reason is cleared: the instance's steps are those of that version.
+func (q *Queries) SetWorkflowDefinitionVersion(ctx context.Context, db DBTX, arg SetWorkflowDefinitionVersionParams) (int64, error) {
+	result, err := db.ExecContext(ctx, setWorkflowDefinitionVersion, arg.DefinitionVersion, arg.ID)
 	if err != nil {
 		return 0, err
 	}

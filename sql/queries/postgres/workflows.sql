@@ -9,17 +9,19 @@
 -- name: CreateWorkflowInstance :one
 -- Starts an instance, unless one is already running for the same workflow,
 -- subject and env (the filtered unique index): then no row comes back and
--- the caller reads the running one.
-INSERT INTO leasehold_workflow_instances (workflow_id, subject, env, source_stack, status, payload)
+-- the caller reads the running one. definition_version pins the instance
+-- to the definition it starts with (see GetWorkflowDefinition).
+INSERT INTO leasehold_workflow_instances (workflow_id, subject, env, source_stack, status, payload,
+    definition_version)
 VALUES (sqlc.arg(workflow_id), sqlc.arg(subject), sqlc.arg(env), sqlc.arg(source_stack), 'running',
-    sqlc.narg(payload))
+    sqlc.narg(payload), sqlc.arg(definition_version))
 ON CONFLICT (workflow_id, subject, env) WHERE status = 'running' DO NOTHING
 RETURNING id, created_at;
 
 -- name: GetRunningWorkflowInstance :one
 -- The running instance of a workflow, subject and env, if any.
 SELECT id, workflow_id, subject, env, source_stack, status, payload, error_detail,
-    created_at, finished_at, parked_reason
+    created_at, finished_at, parked_reason, definition_version
 FROM leasehold_workflow_instances
 WHERE workflow_id = sqlc.arg(workflow_id)
   AND subject = sqlc.arg(subject)
@@ -36,14 +38,14 @@ VALUES (sqlc.arg(instance_id), sqlc.arg(step_id), 'pending', 0, sqlc.arg(max_att
 -- instance ending at once (fan-in) advance one after the other, and the
 -- second sees the first's step updates, so no join is missed.
 SELECT id, workflow_id, subject, env, source_stack, status, payload, error_detail,
-    created_at, finished_at, parked_reason
+    created_at, finished_at, parked_reason, definition_version
 FROM leasehold_workflow_instances
 WHERE id = sqlc.arg(id)
 FOR UPDATE;
 
 -- name: GetWorkflowInstance :one
 SELECT id, workflow_id, subject, env, source_stack, status, payload, error_detail,
-    created_at, finished_at, parked_reason
+    created_at, finished_at, parked_reason, definition_version
 FROM leasehold_workflow_instances
 WHERE id = sqlc.arg(id);
 
@@ -138,7 +140,7 @@ WHERE id = sqlc.arg(id)
 -- An operator read (Engine.List, `leasehold workflows ls`), newest first:
 -- every filter is optional ('' / NULL / false is any). Locks nothing.
 SELECT id, workflow_id, subject, env, source_stack, status, payload, error_detail,
-    created_at, finished_at, parked_reason
+    created_at, finished_at, parked_reason, definition_version
 FROM leasehold_workflow_instances
 WHERE (sqlc.arg(workflow_id)::text = '' OR workflow_id = sqlc.arg(workflow_id)::text)
   AND (sqlc.arg(subject)::text = '' OR subject = sqlc.arg(subject)::text)
@@ -158,3 +160,61 @@ FROM leasehold_agent_definitions
 WHERE actor_id = sqlc.arg(actor_id)
   AND expectation_id = sqlc.arg(expectation_id)
   AND max_attempts IS NOT NULL;
+
+-- name: PutWorkflowDefinition :exec
+-- Records a workflow definition under its version, a hash of its canonical
+-- JSON: every node that registers the definition runs it when it starts
+-- (and a Start runs it in its transaction until one committed), and every
+-- run after the first changes nothing (DO NOTHING on the primary key). A
+-- version's row is therefore written once and never updated: the definition
+-- an instance pinned with definition_version cannot change under it, and
+-- two nodes recording it at once both succeed, one of them inserting.
+INSERT INTO leasehold_workflow_definitions (workflow_id, version, definition, recorded_by)
+VALUES (sqlc.arg(workflow_id), sqlc.arg(version), sqlc.arg(definition), sqlc.arg(recorded_by))
+ON CONFLICT (workflow_id, version) DO NOTHING;
+
+-- name: GetWorkflowDefinition :one
+-- The definition of a workflow at one version: what an advance uses when
+-- the instance's definition_version is not the one registered on the
+-- advancing node (a rolling deploy). A plain read: the row never changes
+-- once written (PutWorkflowDefinition), and the instance lock already
+-- orders the advances that use it.
+SELECT definition
+FROM leasehold_workflow_definitions
+WHERE workflow_id = sqlc.arg(workflow_id)
+  AND version = sqlc.arg(version);
+
+-- name: MoveWorkflowStep :execrows
+-- Migrate: the step takes its ID and max attempts in the version the
+-- instance moves to, keeping its status, attempts and episode. Run under
+-- the instance lock (LockWorkflowInstance), conditioned on the status and
+-- episode the caller saw, like every step update: zero rows means the step
+-- changed, and the migration is rolled back.
+UPDATE leasehold_workflow_steps
+SET step_id = sqlc.arg(new_step_id), max_attempts = sqlc.arg(max_attempts), updated_at = now()
+WHERE instance_id = sqlc.arg(instance_id)
+  AND step_id = sqlc.arg(step_id)
+  AND status = sqlc.arg(from_status)
+  AND coalesce(episode_id, 0) = sqlc.arg(from_episode_id)::bigint;
+
+-- name: DeleteWorkflowStep :execrows
+-- Migrate: a step the version the instance moves to does not have. Run
+-- under the instance lock, conditioned on the status and episode the caller
+-- saw; never a running step, whose episode's end would then advance
+-- nothing.
+DELETE FROM leasehold_workflow_steps
+WHERE instance_id = sqlc.arg(instance_id)
+  AND step_id = sqlc.arg(step_id)
+  AND status = sqlc.arg(from_status)
+  AND status <> 'running'
+  AND coalesce(episode_id, 0) = sqlc.arg(from_episode_id)::bigint;
+
+-- name: SetWorkflowDefinitionVersion :execrows
+-- Migrate: the running instance follows another version of its workflow
+-- from now on (its steps were moved in the same transaction, under the
+-- instance lock), and a parked reason is cleared: the instance's steps are
+-- those of that version.
+UPDATE leasehold_workflow_instances
+SET definition_version = sqlc.arg(definition_version), parked_reason = NULL
+WHERE id = sqlc.arg(id)
+  AND status = 'running';

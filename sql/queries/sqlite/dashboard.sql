@@ -254,8 +254,10 @@ LIMIT CAST(@max_rows AS INTEGER);
 -- means any, else that instance alone; empty workflow_id and status mean
 -- any. The page of instances is chosen first (max_rows of them), then
 -- their steps are joined, so the limit counts instances, not steps.
+-- definition_version is the version of the definition the instance follows
+-- ('' when started before versions were recorded).
 SELECT i.id, i.workflow_id, i.subject, i.env, i.source_stack, i.status, i.payload,
-    i.error_detail, i.created_at, i.finished_at, i.parked_reason,
+    i.error_detail, i.created_at, i.finished_at, i.parked_reason, i.definition_version,
     CAST(coalesce(s.step_id, '') AS TEXT) AS step_id,
     CAST(coalesce(s.status, '') AS TEXT) AS step_status,
     CAST(coalesce(s.episode_id, 0) AS INTEGER) AS step_episode_id,
@@ -266,7 +268,7 @@ SELECT i.id, i.workflow_id, i.subject, i.env, i.source_stack, i.status, i.payloa
     CAST(coalesce(e.error_class, '') AS TEXT) AS episode_error_class
 FROM (
     SELECT w.id, w.workflow_id, w.subject, w.env, w.source_stack, w.status, w.payload,
-        w.error_detail, w.created_at, w.finished_at, w.parked_reason
+        w.error_detail, w.created_at, w.finished_at, w.parked_reason, w.definition_version
     FROM leasehold_workflow_instances AS w
     WHERE (CAST(@before_id AS INTEGER) = 0 OR w.id < CAST(@before_id AS INTEGER))
       AND (CAST(@instance_id AS INTEGER) = 0 OR w.id = CAST(@instance_id AS INTEGER))

@@ -17,17 +17,20 @@
 -- name: CreateWorkflowInstance :one
 -- Starts an instance, unless one is already running for the same workflow,
 -- subject and env (the partial unique index): then no row comes back and
--- the caller reads the running one.
-INSERT INTO leasehold_workflow_instances (workflow_id, subject, env, source_stack, status, payload, created_at)
+-- the caller reads the running one. definition_version pins the instance
+-- to the definition it starts with (see GetWorkflowDefinition).
+INSERT INTO leasehold_workflow_instances (workflow_id, subject, env, source_stack, status, payload, created_at,
+    definition_version)
 VALUES (CAST(@workflow_id AS TEXT), CAST(@subject AS TEXT), CAST(@env AS TEXT), CAST(@source_stack AS TEXT),
-    'running', sqlc.narg(payload), CAST(round(unixepoch('subsec') * 1000) AS INTEGER))
+    'running', sqlc.narg(payload), CAST(round(unixepoch('subsec') * 1000) AS INTEGER),
+    CAST(@definition_version AS TEXT))
 ON CONFLICT (workflow_id, subject, env) WHERE status = 'running' DO NOTHING
 RETURNING id, created_at;
 
 -- name: GetRunningWorkflowInstance :one
 -- The running instance of a workflow, subject and env, if any.
 SELECT id, workflow_id, subject, env, source_stack, status, payload, error_detail,
-    created_at, finished_at, parked_reason
+    created_at, finished_at, parked_reason, definition_version
 FROM leasehold_workflow_instances
 WHERE workflow_id = CAST(@workflow_id AS TEXT)
   AND subject = CAST(@subject AS TEXT)
@@ -49,13 +52,13 @@ VALUES (CAST(@instance_id AS INTEGER), CAST(@step_id AS TEXT), 'pending', 0, CAS
 -- missed. Outside such a transaction it locks nothing, as FOR UPDATE in
 -- autocommit keeps nothing on Postgres.
 SELECT id, workflow_id, subject, env, source_stack, status, payload, error_detail,
-    created_at, finished_at, parked_reason
+    created_at, finished_at, parked_reason, definition_version
 FROM leasehold_workflow_instances
 WHERE id = CAST(@id AS INTEGER);
 
 -- name: GetWorkflowInstance :one
 SELECT id, workflow_id, subject, env, source_stack, status, payload, error_detail,
-    created_at, finished_at, parked_reason
+    created_at, finished_at, parked_reason, definition_version
 FROM leasehold_workflow_instances
 WHERE id = CAST(@id AS INTEGER);
 
@@ -152,7 +155,7 @@ WHERE id = CAST(@id AS INTEGER)
 -- An operator read (Engine.List, `leasehold workflows ls`), newest first:
 -- every filter is optional (empty, NULL or false is any). Locks nothing.
 SELECT id, workflow_id, subject, env, source_stack, status, payload, error_detail,
-    created_at, finished_at, parked_reason
+    created_at, finished_at, parked_reason, definition_version
 FROM leasehold_workflow_instances
 WHERE (CAST(@workflow_id AS TEXT) = '' OR workflow_id = CAST(@workflow_id AS TEXT))
   AND (CAST(@subject AS TEXT) = '' OR subject = CAST(@subject AS TEXT))
@@ -172,3 +175,62 @@ FROM leasehold_agent_definitions
 WHERE actor_id = CAST(@actor_id AS TEXT)
   AND expectation_id = CAST(@expectation_id AS TEXT)
   AND max_attempts IS NOT NULL;
+
+-- name: PutWorkflowDefinition :exec
+-- Records a workflow definition under its version, a hash of its canonical
+-- JSON: every node that registers the definition runs it when it starts
+-- (and a Start runs it in its transaction until one committed), and every
+-- run after the first changes nothing (DO NOTHING on the primary key). A
+-- version's row is therefore written once and never updated: the definition
+-- an instance pinned with definition_version cannot change under it.
+INSERT INTO leasehold_workflow_definitions (workflow_id, version, definition, recorded_at, recorded_by)
+VALUES (CAST(@workflow_id AS TEXT), CAST(@version AS TEXT), CAST(@definition AS TEXT),
+    CAST(round(unixepoch('subsec') * 1000) AS INTEGER), CAST(@recorded_by AS TEXT))
+ON CONFLICT (workflow_id, version) DO NOTHING;
+
+-- name: GetWorkflowDefinition :one
+-- The definition of a workflow at one version: what an advance uses when
+-- the instance's definition_version is not the one registered on the
+-- advancing node (a rolling deploy). A plain read: the row never changes
+-- once written (PutWorkflowDefinition), and the advancing transaction's
+-- write lock already orders the advances that use it.
+SELECT definition
+FROM leasehold_workflow_definitions
+WHERE workflow_id = CAST(@workflow_id AS TEXT)
+  AND version = CAST(@version AS TEXT);
+
+-- name: MoveWorkflowStep :execrows
+-- Migrate: the step takes its ID and max attempts in the version the
+-- instance moves to, keeping its status, attempts and episode. Run in the
+-- advancing transaction (its write lock is the instance lock),
+-- conditioned on the status and episode the caller saw, like every step
+-- update: zero rows means the step changed, and the migration is rolled
+-- back.
+UPDATE leasehold_workflow_steps
+SET step_id = CAST(@new_step_id AS TEXT), max_attempts = CAST(@max_attempts AS INTEGER),
+    updated_at = CAST(round(unixepoch('subsec') * 1000) AS INTEGER)
+WHERE instance_id = CAST(@instance_id AS INTEGER)
+  AND step_id = CAST(@step_id AS TEXT)
+  AND status = CAST(@from_status AS TEXT)
+  AND coalesce(episode_id, 0) = CAST(@from_episode_id AS INTEGER);
+
+-- name: DeleteWorkflowStep :execrows
+-- Migrate: a step the version the instance moves to does not have. Run in
+-- the advancing transaction, conditioned on the status and episode the
+-- caller saw; never a running step, whose episode's end would then advance
+-- nothing.
+DELETE FROM leasehold_workflow_steps
+WHERE instance_id = CAST(@instance_id AS INTEGER)
+  AND step_id = CAST(@step_id AS TEXT)
+  AND status = CAST(@from_status AS TEXT)
+  AND status <> 'running'
+  AND coalesce(episode_id, 0) = CAST(@from_episode_id AS INTEGER);
+
+-- name: SetWorkflowDefinitionVersion :execrows
+-- Migrate: the running instance follows another version of its workflow
+-- from now on (its steps were moved in the same transaction), and a parked
+-- reason is cleared: the instance's steps are those of that version.
+UPDATE leasehold_workflow_instances
+SET definition_version = CAST(@definition_version AS TEXT), parked_reason = NULL
+WHERE id = CAST(@id AS INTEGER)
+  AND status = 'running';

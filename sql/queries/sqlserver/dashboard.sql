@@ -241,8 +241,10 @@ ORDER BY s.step_no DESC;
 -- their steps are joined. @before_id 0 is the newest page; @instance_id 0
 -- means any; N'' @workflow_id and @status mean any. Steps come in step_id
 -- order under the binary collation (code-point order).
+-- definition_version is the version of the definition the instance follows
+-- (N'' when started before versions were recorded).
 SELECT i.id, i.workflow_id, i.subject, i.env, i.source_stack, i.status, i.payload,
-    i.error_detail, i.created_at, i.finished_at, i.parked_reason,
+    i.error_detail, i.created_at, i.finished_at, i.parked_reason, i.definition_version,
     COALESCE(s.step_id, N'') AS step_id,
     COALESCE(s.status, N'') AS step_status,
     COALESCE(s.episode_id, 0) AS step_episode_id,
@@ -253,7 +255,7 @@ SELECT i.id, i.workflow_id, i.subject, i.env, i.source_stack, i.status, i.payloa
     COALESCE(e.error_class, N'') AS episode_error_class
 FROM (
     SELECT TOP (@max_rows) w.id, w.workflow_id, w.subject, w.env, w.source_stack, w.status,
-        w.payload, w.error_detail, w.created_at, w.finished_at, w.parked_reason
+        w.payload, w.error_detail, w.created_at, w.finished_at, w.parked_reason, w.definition_version
     FROM leasehold_workflow_instances AS w
     WHERE (@before_id = 0 OR w.id < @before_id)
       AND (@instance_id = 0 OR w.id = @instance_id)

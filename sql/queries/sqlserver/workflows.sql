@@ -31,7 +31,8 @@
 -- Starts an instance, unless one is already running for the same workflow,
 -- subject and env (the filtered unique index
 -- leasehold_workflow_instances_active_key_idx): then no row comes back and
--- the caller reads the running one.
+-- the caller reads the running one. definition_version pins the instance
+-- to the definition it starts with (see GetWorkflowDefinition).
 --
 -- Guarantee: one running instance per key across N starters, and a lost
 -- race is the empty result, not an error, so the caller's transaction goes
@@ -56,9 +57,10 @@ SET NOCOUNT ON;
 SET XACT_ABORT ON;
 DECLARE @created TABLE (id bigint NOT NULL, created_at datetime2(6) NOT NULL);
 
-INSERT INTO leasehold_workflow_instances (workflow_id, subject, env, source_stack, status, payload)
+INSERT INTO leasehold_workflow_instances (workflow_id, subject, env, source_stack, status, payload,
+    definition_version)
 OUTPUT inserted.id, inserted.created_at INTO @created
-SELECT @workflow_id, @subject, @env, @source_stack, N'running', @payload
+SELECT @workflow_id, @subject, @env, @source_stack, N'running', @payload, @definition_version
 WHERE NOT EXISTS (
     SELECT 1 FROM leasehold_workflow_instances WITH (UPDLOCK, HOLDLOCK)
     WHERE status = N'running'
@@ -73,7 +75,7 @@ SELECT id, created_at FROM @created;
 -- on Postgres; inside Start's transaction the row is already update-locked
 -- by CreateWorkflowInstance's check.
 SELECT id, workflow_id, subject, env, source_stack, status, payload, error_detail,
-    created_at, finished_at, parked_reason
+    created_at, finished_at, parked_reason, definition_version
 FROM leasehold_workflow_instances
 WHERE status = N'running'
   AND workflow_id = @workflow_id
@@ -103,13 +105,13 @@ VALUES (@instance_id, @step_id, N'pending', 0, @max_attempts);
 -- holder of the lock committed. Outside a transaction the lock ends with
 -- the statement, as on Postgres.
 SELECT id, workflow_id, subject, env, source_stack, status, payload, error_detail,
-    created_at, finished_at, parked_reason
+    created_at, finished_at, parked_reason, definition_version
 FROM leasehold_workflow_instances WITH (UPDLOCK, HOLDLOCK, ROWLOCK)
 WHERE id = @id;
 
 -- name: GetWorkflowInstance :one
 SELECT id, workflow_id, subject, env, source_stack, status, payload, error_detail,
-    created_at, finished_at, parked_reason
+    created_at, finished_at, parked_reason, definition_version
 FROM leasehold_workflow_instances
 WHERE id = @id;
 
@@ -248,7 +250,7 @@ SELECT COUNT_BIG(*) AS rows_affected FROM @parked;
 -- every filter is optional (N'' / NULL / 0 is any). Unhinted (no NOLOCK):
 -- committed rows only, and it locks nothing beyond the statement.
 SELECT TOP (@max_rows) id, workflow_id, subject, env, source_stack, status, payload, error_detail,
-    created_at, finished_at, parked_reason
+    created_at, finished_at, parked_reason, definition_version
 FROM leasehold_workflow_instances
 WHERE (@workflow_id = N'' OR workflow_id = @workflow_id)
   AND (@subject = N'' OR subject = @subject)
@@ -268,3 +270,100 @@ FROM leasehold_agent_definitions
 WHERE actor_id = @actor_id
   AND expectation_id = @expectation_id
   AND max_attempts IS NOT NULL;
+
+-- name: PutWorkflowDefinition :exec
+-- Records a workflow definition under its version, a hash of its canonical
+-- JSON: every node that registers the definition runs it when it starts
+-- (and a Start runs it in its transaction until one committed), and every
+-- run after the first changes nothing (Postgres: ON CONFLICT DO NOTHING). A
+-- version's row is therefore written once and never updated: the definition
+-- an instance pinned with definition_version cannot change under it.
+--
+-- Guarantee: two nodes recording one version at once both succeed, one of
+-- them inserting. The INSERT is guarded by NOT EXISTS read WITH (UPDLOCK,
+-- HOLDLOCK): the read takes an update-mode key-range lock on the key,
+-- present or absent, which two sessions cannot both hold, and keeps it to
+-- the end of the statement (or of the caller's transaction inside Start's
+-- InTx), so the second writer waits, re-reads and inserts nothing. No
+-- TRY/CATCH: a 2627 cannot occur while the key range is held, and would be
+-- LEFT TO SURFACE (XACT_ABORT rolls back), as on CreateWorkflowInstance.
+SET NOCOUNT ON;
+SET XACT_ABORT ON;
+
+INSERT INTO leasehold_workflow_definitions (workflow_id, version, definition, recorded_by)
+SELECT @workflow_id, @version, @definition, @recorded_by
+WHERE NOT EXISTS (
+    SELECT 1 FROM leasehold_workflow_definitions WITH (UPDLOCK, HOLDLOCK)
+    WHERE workflow_id = @workflow_id
+      AND version = @version);
+
+-- name: GetWorkflowDefinition :one
+-- The definition of a workflow at one version: what an advance uses when
+-- the instance's definition_version is not the one registered on the
+-- advancing node (a rolling deploy). A plain read, unhinted as on
+-- Postgres: the row never changes once written (PutWorkflowDefinition), and
+-- the instance lock (LockWorkflowInstance) already orders the advances that
+-- use it.
+SELECT definition
+FROM leasehold_workflow_definitions
+WHERE workflow_id = @workflow_id
+  AND version = @version;
+
+-- name: MoveWorkflowStep :execrows
+-- Migrate: the step takes its ID and max attempts in the version the
+-- instance moves to, keeping its status, attempts and episode. Run under
+-- the instance lock (LockWorkflowInstance's UPDLOCK, HOLDLOCK, ROWLOCK,
+-- held by the caller's transaction), conditioned on the status and episode
+-- the caller saw, like every step update: zero rows means the step
+-- changed, and the migration is rolled back. A new ID already taken raises
+-- 2627 (leasehold_workflow_steps_pkey), LEFT TO SURFACE as on Postgres
+-- (the engine never asks for one).
+SET NOCOUNT ON;
+SET XACT_ABORT ON;
+DECLARE @moved TABLE (step_id nvarchar(255) NOT NULL);
+
+UPDATE leasehold_workflow_steps
+SET step_id = @new_step_id, max_attempts = @max_attempts, updated_at = SYSUTCDATETIME()
+OUTPUT inserted.step_id INTO @moved
+WHERE instance_id = @instance_id
+  AND step_id = @step_id
+  AND status = @from_status
+  AND COALESCE(episode_id, 0) = @from_episode_id;
+
+SELECT COUNT_BIG(*) AS rows_affected FROM @moved;
+
+-- name: DeleteWorkflowStep :execrows
+-- Migrate: a step the version the instance moves to does not have. Run
+-- under the instance lock, conditioned on the status and episode the caller
+-- saw; never a running step, whose episode's end would then advance
+-- nothing.
+SET NOCOUNT ON;
+SET XACT_ABORT ON;
+DECLARE @deleted TABLE (step_id nvarchar(255) NOT NULL);
+
+DELETE FROM leasehold_workflow_steps
+OUTPUT deleted.step_id INTO @deleted
+WHERE instance_id = @instance_id
+  AND step_id = @step_id
+  AND status = @from_status
+  AND status <> N'running'
+  AND COALESCE(episode_id, 0) = @from_episode_id;
+
+SELECT COUNT_BIG(*) AS rows_affected FROM @deleted;
+
+-- name: SetWorkflowDefinitionVersion :execrows
+-- Migrate: the running instance follows another version of its workflow
+-- from now on (its steps were moved in the same transaction, under the
+-- instance lock), and a parked reason is cleared: the instance's steps are
+-- those of that version.
+SET NOCOUNT ON;
+SET XACT_ABORT ON;
+DECLARE @migrated TABLE (id bigint NOT NULL);
+
+UPDATE leasehold_workflow_instances
+SET definition_version = @definition_version, parked_reason = NULL
+OUTPUT inserted.id INTO @migrated
+WHERE id = @id
+  AND status = N'running';
+
+SELECT COUNT_BIG(*) AS rows_affected FROM @migrated;
