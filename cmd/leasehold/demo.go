@@ -71,7 +71,12 @@ const (
 
 	pollEvery     = 100 * time.Millisecond
 	progressEvery = 500 * time.Millisecond
-	readyTimeout  = 15 * time.Second
+	// readyTimeout: every node started (schema checked, definitions
+	// recorded) by then. A node starts in about a second on a quiet host;
+	// beside two CPU hogs a race-built node once took more than 15 s (its
+	// definitions' writes queued for the SQLite file behind the other
+	// nodes'), so the same load margin as the deadline's is allowed.
+	readyTimeout = 15*time.Second + demoLoadMargin
 	// demoNodeStop bounds a node's Stop (SIGTERM: drain, release its
 	// claims); stopTimeout, the parent's wait for it before a SIGKILL.
 	demoNodeStop = 5 * time.Second
