@@ -287,7 +287,7 @@ func (e *Engine) Start(ctx context.Context, workflowID, subject string, payload 
 		if inst, err = tx.LockWorkflowInstance(ctx, id); err != nil {
 			return err
 		}
-		evs, err = e.startReady(ctx, tx, &inst, d)
+		evs, err = startReady(ctx, tx, e.node.ID(), &inst, d)
 		return err
 	})
 	if err != nil {
@@ -658,7 +658,7 @@ func (e *Engine) move(ctx context.Context, tx Tx, inst *Instance, d *Definition,
 			return nil, err
 		}
 	case inst.Status == InstanceRunning && step.Attempts < step.MaxAttempts:
-		if err := e.startStep(ctx, tx, inst, sd, step); err != nil {
+		if err := startStep(ctx, tx, e.node.ID(), inst, sd, step); err != nil {
 			return nil, err
 		}
 		return nil, nil
@@ -687,7 +687,7 @@ func (e *Engine) move(ctx context.Context, tx Tx, inst *Instance, d *Definition,
 	if inst.Status != InstanceRunning {
 		return evs, nil
 	}
-	return e.startReady(ctx, tx, inst, d)
+	return startReady(ctx, tx, e.node.ID(), inst, d)
 }
 
 func (e *Engine) end(ctx context.Context, tx Tx, step StepState, status string) error {
@@ -700,7 +700,9 @@ func (e *Engine) end(ctx context.Context, tx Tx, step StepState, status string) 
 
 // startReady starts every pending step whose dependencies are all done or
 // skipped, and ends the instance when no step is pending or running.
-func (e *Engine) startReady(ctx context.Context, tx Tx, inst *Instance, d *Definition) ([]Event, error) {
+// source names who starts them (the node, or an operator's migration) as
+// their episodes' source node.
+func startReady(ctx context.Context, tx Tx, source string, inst *Instance, d *Definition) ([]Event, error) {
 	rows, err := tx.ListWorkflowSteps(ctx, inst.ID)
 	if err != nil {
 		return nil, err
@@ -730,7 +732,7 @@ func (e *Engine) startReady(ctx context.Context, tx Tx, inst *Instance, d *Defin
 				}
 			}
 			if ready {
-				if err := e.startStep(ctx, tx, inst, sd, st); err != nil {
+				if err := startStep(ctx, tx, source, inst, sd, st); err != nil {
 					return nil, err
 				}
 			}
@@ -752,7 +754,7 @@ func (e *Engine) startReady(ctx context.Context, tx Tx, inst *Instance, d *Defin
 
 // startStep creates the step's next attempt as a deferred episode (any
 // full node of the instance's env polls it) and points the step at it.
-func (e *Engine) startStep(ctx context.Context, tx Tx, inst *Instance, sd *Step, st StepState) error {
+func startStep(ctx context.Context, tx Tx, source string, inst *Instance, sd *Step, st StepState) error {
 	attempt := st.Attempts + 1
 	ref, _ := json.Marshal(StepRef{WorkflowID: inst.WorkflowID, InstanceID: inst.ID, StepID: sd.ID, Attempt: attempt})
 	maxAttempts, found, err := tx.GetAgentMaxAttempts(ctx, sd.Actor, sd.Expectation)
@@ -768,7 +770,7 @@ func (e *Engine) startStep(ctx context.Context, tx Tx, inst *Instance, sd *Step,
 			DedupeKey:   fmt.Sprintf("workflow:%d:%s:%d", inst.ID, sd.ID, attempt),
 			MaxAttempts: maxAttempts, SourceStack: inst.SourceStack, SourceEnv: inst.Env, Payload: inst.Payload,
 		},
-		SourceNode: e.node.ID(),
+		SourceNode: source,
 	})
 	if err != nil {
 		return err

@@ -30,11 +30,34 @@ import (
 // the actor and expectation it was created with. ErrNoInstance when there
 // is no such instance; an instance that has ended is refused.
 func (e *Engine) Migrate(ctx context.Context, instanceID int64, toVersion string, mapping map[string]string) (Instance, error) {
+	inst, evs, err := migrate(ctx, e.store, e.node.ID(), instanceID, toVersion, mapping, e.version)
+	if err != nil {
+		return Instance{}, err
+	}
+	e.publish(evs...)
+	e.node.PollNow()
+	return inst, nil
+}
+
+// Migrate is Engine.Migrate for an operator with no Engine (`leasehold
+// workflows migrate`): toVersion must be recorded in the database (a node
+// that registers it records it when it starts), and the steps it starts
+// name by as their source node. Nothing is published: the steps' episodes
+// are polled by the nodes like any deferred work.
+func Migrate(ctx context.Context, store Store, by string, instanceID int64, toVersion string, mapping map[string]string) (Instance, error) {
+	inst, _, err := migrate(ctx, store, by, instanceID, toVersion, mapping, recordedVersion)
+	return inst, err
+}
+
+// migrate is Migrate's transaction: resolve finds toVersion's definition
+// (in tx), source names who starts the ready steps.
+func migrate(ctx context.Context, store Store, source string, instanceID int64, toVersion string, mapping map[string]string,
+	resolve func(ctx context.Context, tx Tx, workflowID, version string) (*Definition, error)) (Instance, []Event, error) {
 	var (
 		inst Instance
 		evs  []Event
 	)
-	err := e.store.InTx(ctx, func(tx Tx) error {
+	err := store.InTx(ctx, func(tx Tx) error {
 		evs = nil
 		var err error
 		if inst, err = tx.LockWorkflowInstance(ctx, instanceID); err != nil {
@@ -43,7 +66,7 @@ func (e *Engine) Migrate(ctx context.Context, instanceID int64, toVersion string
 		if inst.Status != InstanceRunning {
 			return fmt.Errorf("%w: instance %d is %s", ErrInvalid, inst.ID, inst.Status)
 		}
-		to, err := e.version(ctx, tx, inst.WorkflowID, toVersion)
+		to, err := resolve(ctx, tx, inst.WorkflowID, toVersion)
 		if err != nil {
 			return err
 		}
@@ -65,15 +88,33 @@ func (e *Engine) Migrate(ctx context.Context, instanceID int64, toVersion string
 			return err
 		}
 		inst.DefinitionVersion, inst.ParkedReason = toVersion, ""
-		evs, err = e.startReady(ctx, tx, &inst, to)
+		evs, err = startReady(ctx, tx, source, &inst, to)
 		return err
 	})
 	if err != nil {
-		return Instance{}, fmt.Errorf("migrate workflow instance %d: %w", instanceID, err)
+		return Instance{}, nil, fmt.Errorf("migrate workflow instance %d: %w", instanceID, err)
 	}
-	e.publish(evs...)
-	e.node.PollNow()
-	return inst, nil
+	return inst, evs, nil
+}
+
+// recordedVersion returns the definition recorded for workflowID at
+// version (GetWorkflowDefinition), checked to hash to it.
+func recordedVersion(ctx context.Context, tx Tx, workflowID, version string) (*Definition, error) {
+	if version == "" {
+		return nil, fmt.Errorf("%w: migrate to which version? none given", ErrInvalid)
+	}
+	raw, found, err := tx.GetWorkflowDefinition(ctx, workflowID, version)
+	if err != nil {
+		return nil, err
+	}
+	if !found {
+		return nil, fmt.Errorf("%w: workflow %q has no recorded version %q", ErrInvalid, workflowID, version)
+	}
+	d, err := parseStored(workflowID, version, raw)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return d, nil
 }
 
 // version returns the definition of workflowID at version: the one
@@ -168,4 +209,23 @@ func migrateSteps(ctx context.Context, tx Tx, instanceID int64, to *Definition, 
 		}
 	}
 	return nil
+}
+
+// RecordDefinition records d under its version (PutWorkflowDefinition) as
+// a node that registers it does when it starts, by naming who recorded
+// it, and returns the version: an operator can so record the definition a
+// migration moves instances to before any node that runs it is deployed.
+// A version already recorded is left as it is. ErrInvalid when d is not
+// valid (see Engine.Register).
+func RecordDefinition(ctx context.Context, store Store, d Definition, by string) (string, error) {
+	d = d.clone()
+	if err := d.validate(); err != nil {
+		return "", err
+	}
+	version, raw := d.canonical()
+	err := store.PutWorkflowDefinition(ctx, StoredDefinition{WorkflowID: d.ID, Version: version, Definition: raw, RecordedBy: by})
+	if err != nil {
+		return "", fmt.Errorf("record workflow %q version %s: %w", d.ID, version, err)
+	}
+	return version, nil
 }

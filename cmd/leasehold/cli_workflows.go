@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/leasehold/leasehold/workflows"
@@ -38,12 +39,15 @@ func workflowsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	parked := fs.Bool("parked", false, "ls: only parked instances (a definition that no longer matches)")
 	asJSON := fs.Bool("json", false, "ls: print a JSON array, one instance per line")
 	limit := fs.Int("limit", defaultListLimit, "ls: at most this many instances")
-	id := fs.Int64("id", 0, "cancel: the instance to cancel")
+	id := fs.Int64("id", 0, "cancel, migrate: the instance")
 	reason := fs.String("reason", "canceled by an operator", "cancel: stored in the instance's error detail")
+	to := fs.String("to", "", "migrate: the recorded version of the workflow to move the instance to")
+	mapFlag := fs.String("map", "", "migrate: what becomes of every step of the instance: old=new,... (old= removes it)")
 	fs.Usage = func() {
 		w := fs.Output()
 		fmt.Fprintln(w, "usage: leasehold workflows ls [-workflow W] [-subject S] [-status S] [-env E] [-parked] [-json] [-limit N] [-url URL]")
 		fmt.Fprintln(w, "       leasehold workflows cancel -id N [-reason R] [-url URL]")
+		fmt.Fprintln(w, "       leasehold workflows migrate -id N -to VERSION -map old=new,... [-url URL]")
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "ls lists workflow instances, newest first, with the reason a parked one")
 		fmt.Fprintln(w, "waits (a rolling deploy changed its steps; a node with the instance's steps")
@@ -56,13 +60,21 @@ func workflowsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fmt.Fprintln(w, "not started are skipped; episodes already running finish and start nothing.")
 		fmt.Fprintln(w, "An instance that already ended is left as it is (exit code 0).")
 		fmt.Fprintln(w)
+		fmt.Fprintln(w, "migrate moves a running instance (a parked one, say) to another version of")
+		fmt.Fprintln(w, "its workflow, one a node recorded (the full version: ls -json), under the")
+		fmt.Fprintln(w, "instance lock: -map names every step of the instance with the step of that")
+		fmt.Fprintln(w, "version that takes its state, or nothing (old=) to remove a step that is not")
+		fmt.Fprintln(w, "running; steps of the version nothing maps to are added. Then the steps")
+		fmt.Fprintln(w, "that are ready start, and the parked reason is cleared. A mapping that")
+		fmt.Fprintln(w, "leaves a step out, or that the version cannot take, changes nothing (exit 2).")
+		fmt.Fprintln(w)
 		fs.PrintDefaults()
 	}
 	pos, code, ok := parseArgs(fs, "workflows", args, stdout, stderr)
 	if !ok {
 		return code
 	}
-	sub, rest, code, ok := subcommand(fs, "workflows", pos, stderr, "ls", "cancel")
+	sub, rest, code, ok := subcommand(fs, "workflows", pos, stderr, "ls", "cancel", "migrate")
 	if !ok {
 		return code
 	}
@@ -76,10 +88,21 @@ func workflowsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		if err = flagsFor(fs, sub, "workflow", "subject", "status", "env", "parked", "json", "limit"); err == nil && *limit <= 0 {
 			err = usagef("-limit must be positive, got %d", *limit)
 		}
+	case sub == "migrate":
+		if err = flagsFor(fs, sub, "id", "to", "map"); err == nil && *id <= 0 {
+			err = usagef("-id must name an instance, got %d", *id)
+		}
+		if err == nil && *to == "" {
+			err = usagef("-to must name the version to migrate to")
+		}
 	default: // cancel
 		if err = flagsFor(fs, sub, "id", "reason"); err == nil && *id <= 0 {
 			err = usagef("-id must name an instance, got %d", *id)
 		}
+	}
+	var mapping map[string]string
+	if err == nil && sub == "migrate" {
+		mapping, err = parseStepMap(*mapFlag)
 	}
 	if err != nil {
 		return exitCode(stderr, cmd, err)
@@ -89,6 +112,20 @@ func workflowsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return exitCode(stderr, cmd, err)
 	}
 	defer conn.close()
+	if sub == "migrate" {
+		inst, err := workflows.Migrate(ctx, conn.store, cliNodeID(), *id, *to, mapping)
+		switch {
+		case errors.Is(err, workflows.ErrNoInstance):
+			return exitCode(stderr, cmd, fmt.Errorf("no workflow instance %d", *id))
+		case errors.Is(err, workflows.ErrInvalid):
+			return exitCode(stderr, cmd, usagef("%v", err))
+		case err != nil:
+			return exitCode(stderr, cmd, err)
+		}
+		fmt.Fprintf(stdout, "instance %d (%s for %s) follows version %s; %s\n", inst.ID, cell(inst.WorkflowID), cell(inst.Subject),
+			cell(inst.DefinitionVersion), inst.Status)
+		return 0
+	}
 	if sub == "cancel" {
 		inst, canceled, err := workflows.Cancel(ctx, conn.store, *id, *reason)
 		switch {
@@ -152,4 +189,24 @@ func shortVersion(v string) string {
 		return v[:8]
 	}
 	return v
+}
+
+// parseStepMap reads -map: old=new pairs separated by commas, old= for a
+// step removed. Each old step once.
+func parseStepMap(v string) (map[string]string, error) {
+	if strings.TrimSpace(v) == "" {
+		return nil, usagef("-map must name what becomes of every step of the instance (old=new,...)")
+	}
+	out := map[string]string{}
+	for _, pair := range strings.Split(v, ",") {
+		from, into, ok := strings.Cut(strings.TrimSpace(pair), "=")
+		if !ok || from == "" {
+			return nil, usagef("-map: %q is not old=new (or old= to remove the step)", pair)
+		}
+		if _, dup := out[from]; dup {
+			return nil, usagef("-map names step %q twice", from)
+		}
+		out[from] = into
+	}
+	return out, nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -75,4 +76,63 @@ func TestCLIWorkflows(t *testing.T) {
 	require.Equal(t, 2, code)
 	code, _, _ = runCLI(t, workflowsCmd, "rm", "-url", url)
 	require.Equal(t, 2, code)
+}
+
+// TestCLIWorkflowsMigrate: an instance parked by a rename (started before
+// versions, its steps a and b) is moved to a recorded version whose step b
+// is called c: c takes b's state, the parked reason is cleared, and the
+// ready step starts. Bad mappings change nothing.
+func TestCLIWorkflowsMigrate(t *testing.T) {
+	store, url, _ := cliSchema(t)
+	ctx := context.Background()
+	v2, err := workflows.RecordDefinition(ctx, store, workflows.Definition{ID: "report", Steps: []workflows.Step{
+		{ID: "a", Actor: "reports", Expectation: "extract"},
+		{ID: "c", Actor: "reports", Expectation: "publish", After: []string{"a"}},
+	}}, "operator")
+	require.NoError(t, err)
+	id, created, err := store.CreateWorkflowInstance(ctx, workflows.NewInstance{WorkflowID: "report", Subject: "s-1", Env: "rc"})
+	require.NoError(t, err)
+	require.True(t, created)
+	require.NoError(t, store.InsertWorkflowStep(ctx, id, "a", 1))
+	require.NoError(t, store.InsertWorkflowStep(ctx, id, "b", 1))
+	ok, err := store.ParkWorkflowInstance(ctx, id, `step "b" renamed`)
+	require.NoError(t, err)
+	require.True(t, ok)
+	sid := strconv.FormatInt(id, 10)
+
+	for _, bad := range [][]string{
+		{"-map", "a=a"},      // b left out
+		{"-map", "a=a,b=zz"}, // no step zz in the version
+		{"-map", "a=a,b=c", "-to", "ffffffffffffffff"}, // not recorded
+		{"-map", "a=a,a=c"},                            // a twice
+		{"-map", "a"},                                  // not old=new
+	} {
+		args := append([]string{"migrate", "-id", sid, "-url", url}, bad...)
+		if !slices.Contains(bad, "-to") {
+			args = append(args, "-to", v2)
+		}
+		code, _, errOut := runCLI(t, workflowsCmd, args...)
+		require.Equal(t, 2, code, "%v: %s", bad, errOut)
+	}
+	inst, err := store.GetWorkflowInstance(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, `step "b" renamed`, inst.ParkedReason, "a refused migration changed nothing")
+	require.Empty(t, inst.DefinitionVersion)
+
+	code, out, errOut := runCLI(t, workflowsCmd, "migrate", "-id", sid, "-to", v2, "-map", "a=a,b=c", "-url", url)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "follows version "+v2)
+	inst, err = store.GetWorkflowInstance(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, v2, inst.DefinitionVersion)
+	require.Empty(t, inst.ParkedReason)
+	steps, err := store.ListWorkflowSteps(ctx, id)
+	require.NoError(t, err)
+	byID := map[string]workflows.StepState{}
+	for _, s := range steps {
+		byID[s.StepID] = s
+	}
+	require.Len(t, byID, 2)
+	require.Equal(t, workflows.StepRunning, byID["a"].Status, "the ready first step started")
+	require.Equal(t, workflows.StepPending, byID["c"].Status, "c took b's state")
 }
