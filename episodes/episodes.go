@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -260,6 +261,33 @@ type RequeueItem struct {
 type RequeueResult struct {
 	Requeued
 	Err error
+}
+
+// RequeueEach runs requeue for each of items, at most atOnce at a time (one
+// at a time when atOnce < 2), and returns each outcome at its item's index:
+// how an adapter over a connection pool requeues a sweep's orphans (its
+// recovery.BatchRequeuer), so that their round trips and lock waits
+// overlap. Each item keeps its own statement, conditions and outcome.
+func RequeueEach(items []RequeueItem, atOnce int, requeue func(RequeueItem) (Requeued, error)) []RequeueResult {
+	out := make([]RequeueResult, len(items))
+	one := func(i int) { out[i].Requeued, out[i].Err = requeue(items[i]) }
+	if atOnce < 2 {
+		for i := range items {
+			one(i)
+		}
+		return out
+	}
+	sem := make(chan struct{}, atOnce)
+	var wg sync.WaitGroup
+	for i := range items {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			one(i)
+		})
+	}
+	wg.Wait()
+	return out
 }
 
 // ClaimState is the work-claim state written with the finish: done for a done

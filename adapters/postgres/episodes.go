@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -365,30 +364,15 @@ func (s *Store) RequeueOrphan(ctx context.Context, id int64, attempts int32, own
 // overlap. A Store over one connection or a caller's transaction requeues
 // one at a time, as RequeueOrphan would.
 func (s *Store) RequeueOrphans(ctx context.Context, items []episodes.RequeueItem, owner string, staleAfter time.Duration) []episodes.RequeueResult {
-	out := make([]episodes.RequeueResult, len(items))
-	one := func(i int) {
-		out[i].Requeued, out[i].Err = s.RequeueOrphan(ctx, items[i].ID, items[i].Attempts, owner, staleAfter)
+	atOnce := 1
+	if pool, ok := s.conn.(*pgxpool.Pool); ok {
+		// A quarter of the pool at most, so the node's own writes
+		// (renewals first) still find a connection during a sweep.
+		atOnce = min(requeuesAtOnce, int(pool.Config().MaxConns)/4)
 	}
-	pool, ok := s.conn.(*pgxpool.Pool)
-	if !ok {
-		for i := range items {
-			one(i)
-		}
-		return out
-	}
-	// A quarter of the pool at most, so the node's own writes (renewals
-	// first) still find a connection while a sweep waits on locks.
-	sem := make(chan struct{}, max(1, min(requeuesAtOnce, int(pool.Config().MaxConns)/4)))
-	var wg sync.WaitGroup
-	for i := range items {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			one(i)
-		})
-	}
-	wg.Wait()
-	return out
+	return episodes.RequeueEach(items, atOnce, func(it episodes.RequeueItem) (episodes.Requeued, error) {
+		return s.RequeueOrphan(ctx, it.ID, it.Attempts, owner, staleAfter)
+	})
 }
 
 // requeuesAtOnce bounds the requeues one RequeueOrphans runs at a time.

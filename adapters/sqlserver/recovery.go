@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"sync"
 	"time"
 
 	"github.com/leasehold/leasehold/claims"
@@ -87,31 +86,16 @@ func (s *Store) ClaimForRecovery(ctx context.Context, id int64, owner string, le
 // instead of adding up (see the Postgres adapter's RequeueOrphans, where
 // this was measured). Inside a transaction, one at a time.
 func (s *Store) RequeueOrphans(ctx context.Context, items []episodes.RequeueItem, owner string, staleAfter time.Duration) []episodes.RequeueResult {
-	out := make([]episodes.RequeueResult, len(items))
-	one := func(i int) {
-		out[i].Requeued, out[i].Err = s.RequeueOrphan(ctx, items[i].ID, items[i].Attempts, owner, staleAfter)
-	}
-	if s.tx != nil {
-		for i := range items {
-			one(i)
+	atOnce := 1
+	if s.tx == nil {
+		atOnce = requeuesAtOnce
+		if m := s.db.Stats().MaxOpenConnections; m > 0 {
+			atOnce = min(atOnce, m/4)
 		}
-		return out
 	}
-	n := requeuesAtOnce
-	if m := s.db.Stats().MaxOpenConnections; m > 0 {
-		n = max(1, min(n, m/4))
-	}
-	sem := make(chan struct{}, n)
-	var wg sync.WaitGroup
-	for i := range items {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			one(i)
-		})
-	}
-	wg.Wait()
-	return out
+	return episodes.RequeueEach(items, atOnce, func(it episodes.RequeueItem) (episodes.Requeued, error) {
+		return s.RequeueOrphan(ctx, it.ID, it.Attempts, owner, staleAfter)
+	})
 }
 
 // requeuesAtOnce bounds the requeues one RequeueOrphans runs at a time.

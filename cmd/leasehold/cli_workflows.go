@@ -114,13 +114,8 @@ func workflowsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	defer conn.close()
 	if sub == "migrate" {
 		inst, err := workflows.Migrate(ctx, conn.store, cliNodeID(), *id, *to, mapping)
-		switch {
-		case errors.Is(err, workflows.ErrNoInstance):
-			return exitCode(stderr, cmd, fmt.Errorf("no workflow instance %d", *id))
-		case errors.Is(err, workflows.ErrInvalid):
-			return exitCode(stderr, cmd, usagef("%v", err))
-		case err != nil:
-			return exitCode(stderr, cmd, err)
+		if err != nil {
+			return exitCode(stderr, cmd, instanceErr(*id, err))
 		}
 		fmt.Fprintf(stdout, "instance %d (%s for %s) follows version %s; %s\n", inst.ID, cell(inst.WorkflowID), cell(inst.Subject),
 			cell(inst.DefinitionVersion), inst.Status)
@@ -129,12 +124,8 @@ func workflowsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if sub == "cancel" {
 		inst, canceled, err := workflows.Cancel(ctx, conn.store, *id, *reason)
 		switch {
-		case errors.Is(err, workflows.ErrNoInstance):
-			return exitCode(stderr, cmd, fmt.Errorf("no workflow instance %d", *id))
-		case errors.Is(err, workflows.ErrInvalid):
-			return exitCode(stderr, cmd, usagef("%v", err))
 		case err != nil:
-			return exitCode(stderr, cmd, err)
+			return exitCode(stderr, cmd, instanceErr(*id, err))
 		case !canceled:
 			fmt.Fprintf(stdout, "instance %d (%s for %s) had already ended: %s; nothing canceled\n",
 				inst.ID, cell(inst.WorkflowID), cell(inst.Subject), inst.Status)
@@ -209,4 +200,17 @@ func parseStepMap(v string) (map[string]string, error) {
 		out[from] = into
 	}
 	return out, nil
+}
+
+// instanceErr is what a cancel or migrate of instance id reports: no such
+// instance, a usage error (exit 2) for what was refused before anything
+// changed, or the error.
+func instanceErr(id int64, err error) error {
+	switch {
+	case errors.Is(err, workflows.ErrNoInstance):
+		return fmt.Errorf("no workflow instance %d", id)
+	case errors.Is(err, workflows.ErrInvalid):
+		return usagef("%v", err)
+	}
+	return err
 }
