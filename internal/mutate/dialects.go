@@ -22,11 +22,38 @@ type target struct {
 	pkg, run string
 	// needs says what the tests need, printed when they cannot run.
 	needs string
+	// locks are the dialect's lock clauses that live in Go rather than in
+	// a statement (SQLite's BEGIN IMMEDIATE), each removed by one mutant.
+	locks []generated
+}
+
+// sqliteLocks removes SQLite's write lock where the adapter takes it: the
+// BEGIN IMMEDIATE its write gate sends before a statement's own
+// transaction, and the DSN's _txlock=immediate (with the check that keeps
+// a caller's DSN from overriding it), which makes every BeginTx
+// transaction take the lock when it begins rather than at its first write.
+var sqliteLocks = []generated{
+	{
+		ID: "sqlite:WriteGate:lock#1", File: "adapters/sqlite/conn.go", Statement: "WriteGate", Op: "lock",
+		Old: `x.ExecContext(ctx, "BEGIN IMMEDIATE", nil)`, New: `x.ExecContext(ctx, "BEGIN", nil)`,
+		What: `WriteGate: a gated statement's own transaction BEGIN IMMEDIATE -> BEGIN (deferred)`,
+	},
+	{
+		ID: "sqlite:BeginTx:lock#1", File: "adapters/sqlite/store.go", Statement: "BeginTx", Op: "lock",
+		Old: `{"_txlock", "immediate"},
+	}
+	required = map[string]string{"_journal_mode": "WAL", "_foreign_keys": "1", "_txlock": "immediate"}`,
+		New: `{"_txlock", "deferred"},
+	}
+	required = map[string]string{"_journal_mode": "WAL", "_foreign_keys": "1", "_txlock": "deferred"}`,
+		What: `BeginTx: the DSN's _txlock=immediate -> deferred (transactions take the write lock at their first write)`,
+	},
 }
 
 var targets = []target{
 	{dialect: "postgres", files: "db/*.sql.go", pkg: "adapters/postgres", needs: "a Postgres (make mutate starts a throwaway one when none is reachable)"},
-	{dialect: "sqlite", files: "db/sqlitedb/*.sql.go", pkg: "adapters/sqlite", run: "^Test(Conformance|Hold|FinishTx|Savepoint|Store|Grant|Due|Lanes)"},
+	{dialect: "sqlite", files: "db/sqlitedb/*.sql.go", pkg: "adapters/sqlite", run: "^Test(Conformance|Hold|FinishTx|Savepoint|Store|Grant|Due|Lanes)",
+		locks: sqliteLocks},
 	{dialect: "sqlserver", files: "sql/queries/sqlserver/*.sql", pkg: "adapters/sqlserver", run: "^Test(Static|Unit)"},
 }
 
@@ -72,6 +99,10 @@ func mutantsOf(root string, t target) ([]generated, error) {
 			}
 			out = append(out, generate(t.dialect, rel, text[l[2]:l[3]], text[l[1]:end])...)
 		}
+	}
+	for _, g := range t.locks {
+		g.Dialect = t.dialect
+		out = append(out, g)
 	}
 	// A statement whose text occurs twice in its file cannot be told apart
 	// by its text: keep the first.

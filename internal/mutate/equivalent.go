@@ -18,6 +18,13 @@ var equivalents = map[string]string{
 		"as FinishEpisode takes them); without it the grant's ON CONFLICT DO UPDATE still waits for that row and " +
 		"re-checks its WHERE on the committed version (TestClaimForRecoveryWaitsForTheOwnersFinish passes), so " +
 		"only the order changes: a deadlock the database breaks (40P01, retried by the next sweep), never a wrong grant",
+	"sqlite:WriteGate:lock#1": "SQLite transactions are serializable whatever their BEGIN: a deferred transaction whose " +
+		"snapshot is older than the file's last commit cannot take the write lock (SQLITE_BUSY_SNAPSHOT) and fails instead of " +
+		"writing on a stale read, so dropping IMMEDIATE can turn a wait into an error, never into a wrong outcome; and the " +
+		"adapter's write gate (one queue per process and file, a turn across processes) already serializes its writes, so the " +
+		"lock is not contended between them at all (the mutant passes every adapters/sqlite test)",
+	"sqlite:BeginTx:lock#1": "as sqlite:WriteGate:lock#1: a BeginTx transaction runs under the write gate, and a deferred " +
+		"one that would write on a stale snapshot fails SQLITE_BUSY_SNAPSHOT rather than writing",
 	"postgres:RequeueOrphan:lock#1": "RequeueOrphanLock, sent first in the same implicit transaction, already holds " +
 		"the orphan's claim row FOR UPDATE until it ends, so this second lock on the same row changes nothing " +
 		"(TestRequeueOrphanSkipsAnOrphanAnotherRequeueHolds, TestRequeueOrphanGivesWayToTheOwnersFinish)",
