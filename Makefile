@@ -90,15 +90,18 @@ bench-compare:
 ## be negative). A 20 s version runs in make test. It runs in the package
 ## directory so that a passing run's report is printed. Then the same three
 ## runs of the process faults (SIGKILL, SIGTERM) on one SQLite file
-## (TestChaosSQLite; a 15 s version runs in make test). CHAOS_DIALECT=postgres
-## or CHAOS_DIALECT=sqlite runs one of the two only.
+## (TestChaosSQLite; a 15 s version runs in make test). Then, on each, the
+## rolling deploy (TestRollingDeploy, TestRollingDeploySQLite: three A
+## workers replaced by B under the workload, $(CHAOS_DURATION) of it; about
+## 20 s in make test). CHAOS_DIALECT=postgres or CHAOS_DIALECT=sqlite runs
+## one of the two only.
 CHAOS_DURATION ?= 2m
 CHAOS_DIALECT ?= all
-CHAOS_RUN_all = ^TestChaos(SQLite)?$$
-CHAOS_RUN_postgres = ^TestChaos$$
-CHAOS_RUN_sqlite = ^TestChaosSQLite$$
+CHAOS_RUN_all = ^(TestChaos(SQLite)?|TestRollingDeploy(SQLite)?)$$
+CHAOS_RUN_postgres = ^(TestChaos|TestRollingDeploy)$$
+CHAOS_RUN_sqlite = ^(TestChaosSQLite|TestRollingDeploySQLite)$$
 chaos:
-	cd internal/chaos && CHAOS=1 $(GO) test -race -count=3 -failfast -timeout 45m -run '$(CHAOS_RUN_$(CHAOS_DIALECT))' -chaos.duration=$(CHAOS_DURATION)
+	cd internal/chaos && CHAOS=1 $(GO) test -race -count=3 -failfast -timeout 75m -run '$(CHAOS_RUN_$(CHAOS_DIALECT))' -chaos.duration=$(CHAOS_DURATION)
 
 ## mutate: the mutation suites (internal/mutate), on a scratch copy of the
 ## module (the real files are never written): the hand-labelled T-SQL

@@ -189,6 +189,31 @@
 // -chaos.workers, -chaos.seed (the fault schedule; timing still varies),
 // -chaos.every (the trigger rate).
 //
+// # Rolling deploy
+//
+// TestRollingDeploy (Postgres) and TestRollingDeploySQLite (issue 31) run
+// three worker processes of an application's version A (rolling_worker_test.go:
+// billing/charge and billing/legacy, workflow order reserve -> charge ->
+// notify) beside version B's trigger_only frontend, under a steady
+// workload (charges, refunds, legacy events, orders; sent again when
+// unanswered), and replace the A workers one at a time by version B
+// (billing/charge and billing/refund; order's last step renamed confirm):
+// SIGTERM (drain), SIGKILL, SIGTERM. Refunds fired while only A workers
+// run wait, listed by membership.ListWaitingForNode, and run on B; the
+// legacy work the last A worker leaves is listed waiting once no live row
+// lists billing/legacy, and the test cancels it (Store.CancelEpisode, as
+// `leasehold episodes cancel` does). Checked from the database: every
+// acknowledged unit of work has one episode (or instance), every episode
+// done but the canceled legacy ones, one ledger row per done episode, no
+// failed episode whose strategy never ran (rolling_calls journals every
+// call), no refund run by an A worker nor an attempt spent without a run,
+// every order done by its own version's steps (A's finished on B workers
+// by A's recorded definition), no data race, and the claims history
+// linearizable; the longest wait of a refund for a capable node is
+// reported (database clock). A unit of work every 50 ms (150 ms on
+// SQLite; -chaos.every) for 20 s in `go test ./...`, 2 min with CHAOS=1
+// (-chaos.duration), plus the wait for the legacy work to be listed.
+//
 // TestServerRestartDuringStep makes deterministic one case the suite hits
 // only by chance: a step's journal write meeting a connection the server
 // restart terminated; see its comment. TestFrozenInTransaction does the same

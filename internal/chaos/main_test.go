@@ -25,6 +25,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(envRolling) != "" {
+		os.Exit(rollingWorker())
+	}
 	if os.Getenv(envWorker) != "" {
 		os.Exit(worker())
 	}
