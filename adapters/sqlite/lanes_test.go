@@ -180,21 +180,20 @@ func TestLeaseWritesGoFirstInTheProcess(t *testing.T) {
 	s := sqlite.New(db)
 	c, err := s.Acquire(t.Context(), claims.AcquireParams{Key: "k", Owner: "node-a", Lease: time.Minute})
 	require.NoError(t, err)
+	// The order the writes land in is the order of their rows in queued
+	// (the renewal's too, through this trigger), not the order their
+	// callers happen to be scheduled in after they return.
+	_, err = db.ExecContext(t.Context(), `CREATE TRIGGER renewal_landed AFTER UPDATE OF lease_until ON leasehold_work_claims
+		BEGIN INSERT INTO queued (by) VALUES ('renewal'); END`)
+	require.NoError(t, err)
 
 	holder, err := db.BeginTx(t.Context(), nil)
 	require.NoError(t, err)
-	var (
-		mu    sync.Mutex
-		order []string
-		wg    sync.WaitGroup
-	)
+	var wg sync.WaitGroup
 	write := func(ctx context.Context, who string) {
 		wg.Go(func() {
 			_, err := db.ExecContext(ctx, `INSERT INTO queued (by) VALUES (?)`, who)
 			require.NoError(t, err)
-			mu.Lock()
-			order = append(order, who)
-			mu.Unlock()
 		})
 	}
 	const others = 5
@@ -214,13 +213,21 @@ func TestLeaseWritesGoFirstInTheProcess(t *testing.T) {
 	wg.Go(func() {
 		_, err := s.Renew(context.Background(), c.Token, time.Minute)
 		require.NoError(t, err)
-		mu.Lock()
-		order = append(order, "renewal")
-		mu.Unlock()
 	})
 	waitQueued(t, path, 1, 1, others)
 	require.NoError(t, holder.Commit())
 	wg.Wait()
+	var order []string
+	rows, err := db.QueryContext(t.Context(), `SELECT by FROM queued ORDER BY id`)
+	require.NoError(t, err)
+	defer rows.Close()
+	for rows.Next() {
+		var by string
+		require.NoError(t, rows.Scan(&by))
+		order = append(order, by)
+	}
+	require.NoError(t, rows.Err())
+	require.Len(t, order, others+3)
 	require.Equal(t, []string{"renewal", "takeover", "held"}, order[:3], "landed in the order %v", order)
 }
 

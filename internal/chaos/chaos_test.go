@@ -1406,7 +1406,7 @@ func (r *chaosRun) check() {
 	}
 
 	if r.cfg.dialect != dialectSQLite { // SQLite: process faults only, no SIGSTOP
-		r.checkFreezes(freezes, restarts, spans, add)
+		r.checkFreezes(freezes, restarts, spans, sweeps, add)
 	}
 
 	bad = nil
@@ -1447,9 +1447,11 @@ func (r *chaosRun) check() {
 
 // checkFreezes checks every SIGSTOP inside a finish transaction (there must
 // be one at least) and adds the invariant. As takeoverBound does, each
-// freeze's bound also counts the time no slot had a healthy worker and a
-// Postgres restart that overlapped it (its length and a sweep).
-func (r *chaosRun) checkFreezes(freezes []*freeze, restarts [][2]time.Time, spans []busySpan, add func(name, counts string, bad []string)) {
+// freeze's bound also counts the time no slot had a healthy worker, a
+// Postgres restart that overlapped it (its length and a sweep) and the
+// longest sweep that outlasted its interval meanwhile.
+func (r *chaosRun) checkFreezes(freezes []*freeze, restarts [][2]time.Time, spans []busySpan, sweeps []slowSweep,
+	add func(name, counts string, bad []string)) {
 	var bad []string
 	txBound := claims.TxBound(r.cfg.lease)
 	freezeBound := r.cfg.lease + r.cfg.sweep + txBound + freezeSlack
@@ -1467,6 +1469,13 @@ func (r *chaosRun) checkFreezes(freezes []*freeze, restarts [][2]time.Time, span
 				bound += rs[1].Sub(rs[0]) + r.cfg.sweep
 			}
 		}
+		var slowest time.Duration
+		for _, sw := range sweeps {
+			if sw.overlaps(from, to) {
+				slowest = max(slowest, sw.took)
+			}
+		}
+		bound += slowest
 		took, problem := r.checkFreeze(fz, bound)
 		slowestFreeze = max(slowestFreeze, took)
 		if problem != "" {
@@ -1476,7 +1485,7 @@ func (r *chaosRun) checkFreezes(freezes []*freeze, restarts [][2]time.Time, span
 	if len(freezes) == 0 {
 		bad = append(bad, "no worker was frozen inside a transaction (no SIGSTOP applied)")
 	}
-	add(fmt.Sprintf("a holder SIGSTOPped inside its finish transaction was taken over within lease + sweep + TxBound + %v (+ time with no healthy worker, a restart), by another grant, and wrote nothing once resumed", freezeSlack),
+	add(fmt.Sprintf("a holder SIGSTOPped inside its finish transaction was taken over within lease + sweep + TxBound + %v (+ time with no healthy worker, a restart, a slow sweep), by another grant, and wrote nothing once resumed", freezeSlack),
 		fmt.Sprintf("%d freezes, slowest takeover %.2fs (bound %.2fs: lease %v, sweep %v, TxBound %v)",
 			len(freezes), slowestFreeze.Seconds(), freezeBound.Seconds(), r.cfg.lease, r.cfg.sweep, txBound), bad)
 }
