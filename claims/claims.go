@@ -14,6 +14,11 @@ import (
 var (
 	// ErrBusy: the key has a live lease (anyone's, the caller's own included).
 	ErrBusy = errors.New("claims: busy: key holds a live lease")
+	// ErrLocked: a takeover gave way to a row another transaction holds
+	// (on Postgres, recovery's requeue locks NOWAIT: another sweeper's
+	// requeue, the holder's finish): nothing was applied, and a later try
+	// may succeed. Returned together with ErrBusy.
+	ErrLocked = errors.New("claims: locked: another transaction holds the row")
 	// ErrNotOwner: the (key, owner, fence) grant no longer holds the claim; the
 	// row was not changed.
 	ErrNotOwner = errors.New("claims: not owner: grant no longer holds the claim")

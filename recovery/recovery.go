@@ -135,7 +135,11 @@ const (
 // Report counts a sweep's outcomes.
 type Report struct {
 	Found, Claimed, Restarted, Failed, Skipped int
-	Decisions                                  []Decision
+	// Locked counts the skipped orphans whose rows another transaction
+	// held (claims.ErrLocked: another sweeper's requeue, the holder's
+	// finish): the next sweep looks at them again.
+	Locked    int
+	Decisions []Decision
 }
 
 // Recoverer sweeps orphaned episodes on behalf of one node.
@@ -213,7 +217,8 @@ func (r *Recoverer) Sweep(ctx context.Context, opts Options) (Report, error) {
 		"found": rep.Found, "claimed": rep.Claimed, "restarted": rep.Restarted, "failed": rep.Failed, "skipped": rep.Skipped,
 	}})
 	r.log.InfoContext(ctx, "leasehold: recovery sweep", slog.Bool("dry_run", opts.DryRun), slog.Int("found", rep.Found),
-		slog.Int("claimed", rep.Claimed), slog.Int("restarted", rep.Restarted), slog.Int("failed", rep.Failed), slog.Int("skipped", rep.Skipped))
+		slog.Int("claimed", rep.Claimed), slog.Int("restarted", rep.Restarted), slog.Int("failed", rep.Failed), slog.Int("skipped", rep.Skipped),
+		slog.Int("locked", rep.Locked))
 	return rep, nil
 }
 
@@ -338,7 +343,11 @@ func requeued(o episodes.Orphan, d Decision, res episodes.RequeueResult, rep *Re
 	if err := res.Err; err != nil {
 		rep.Skipped++
 		d.Action, d.Reason = ActionSkip, "not requeued: "+err.Error()
-		if errors.Is(err, claims.ErrBusy) {
+		switch {
+		case errors.Is(err, claims.ErrLocked):
+			rep.Locked++
+			d.Reason = "not requeued: another transaction holds its rows (another sweeper's requeue, its holder's finish): the next sweep looks again"
+		case errors.Is(err, claims.ErrBusy):
 			d.Reason = "not requeued: recovered by another node, alive again, or out of attempts (the next sweep fails it)"
 		}
 		return d

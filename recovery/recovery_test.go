@@ -450,12 +450,14 @@ func TestRecoveredWorkSpreadsAcrossNodes(t *testing.T) {
 
 // batchStore is a Postgres store that is a recovery.BatchRequeuer: it
 // records each batch and answers it with RequeueOrphan per item, except
-// the ids in busy, which it reports taken by another sweeper.
+// the ids in busy, which it reports taken by another sweeper, and those in
+// locked, whose rows another transaction holds.
 type batchStore struct {
 	*postgres.Store
 	mu      sync.Mutex
 	batches [][]episodes.RequeueItem
 	busy    map[int64]bool
+	locked  map[int64]bool
 }
 
 func (s *batchStore) RequeueOrphans(ctx context.Context, items []episodes.RequeueItem, owner string, staleAfter time.Duration) []episodes.RequeueResult {
@@ -466,6 +468,10 @@ func (s *batchStore) RequeueOrphans(ctx context.Context, items []episodes.Requeu
 	for i, it := range items {
 		if s.busy[it.ID] {
 			out[i].Err = claims.ErrBusy
+			continue
+		}
+		if s.locked[it.ID] {
+			out[i].Err = fmt.Errorf("%w: %w", claims.ErrBusy, claims.ErrLocked)
 			continue
 		}
 		out[i].Requeued, out[i].Err = s.RequeueOrphan(ctx, it.ID, it.Attempts, owner, staleAfter)
@@ -479,7 +485,7 @@ func TestSweepHandsItsRestartsToABatchRequeuer(t *testing.T) {
 	t.Parallel()
 	c := nodetest.Start(t, 1, nil, worker(runner.RecoveryRestart, journalOnce, 10))
 	ids := insertOrphans(t, c.Pool, orphanSpec{n: 5})
-	store := &batchStore{Store: postgres.New(c.Pool), busy: map[int64]bool{ids[2]: true}}
+	store := &batchStore{Store: postgres.New(c.Pool), busy: map[int64]bool{ids[2]: true}, locked: map[int64]bool{ids[3]: true}}
 	r, err := recovery.New(store, c.Nodes[0], slog.New(slog.DiscardHandler), nil)
 	require.NoError(t, err)
 
@@ -487,15 +493,19 @@ func TestSweepHandsItsRestartsToABatchRequeuer(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, store.batches, 1, "one batch for the whole sweep")
 	require.Len(t, store.batches[0], 5)
-	require.Equal(t, recovery.Report{Found: 5, Claimed: 4, Restarted: 4, Skipped: 1}, withoutDecisions(rep))
+	require.Equal(t, recovery.Report{Found: 5, Claimed: 3, Restarted: 3, Skipped: 2, Locked: 1}, withoutDecisions(rep))
 	for _, d := range rep.Decisions {
 		want := recovery.ActionRestart
-		if d.EpisodeID == ids[2] {
+		if d.EpisodeID == ids[2] || d.EpisodeID == ids[3] {
 			want = recovery.ActionSkip
 		}
 		require.Equal(t, want, d.Action, "episode %d: %s", d.EpisodeID, d.Reason)
+		if d.EpisodeID == ids[3] {
+			require.Contains(t, d.Reason, "another transaction holds its rows", "a locked orphan says so")
+		}
 	}
-	nodetest.WaitEnded(t, 4, c.Sigs...)
-	require.Equal(t, 4, c.Count(t, "status = 'done' AND attempts = 1"), "the four requeued ran once each")
-	require.Equal(t, 1, c.Count(t, "status = 'running' AND id = $1", ids[2]), "the one another sweeper took is left alone")
+	nodetest.WaitEnded(t, 3, c.Sigs...)
+	require.Equal(t, 3, c.Count(t, "status = 'done' AND attempts = 1"), "the three requeued ran once each")
+	require.Equal(t, 2, c.Count(t, "status = 'running' AND id IN ($1, $2)", ids[2], ids[3]),
+		"the one another sweeper took, and the locked one, are left alone")
 }

@@ -76,7 +76,8 @@ func (s *Sweeper) Run(ctx context.Context) error {
 			// Orphans wait for the sweep: say so, with what it did.
 			s.r.log.WarnContext(ctx, "leasehold: recovery sweep took longer than its interval",
 				slog.Duration("took", took), slog.Duration("interval", s.cfg.Interval), slog.Int("found", rep.Found),
-				slog.Int("claimed", rep.Claimed), slog.Int("restarted", rep.Restarted), slog.Int("skipped", rep.Skipped))
+				slog.Int("claimed", rep.Claimed), slog.Int("restarted", rep.Restarted), slog.Int("skipped", rep.Skipped),
+				slog.Int("locked", rep.Locked))
 		}
 		if s.cfg.AfterSweep != nil && ctx.Err() == nil {
 			s.cfg.AfterSweep(ctx)

@@ -347,7 +347,7 @@ func (s *Store) RequeueOrphan(ctx context.Context, id int64, attempts int32, own
 		// RequeueOrphanLock's NOWAIT (or BoundLockWait's lock_timeout on
 		// the episode row): another sweeper or the holder has the orphan's
 		// rows, and nothing was applied. The next sweep looks again.
-		return episodes.Requeued{}, fmt.Errorf("postgres: RequeueOrphan: %w: its rows are locked by another transaction: %w", claims.ErrBusy, err)
+		return episodes.Requeued{}, fmt.Errorf("postgres: RequeueOrphan: %w: %w: %w", claims.ErrBusy, claims.ErrLocked, err)
 	}
 	if err != nil {
 		return episodes.Requeued{}, dbError("RequeueOrphan", err)

@@ -48,6 +48,7 @@ func TestRequeueOrphanSkipsAnOrphanAnotherRequeueHolds(t *testing.T) {
 
 	_, err = s.RequeueOrphan(long, o.Episode.ID, 0, "sweeper-3", time.Minute)
 	require.ErrorIs(t, err, claims.ErrBusy, "after the first committed: its open request says the orphan is requeued")
+	require.NotErrorIs(t, err, claims.ErrLocked, "nothing holds its rows any more")
 	var fence int64
 	require.NoError(t, pool.QueryRow(t.Context(), `SELECT fence FROM leasehold_work_claims WHERE dedupe_key = 'k'`).Scan(&fence))
 	require.Equal(t, o.Claim.Fence+1, fence, "fenced out once")
@@ -128,6 +129,7 @@ func TestRequeueOrphansSkipLockedOrphansAtOnce(t *testing.T) {
 	case res := <-done:
 		for i, r := range res {
 			require.ErrorIs(t, r.Err, claims.ErrBusy, "orphan %d: its claim row is locked", i)
+			require.ErrorIs(t, r.Err, claims.ErrLocked, "orphan %d: told apart from work already requeued", i)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("RequeueOrphans waited for the competitor's row locks")
