@@ -17,8 +17,10 @@ import (
 
 // runGivenBack runs the scenarios of what recovery's restart counts as an
 // attempt (sql/queries/postgres/recovery.sql): a grant its holder gave back
-// (released, fenced) restarts as the same attempt, once per orphaning
-// across concurrent sweepers; one that expired counts; and the hand-backs
+// (released, fenced), or one that expired before the episode was started
+// under it, restarts as the same attempt, once per orphaning across
+// concurrent sweepers; one that expired after the start counts; and the
+// hand-backs
 // are free only up to max_attempts, so an episode whose runs keep giving
 // their grant back still runs out of attempts.
 func runGivenBack(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
@@ -88,8 +90,66 @@ func runGivenBack(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		require.NoError(t, err)
 		b.ExpireClaim(t, x.Claim.Key)
 
+		// Finished by another grant of its key (a direct claims user's
+		// Complete) while still queued.
+		finished := flowEpisode("event:a:e:queued-finished")
+		finished.Owner, finished.Lease = "node-a", time.Minute
+		f, err := b.Store.CreateEpisode(ctx(t), finished)
+		require.NoError(t, err)
+		require.NoError(t, b.Store.Complete(ctx(t), f.Claim.Token))
+
 		require.True(t, listedOrphan(t, b, g.Episode.ID).GivenBack, "a queued orphan's released grant is given back")
-		require.False(t, listedOrphan(t, b, x.Episode.ID).GivenBack, "a queued orphan's expired grant is not")
+		require.True(t, listedOrphan(t, b, x.Episode.ID).GivenBack,
+			"a queued orphan's expired grant never started the episode: nothing ran, nothing counts")
+		require.True(t, listedOrphan(t, b, f.Episode.ID).GivenBack, "nor did a grant that finished the key elsewhere")
+		for _, id := range []int64{g.Episode.ID, x.Episode.ID, f.Episode.ID} {
+			r, err := b.Store.RequeueOrphan(ctx(t), id, 0, "sweeper", time.Minute)
+			require.NoError(t, err)
+			require.EqualValues(t, 0, r.Attempts, "episode %d: a queued orphan restarts as the same attempt", id)
+		}
+	})
+
+	t.Run("GrantThatExpiredBeforeTheStartIsNotAnAttempt", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		e := EpisodesBackend{Store: b.Store}
+		// Dispatched to a node that never started it (too slow to start it
+		// before its lease ran out, and then to give it back; or dead
+		// before StartEpisode): the strategy was never called.
+		n := flowEpisode("event:a:e:expired-before-start")
+		n.Owner, n.Lease, n.MaxAttempts = "slow", time.Minute, 1
+		o, err := b.Store.CreateEpisode(ctx(t), n)
+		require.NoError(t, err)
+		require.Equal(t, episodes.StatusQueued, o.Episode.Status)
+		b.ExpireClaim(t, o.Claim.Key)
+		_, err = b.Store.StartEpisode(ctx(t), o.Episode.ID, o.Claim.Token)
+		require.ErrorIs(t, err, claims.ErrLeaseLost, "an expired grant starts nothing")
+		list := listedOrphan(t, b, o.Episode.ID)
+		require.True(t, list.GivenBack)
+		require.EqualValues(t, 1, list.Episode.Attempt())
+
+		// With max_attempts 1, only a free restart is possible at all.
+		wins := requeueRace(t, b, o.Episode.ID, 0, 4)
+		require.Len(t, wins, 1, "exactly one sweeper requeues it")
+		require.EqualValues(t, 0, wins[0].Attempts, "a run that never started is not counted")
+		require.ErrorIs(t, b.Store.AppendStep(ctx(t), o.Episode.ID, o.Claim.Token, 1, nil, time.Minute), claims.ErrLeaseLost,
+			"the expired grant is fenced out")
+
+		reqs := claimRequests(t, b, "poller", "", "", 10)
+		require.Len(t, reqs, 1)
+		d, err := b.Store.DispatchTriggerRequest(ctx(t), reqs[0], time.Minute)
+		require.NoError(t, err)
+		require.True(t, d.Started)
+		require.EqualValues(t, 1, d.Episode.Attempt(), "the only attempt, at last")
+		require.Equal(t, episodes.StatusRunning, get(t, e, o.Episode.ID).Status)
+
+		// Started, then its holder dies: that run counts, and with it the
+		// episode is out of attempts.
+		b.ExpireClaim(t, o.Claim.Key)
+		list = listedOrphan(t, b, o.Episode.ID)
+		require.False(t, list.GivenBack, "a started episode's expired grant is an attempt")
+		_, err = b.Store.RequeueOrphan(ctx(t), o.Episode.ID, 0, "sweeper", time.Minute)
+		require.ErrorIs(t, err, claims.ErrBusy, "out of attempts: recovery fails it instead")
 	})
 
 	t.Run("GivenBackGrantsAreFreeOnlyUpToMaxAttempts", func(t *testing.T) {
@@ -103,12 +163,14 @@ func runGivenBack(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		// Every run gives its grant back at once. The first max_attempts
 		// hand-backs are free; then each counts, and the episode runs out.
 		var seen []int32
+		var free []bool
 		for runs := 1; ; runs++ {
 			require.LessOrEqual(t, runs, 2*int(n.MaxAttempts), "runs that give their grant back are bounded")
 			require.NoError(t, b.Store.Release(ctx(t), grant.Token))
 			listed := listedOrphan(t, b, id)
 			require.Equal(t, attempts, listed.Episode.Attempts)
 			seen = append(seen, listed.Episode.Attempt())
+			free = append(free, listed.GivenBack)
 			res, err := b.Store.RequeueOrphan(ctx(t), id, attempts, "sweeper", time.Minute)
 			if err != nil {
 				require.ErrorIs(t, err, claims.ErrBusy, "out of attempts: recovery fails it instead")
@@ -124,6 +186,8 @@ func runGivenBack(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 			grant = d.Claim
 		}
 		require.Equal(t, []int32{1, 1, 1, 2}, seen, "attempt 1 three times (twice given back for free), then attempt 2, the last")
+		require.Equal(t, []bool{true, true, false, false}, free,
+			"listed as given back while the key's grants are at most attempts + max_attempts (the second: exactly that)")
 	})
 }
 

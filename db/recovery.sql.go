@@ -218,9 +218,11 @@ SELECT e.id, e.actor_id, e.expectation_id, e.status, e.dedupe_key, e.attempts,
     coalesce(c.state, '')::text AS claim_state,
     coalesce(c.owner_node, '')::text AS claim_owner,
     coalesce(c.lease_until, e.created_at)::timestamptz AS claim_lease_until,
-    -- Its holder gave the grant back, within the free hand-backs: a restart
-    -- starts the same attempt again (see the top of this file).
-    coalesce(c.state = 'released' AND c.attempt <= e.attempts + e.max_attempts, false)::boolean AS given_back
+    -- Queued: no grant ever started it since it was last queued (given back,
+    -- expired or finished elsewhere, nothing ran), so within the free
+    -- hand-backs a restart starts the same attempt again (see the top of
+    -- this file).
+    coalesce(c.attempt <= e.attempts + e.max_attempts, false)::boolean AS given_back
 FROM leasehold_episodes AS e
 JOIN LATERAL (
     SELECT x.dedupe_key, x.state, x.owner_node, x.lease_until, x.attempt
@@ -294,11 +296,16 @@ type ListOrphanedEpisodesRow struct {
 // 'released' (a fenced ReleaseClaim(s): a drain's hand-over, a run whose
 // journal write or start failed, a run whose lease passed its local
 // deadline because its host or the database was slow, a dispatch that
-// found no slot). Such a run did nothing wrong, and the next run is the
-// same attempt again. Everything else counts: a grant that expired while
-// claimed (the holder crashed, hung, or could not even give it back), one
-// finished by another grant, a claim-less stale episode. So a poison
-// episode that crashes its node uses up its attempts and fails. So does
+// found no slot), or the episode is still 'queued': no grant started it
+// since it was last queued (StartEpisode, which a run passes before its
+// strategy is called, never landed; its holder was too slow to start it
+// and then to give it back, or died first), so nothing ran. Such a run
+// did nothing wrong or nothing at all, and the next run is the same
+// attempt again. Everything else counts: a started episode's grant that
+// expired while claimed (the holder crashed, hung, or could not even give
+// it back), one finished by another grant, a claim-less stale episode.
+// So a poison episode that crashes its node uses up its attempts and
+// fails. So does
 // one whose runs keep giving their grant back: a hand-back is free only
 // while the key's grants (the claim's attempt, one per grant) are at most
 // attempts + max_attempts, i.e. at most max_attempts runs of an episode go
@@ -393,7 +400,8 @@ WITH claim_row AS (
     SELECT e.id, coalesce(e.dedupe_key, 'episode:' || e.id) AS claim_key, b.given_back
     FROM leasehold_episodes AS e
     CROSS JOIN LATERAL (
-        SELECT coalesce((SELECT cr.state = 'released' AND cr.attempt <= e.attempts + e.max_attempts
+        SELECT coalesce((SELECT (cr.state = 'released' OR e.status = 'queued')
+                                AND cr.attempt <= e.attempts + e.max_attempts
                          FROM claim_row AS cr), false) AS given_back
     ) AS b
     WHERE e.id = $1

@@ -326,9 +326,10 @@ type Orphan struct {
 	ClaimOwner      string
 	ClaimLeaseUntil *time.Time
 	// GivenBack: the holder of the orphan's grant released it itself (a
-	// drain, a failed journal write, a lease past its local deadline), within
-	// the free hand-backs, so a restart starts the same attempt again instead
-	// of the next one (recovery/doc.go).
+	// drain, a failed journal write, a lease past its local deadline), or
+	// the grant expired before the episode was started under it, within the
+	// free hand-backs, so a restart starts the same attempt again instead of
+	// the next one (recovery/doc.go).
 	GivenBack bool
 }
 

@@ -74,8 +74,11 @@
 // counts when it ended because of the episode or of its node: the strategy
 // failed (the runner's retry or finish), the budget ran out, or the node
 // vanished without a word (crash, hang, SIGKILL: its grant expired while
-// claimed). A run whose holder gave its grant back itself, fenced, does not
-// count, and the restart is the same attempt again:
+// claimed after it started the episode). A run whose holder gave its grant
+// back itself, fenced, does not count, nor does a grant that never started
+// the episode (StartEpisode, which a run passes before its strategy is
+// called, never landed: the episode is still queued); the restart is the
+// same attempt again:
 //
 //	the claim when recovery requeues          the restart          given_back
 //	released by its holder: a drain's          the same attempt     true
@@ -85,6 +88,9 @@
 //	  too slow; runner.Node gives it back
 //	  once the run has stopped), a dispatch
 //	  with no slot
+//	any, while the episode is still queued     the same attempt     true
+//	  (no grant started it since it was
+//	  last queued: no strategy was called)
 //	expired while claimed (crash, hang, a      the next attempt     false
 //	  give-back that failed too)
 //	done or failed by another grant; none      the next attempt     false

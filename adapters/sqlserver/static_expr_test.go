@@ -852,6 +852,18 @@ func pgRoots(sql string) []*ex {
 		}
 		switch t.up {
 		case "WHERE", "WHEN":
+		case "COALESCE":
+			// coalesce(<condition>, false): a boolean a statement returns
+			// (ListOrphanedEpisodes' given_back), which T-SQL spells CASE
+			// WHEN <condition> THEN 1 ELSE 0 END; read as a WHEN.
+			if i+1 >= len(toks) || toks[i+1].text != "(" {
+				continue
+			}
+			p := &pgParser{toks: toks, pos: i + 2, ctes: ctes}
+			if e := p.or(); isCondition(e) && p.opTok(",") && p.word("FALSE") {
+				out = append(out, &ex{op: "when", args: []*ex{e}})
+			}
+			continue
 		case "ON":
 			if i+1 < len(toks) && toks[i+1].up == "CONFLICT" {
 				continue
@@ -868,6 +880,15 @@ func pgRoots(sql string) []*ex {
 		}
 	}
 	return out
+}
+
+// isCondition says whether e is a boolean condition (not a value).
+func isCondition(e *ex) bool {
+	switch e.op {
+	case "cmp", "in", "notin", "isnull", "isnotnull", "exists", "notexists", "like", "notlike", "between", "and", "or", "not":
+		return true
+	}
+	return false
 }
 
 // pgAtoms returns the atoms of every boolean expression of a Postgres

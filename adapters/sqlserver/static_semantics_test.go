@@ -1172,3 +1172,46 @@ func TestStaticHoldMatchesItsProcedure(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, batch, body(string(raw)))
 }
+
+// TestStaticGivenBackMatchesPostgres: RequeueOrphan decides whether the
+// orphan's run counts as an attempt from @given_back, which the parity
+// check cannot see (Postgres reads it from its claim_row CTE, T-SQL from
+// the fenced claim's OUTPUT deleted.* in @fenced, as was_state and
+// was_attempt). The condition must be the Postgres one, atom for atom,
+// with those columns renamed.
+func TestStaticGivenBackMatchesPostgres(t *testing.T) {
+	t.Parallel()
+	pgSQL := postgresQueries(t)["RequeueOrphan"].SQL
+	const from, to = "SELECT coalesce((SELECT ", "FROM claim_row AS cr"
+	i := strings.Index(pgSQL, from)
+	require.GreaterOrEqual(t, i, 0, "Postgres RequeueOrphan reads given_back from claim_row: %q", from)
+	j := strings.Index(pgSQL[i:], to)
+	require.Greater(t, j, 0)
+	var want []string
+	atoms(pgExpr(pgSQL[i+len(from):i+j]), false, &want)
+
+	tree := mustParse(t, sqlServerQueries(t)["RequeueOrphan"].SQL)
+	r := newTSQLReader(tree)
+	var got []string
+	sets := 0
+	walk(tree, func(n node) {
+		if getString(n, "$type") != "SelectSetVariable" || !strings.EqualFold(getString(n, "Variable", "Name"), "@given_back") {
+			return
+		}
+		sets++
+		e := get(n, "Expression")
+		whens := getList(e, "WhenClauses")
+		require.Equal(t, "SearchedCaseExpression", getString(e, "$type"))
+		require.Len(t, whens, 1)
+		require.Equal(t, "1", getString(whens[0], "ThenExpression", "Value"))
+		require.Equal(t, "0", getString(e, "ElseExpression", "Value"))
+		atoms(r.boolean(get(whens[0], "WhenExpression")), false, &got)
+	})
+	require.Equal(t, 1, sets, "RequeueOrphan sets @given_back once")
+	rename := strings.NewReplacer("was_state", "state", "was_attempt", "attempt")
+	for k := range got {
+		got[k] = rename.Replace(got[k])
+	}
+	require.NotEmpty(t, want)
+	require.ElementsMatch(t, want, got, "@given_back decides what Postgres's given_back decides")
+}

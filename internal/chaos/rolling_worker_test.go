@@ -315,7 +315,13 @@ func (s rollingStrategy) Step(ctx context.Context, r *runner.Run) (runner.StepRe
 
 // callJournal inserts one rolling_calls row per strategy call, in a
 // statement of its own (not fenced: a call is recorded even if its grant
-// is later lost), retried while the failure is transient.
+// is later lost), retried while the failure is transient. Its context is
+// detached from the run's: a run whose lease passes its local deadline
+// while the insert waits (SQLite's write lock on a loaded host) was still
+// called, and the check counts its calls against its attempts.
+// callJournalTimeout bounds the recording of one call.
+const callJournalTimeout = time.Minute
+
 type callJournal struct {
 	ledger ledgerDB
 	pg     *pgxpool.Pool
@@ -333,7 +339,9 @@ func newCallJournal(l ledgerDB) callJournal {
 	return c
 }
 
-func (c callJournal) record(ctx context.Context, r *runner.Run) error {
+func (c callJournal) record(runCtx context.Context, r *runner.Run) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(runCtx), callJournalTimeout)
+	defer cancel()
 	t := r.Token()
 	backoff := 20 * time.Millisecond
 	for {

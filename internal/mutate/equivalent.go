@@ -44,4 +44,18 @@ var equivalents = map[string]string{
 		"own clock before the grant (grantStart) plus the lease, and no node compares either field with its clock",
 	"postgres:ArchiveEpisodes:lock#2": "SKIP LOCKED only makes maintenance pass over rows a writer holds instead of " +
 		"waiting for them; without it maintenance waits and re-checks the archivable condition on the committed row",
+	// given_back's state = 'released' made state >= 'released': 'released'
+	// sorts after every other state the claims table's CHECK admits.
+	"sqlite:ListOrphanedEpisodes:cmp-strict#1":   releasedIsTheLastState,
+	"sqlite:RequeueOrphanTarget:cmp-strict#1":    releasedIsTheLastState,
+	"sqlite:RequeueOrphanTarget:cmp-strict#5":    releasedIsTheLastState,
+	"postgres:ListOrphanedEpisodes:cmp-strict#1": releasedIsTheLastState,
+	"postgres:RequeueOrphan:cmp-strict#1":        releasedIsTheLastState,
 }
+
+// releasedIsTheLastState: a claim's state is one of 'claimed', 'done',
+// 'failed' and 'released' (the CHECK of leasehold_work_claims.state in
+// every dialect's schema), so state >= 'released' holds exactly when
+// state = 'released', under any collation that orders ASCII letters.
+const releasedIsTheLastState = "state >= 'released' is state = 'released': 'released' sorts after every " +
+	"other value the claims table's CHECK admits ('claimed', 'done', 'failed')"

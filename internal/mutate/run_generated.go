@@ -48,12 +48,18 @@ func runGenerated(ctx context.Context, scratch string, t target, n int, seed uin
 	if err := buildPkg(ctx, scratch, t.pkg, bin); err != nil {
 		return tl, fmt.Errorf("building %s's tests on the unmutated copy: %w", t.pkg, err)
 	}
-	baseline, err := failingPkg(ctx, scratch, t, bin)
+	baseline, err := failingPkg(ctx, scratch, t, bin, t.run)
 	if err != nil {
 		return tl, err
 	}
 	if len(baseline) > 0 {
 		fmt.Printf("note: %d test(s) fail on the unmutated tree and are ignored: %s\n", len(baseline), strings.Join(sortedKeys(baseline), ", "))
+	}
+	var traced statementTests
+	if strings.HasSuffix(t.files, ".go") && len(picked) > 0 {
+		if traced, err = traceStatements(ctx, scratch, t); err != nil {
+			return tl, err
+		}
 	}
 	for _, g := range picked {
 		if ctx.Err() != nil {
@@ -72,6 +78,17 @@ func runGenerated(ctx context.Context, scratch string, t target, n int, seed uin
 		if err := os.WriteFile(path, []byte(mutated), 0o644); err != nil {
 			return tl, err
 		}
+		run := t.run
+		if traced != nil {
+			var all bool
+			if run, all = traced.testsFor(t, g.Statement); run == "" && !all {
+				if werr := os.WriteFile(path, orig, 0o644); werr != nil {
+					return tl, werr
+				}
+				tl.record(g, "", *flagVerbose, "no test executes "+g.Statement, start)
+				continue
+			}
+		}
 		by := ""
 		runBin := bin
 		if strings.HasSuffix(g.File, ".go") {
@@ -82,7 +99,7 @@ func runGenerated(ctx context.Context, scratch string, t target, n int, seed uin
 		}
 		var fails map[string]bool
 		if by == "" {
-			fails, err = failingPkg(ctx, scratch, t, runBin)
+			fails, err = failingPkg(ctx, scratch, t, runBin, run)
 		}
 		if werr := os.WriteFile(path, orig, 0o644); werr != nil {
 			return tl, werr
@@ -95,36 +112,45 @@ func runGenerated(ctx context.Context, scratch string, t target, n int, seed uin
 				by = name
 			}
 		}
-		eq, isEq := equivalents[g.ID]
-		breaks := !isEq
-		tl.total++
-		if breaks {
-			tl.breaking++
-		}
-		mark := "CAUGHT  "
-		switch {
-		case by != "":
-			tl.caught++
-			if breaks {
-				tl.breakingCaught++
-			}
-		default:
-			mark = "MISSED  "
-			tl.missed = append(tl.missed, g)
-		}
-		label := "breaks  "
-		if isEq {
-			label = "equiv   "
-		}
-		fmt.Printf("%s%s%-58s %s (%s)\n", mark, label, g.ID, g.What, time.Since(start).Round(100*time.Millisecond))
-		if by != "" && verbose {
-			fmt.Printf("                by %s\n", by)
-		}
-		if by == "" && isEq {
-			fmt.Printf("                equivalent: %s\n", eq)
-		}
+		tl.record(g, by, verbose, "", start)
 	}
 	return tl, nil
+}
+
+// record counts mutant g, caught by test by ("" when it survived; note
+// says why, when known), and prints its line.
+func (tl *tally) record(g generated, by string, verbose bool, note string, start time.Time) {
+	eq, isEq := equivalents[g.ID]
+	breaks := !isEq
+	tl.total++
+	if breaks {
+		tl.breaking++
+	}
+	mark := "CAUGHT  "
+	switch {
+	case by != "":
+		tl.caught++
+		if breaks {
+			tl.breakingCaught++
+		}
+	default:
+		mark = "MISSED  "
+		tl.missed = append(tl.missed, g)
+	}
+	label := "breaks  "
+	if isEq {
+		label = "equiv   "
+	}
+	fmt.Printf("%s%s%-58s %s (%s)\n", mark, label, g.ID, g.What, time.Since(start).Round(100*time.Millisecond))
+	if by != "" && verbose {
+		fmt.Printf("                by %s\n", by)
+	}
+	if note != "" {
+		fmt.Printf("                %s\n", note)
+	}
+	if by == "" && isEq {
+		fmt.Printf("                equivalent: %s\n", eq)
+	}
 }
 
 // mutantTimeout bounds one run of a package's tests: a mutant that makes
@@ -142,11 +168,12 @@ func buildPkg(ctx context.Context, dir, pkg, out string) error {
 	return nil
 }
 
-// failingPkg runs t's tests from bin and returns the tests that failed.
-func failingPkg(ctx context.Context, dir string, t target, bin string) (map[string]bool, error) {
+// failingPkg runs t's tests that run selects from bin and returns the
+// tests that failed.
+func failingPkg(ctx context.Context, dir string, t target, bin, run string) (map[string]bool, error) {
 	args := []string{"-test.count=1", "-test.v", "-test.failfast", "-test.timeout=" + mutantTimeout.String()}
-	if t.run != "" {
-		args = append(args, "-test.run", t.run)
+	if run != "" {
+		args = append(args, "-test.run", run)
 	}
 	if t.dialect == "sqlserver" {
 		args = append(args, "-test.skip", "^TestStaticEmbeddedMatchesFiles$")

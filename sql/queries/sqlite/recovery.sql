@@ -12,8 +12,11 @@
 -- Never an orphan, whatever its claim: an episode with an open trigger
 -- request (pending or claimed): available work belongs to the pollers.
 -- What a restart counts is Postgres's too: an orphan whose holder gave its
--- grant back (claim 'released', within attempts + max_attempts grants of
--- the key) restarts as the same attempt (given_back); any other counts one.
+-- grant back (claim 'released'), or that no grant started since it was
+-- last queued (episode 'queued': nothing ran), within attempts +
+-- max_attempts grants of the key, restarts as the same attempt
+-- (given_back); any other counts one. The listing's queued branch needs
+-- only the bound.
 --
 -- Takeovers (ClaimForRecovery, RequeueOrphan) are a few statements in one
 -- BEGIN IMMEDIATE transaction (adapters/sqlite, Store.inTx). Where Postgres
@@ -68,7 +71,7 @@ SELECT e.id, e.actor_id, e.expectation_id, e.status, e.dedupe_key, e.attempts,
     coalesce(c.state, '') AS claim_state,
     coalesce(c.owner_node, '') AS claim_owner,
     coalesce(c.lease_until, e.created_at) AS claim_lease_until,
-    CAST(coalesce(c.state = 'released' AND c.attempt <= e.attempts + e.max_attempts, 0) AS BOOLEAN) AS given_back
+    CAST(coalesce(c.attempt <= e.attempts + e.max_attempts, 0) AS BOOLEAN) AS given_back
 FROM leasehold_episodes AS e
 JOIN leasehold_work_claims AS c
   ON c.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id)
@@ -186,7 +189,8 @@ RETURNING id, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key,
 SELECT e.id, coalesce(e.dedupe_key, 'episode:' || e.id) AS claim_key,
     EXISTS (SELECT 1 FROM leasehold_work_claims AS x
             WHERE x.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id)) AS has_claim,
-    CAST(coalesce((SELECT x.state = 'released' AND x.attempt <= e.attempts + e.max_attempts
+    CAST(coalesce((SELECT (x.state = 'released' OR e.status = 'queued')
+                          AND x.attempt <= e.attempts + e.max_attempts
                    FROM leasehold_work_claims AS x
                    WHERE x.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id)), 0) AS BOOLEAN) AS given_back
 FROM leasehold_episodes AS e
@@ -194,7 +198,8 @@ WHERE e.id = CAST(@id AS INTEGER)
   AND e.archived_at IS NULL
   AND e.status IN ('running', 'queued')
   AND e.attempts = CAST(@attempts AS INTEGER)
-  AND e.attempts + CASE WHEN coalesce((SELECT x.state = 'released' AND x.attempt <= e.attempts + e.max_attempts
+  AND e.attempts + CASE WHEN coalesce((SELECT (x.state = 'released' OR e.status = 'queued')
+                          AND x.attempt <= e.attempts + e.max_attempts
                                        FROM leasehold_work_claims AS x
                                        WHERE x.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id)), 0)
                         THEN 1 ELSE 2 END <= e.max_attempts

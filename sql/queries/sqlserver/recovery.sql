@@ -27,9 +27,10 @@
 -- (@stale_after_ms is cast to int for DATEADD: under about 24.8 days).
 --
 -- What a restart counts is Postgres's (see the top of its recovery.sql): an
--- orphan whose holder gave its grant back (claim 'released', within
--- attempts + max_attempts grants of the key) restarts as the same attempt
--- (given_back); any other counts one.
+-- orphan whose holder gave its grant back (claim 'released'), or that no
+-- grant started since it was last queued (episode 'queued': nothing ran),
+-- within attempts + max_attempts grants of the key, restarts as the same
+-- attempt (given_back); any other counts one.
 --
 -- Scope: a sweep sees its own stack plus unstamped rows (source_stack = N''),
 -- or every stack when it names none; env is matched by strict equality, the
@@ -104,7 +105,7 @@ FROM (
         COALESCE(c.state, N'') AS claim_state,
         COALESCE(c.owner_node, N'') AS claim_owner,
         COALESCE(c.lease_until, e.created_at) AS claim_lease_until,
-        CAST(CASE WHEN c.state = N'released' AND c.attempt <= e.attempts + e.max_attempts
+        CAST(CASE WHEN c.attempt <= e.attempts + e.max_attempts
                   THEN 1 ELSE 0 END AS bit) AS given_back
     FROM leasehold_episodes AS e
     CROSS APPLY (
@@ -404,8 +405,10 @@ BEGIN
       AND ((state = N'claimed' AND lease_until <= SYSUTCDATETIME())
            OR state IN (N'released', N'done', N'failed'));
 
-    -- Given back: released by its holder, within the free hand-backs.
-    SELECT @given_back = CASE WHEN f.was_state = N'released' AND f.was_attempt <= e.attempts + e.max_attempts
+    -- Given back: released by its holder, or never started under any grant
+    -- since it was last queued, within the free hand-backs.
+    SELECT @given_back = CASE WHEN (f.was_state = N'released' OR e.status = N'queued')
+                                   AND f.was_attempt <= e.attempts + e.max_attempts
                               THEN 1 ELSE 0 END
     FROM @fenced AS f
     JOIN leasehold_episodes AS e WITH (UPDLOCK, HOLDLOCK) ON e.id = @id;
