@@ -86,6 +86,11 @@ func PayloadHash(payload any) (string, error) {
 //   - NUL (U+0000, or \u0000 in raw JSON): Postgres jsonb cannot store it
 //     (SQLSTATE 22P05), and it is refused on every dialect so that all of
 //     them accept the same payloads.
+//
+// And an object that names one key twice ({"a":1,"a":2}): decoders differ
+// on which value wins (encoding/json keeps the last, silently), so two
+// producers could mean different payloads by one text, or one payload by
+// two texts.
 func Canonical(v any) ([]byte, error) {
 	var raw []byte
 	switch x := v.(type) {
@@ -113,8 +118,11 @@ func Canonical(v any) ([]byte, error) {
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
-	var tree any
-	if err := dec.Decode(&tree); err != nil {
+	tree, err := decodeValue(dec, "$")
+	if errors.Is(err, ErrInvalid) {
+		return nil, err
+	}
+	if err != nil {
 		return nil, fmt.Errorf("%w: payload is not valid JSON: %v", ErrInvalid, err)
 	}
 	// More() reports false before a stray ']' or '}', so ask for the next

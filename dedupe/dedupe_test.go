@@ -177,6 +177,11 @@ func TestCanonicalErrors(t *testing.T) {
 		{"NaN", math.NaN()},
 		{"+Inf", math.Inf(1)},
 		{"map with complex value", map[string]any{"c": complex(1, 2)}},
+		{"duplicate key", json.RawMessage(`{"a":1,"a":2}`)},
+		{"duplicate key, same value", json.RawMessage(`{"a":1,"a":1}`)},
+		{"duplicate key in a nested object", json.RawMessage(`{"x":[{"b":true},{"b":1,"c":2,"b":1}]}`)},
+		{"duplicate key written with an escape", json.RawMessage(`{"a":1,"\u0061":2}`)},
+		{"duplicate key from a MarshalJSON", dupMarshaler{}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -192,6 +197,29 @@ func TestCanonicalErrors(t *testing.T) {
 			require.Empty(t, key)
 		})
 	}
+}
+
+// dupMarshaler writes an object that names one key twice.
+type dupMarshaler struct{}
+
+func (dupMarshaler) MarshalJSON() ([]byte, error) { return []byte(`{"id":1,"id":2}`), nil }
+
+// A payload that names a key twice is refused, with the path of the object
+// and the key in the error: encoding/json would keep the last value
+// silently, so {"a":1,"a":2} and {"a":2} used to hash alike.
+func TestCanonicalRefusesDuplicateKeys(t *testing.T) {
+	_, err := dedupe.Canonical(json.RawMessage(`{"order":{"id":7,"lines":[{"sku":"a"},{"sku":"b","sku":"c"}]}}`))
+	require.ErrorIs(t, err, dedupe.ErrInvalid)
+	require.ErrorContains(t, err, `$.order.lines[1] names the key "sku" twice`)
+
+	_, err = dedupe.Canonical(json.RawMessage(`{"a b":{"k":1,"k":2}}`))
+	require.ErrorContains(t, err, `$."a b" names the key "k" twice`)
+
+	// The same keys in different objects, and a key equal to a value, are
+	// not duplicates.
+	got, err := dedupe.Canonical(json.RawMessage(`{"a":{"a":"a"},"b":[{"a":1},{"a":2}]}`))
+	require.NoError(t, err)
+	require.Equal(t, `{"a":{"a":"a"},"b":[{"a":1},{"a":2}]}`, string(got))
 }
 
 // -------------------------------------------------------------- PayloadHash
@@ -530,7 +558,8 @@ func FuzzCanonical(f *testing.F) {
 		if err != nil {
 			// Only text that would not survive is refused (TestCanonicalText):
 			// a \u0000 or a surrogate escape must be in the input.
-			if !errors.Is(err, dedupe.ErrInvalid) || !lossyEscape.Match(in) {
+			// Or an object names a key twice.
+			if !errors.Is(err, dedupe.ErrInvalid) || !lossyEscape.Match(in) && !namesAKeyTwice(in) {
 				t.Fatalf("Canonical(%q): valid JSON rejected: %v", in, err)
 			}
 			return
@@ -564,6 +593,48 @@ func FuzzCanonical(f *testing.F) {
 			t.Fatalf("raw vs decoded differ for %q:\n raw:     %q\n decoded: %q", in, c1, c3)
 		}
 	})
+}
+
+// namesAKeyTwice reports whether an object in the valid JSON in has two
+// members with one key: the tokens of each object's keys, counted apart
+// from a decoded map (which keeps one of them).
+func namesAKeyTwice(in []byte) bool {
+	dec := json.NewDecoder(strings.NewReader(string(in)))
+	type frame struct {
+		object bool
+		keys   map[string]bool
+		expect bool // the next token of an object is a key
+	}
+	var stack []*frame
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		if n := len(stack); n > 0 && stack[n-1].object && stack[n-1].expect {
+			if k, ok := tok.(string); ok {
+				if stack[n-1].keys[k] {
+					return true
+				}
+				stack[n-1].keys[k] = true
+				stack[n-1].expect = false
+				continue
+			}
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, &frame{object: true, keys: map[string]bool{}, expect: true})
+			continue
+		case json.Delim('['):
+			stack = append(stack, &frame{})
+			continue
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:len(stack)-1]
+		}
+		if n := len(stack); n > 0 && stack[n-1].object {
+			stack[n-1].expect = true // a value ended: a key or '}' is next
+		}
+	}
 }
 
 // lossyEscape matches the \u escapes Canonical may refuse: NUL and UTF-16

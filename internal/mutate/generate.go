@@ -125,7 +125,8 @@ func generate(dialect, file, name, text string) []generated {
 		if insideComment(text, m[0]) {
 			continue
 		}
-		list := text[m[4]:m[5]]
+		listEnd := m[1] + returnedListLen(text[m[1]:])
+		list := text[m[1]:listEnd]
 		cols := splitTop(list)
 		for k := 0; k+1 < len(cols); k++ {
 			a, b := strings.TrimSpace(cols[k].text), strings.TrimSpace(cols[k+1].text)
@@ -134,10 +135,49 @@ func generate(dialect, file, name, text string) []generated {
 			}
 			swapped := list[:cols[k].start] + strings.Replace(cols[k].text, a, b, 1) + "," +
 				strings.Replace(cols[k+1].text, b, a, 1) + list[cols[k+1].end:]
-			add("ret-swap", text[:m[4]]+swapped+text[m[5]:], fmt.Sprintf("%s: returned %q and %q swapped", name, a, b))
+			add("ret-swap", text[:m[1]]+swapped+text[listEnd:], fmt.Sprintf("%s: returned %q and %q swapped", name, a, b))
 		}
 	}
 	return out
+}
+
+// returnedListLen returns the length of the RETURNING or OUTPUT column list
+// that rest begins with. The list ends, outside parentheses and quoted
+// text, at a ';', a blank line, the ')' that closes the CTE it is in (what
+// follows is the next statement, not a column), or a clause keyword: INTO
+// (T-SQL's OUTPUT ... INTO @t), FROM, WHERE, VALUES, SELECT.
+func returnedListLen(rest string) int {
+	depth, quoted := 0, false
+	for i := 0; i < len(rest); i++ {
+		c := rest[i]
+		switch {
+		case c == '\'':
+			quoted = !quoted
+		case quoted:
+		case c == '(':
+			depth++
+		case c == ')':
+			if depth == 0 {
+				return i
+			}
+			depth--
+		case depth > 0:
+		case c == ';' || strings.HasPrefix(rest[i:], "\n\n"):
+			return i
+		case c == ' ' || c == '\n' || c == '\t':
+			word := strings.ToUpper(strings.TrimLeft(rest[i:], " \n\t"))
+			for _, kw := range []string{"INTO", "FROM", "WHERE", "VALUES", "SELECT"} {
+				if strings.HasPrefix(word, kw) && (len(word) == len(kw) || !isWordByte(word[len(kw)])) {
+					return i
+				}
+			}
+		}
+	}
+	return len(rest)
+}
+
+func isWordByte(c byte) bool {
+	return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }
 
 type cmpMutation struct{ op, to string }
@@ -176,7 +216,7 @@ var (
 	assignment   = regexp.MustCompile(`^[A-Za-z_][\w.]*\s*=[^=]`)
 	bareColumn   = regexp.MustCompile(`^[A-Za-z_][\w.]*$`)
 	setKeyword   = regexp.MustCompile(`(?i)(^|\s)SET\s`)
-	returnedList = regexp.MustCompile(`(?i)\b(RETURNING|OUTPUT)\s+([^;]*?)(;|\n\n|$|\nINTO\b|\nFROM\b|\nWHERE\b|\nVALUES\b|\nSELECT\b)`)
+	returnedList = regexp.MustCompile(`(?i)\bRETURNING\s+|\bOUTPUT\s+`)
 )
 
 // isAssignment reports whether a SET-list line assigns a column.
