@@ -125,6 +125,65 @@ func RunCallerTx(t *testing.T, newBackend func(t *testing.T) CallerTxBackend) {
 		require.NoError(t, tx.Commit(ctx(t)), "the current grant's hold commits with the caller's write")
 		require.Equal(t, 2, b.Effects(t))
 	})
+
+	// Each part of the grant is checked on its own: a token that differs
+	// from the current grant only in its fence (the same node's earlier
+	// grant), only in its owner, or names a grant that ended (released,
+	// finished) holds nothing, and its caller's writes cannot commit.
+	t.Run("HoldChecksKeyOwnerFenceAndState", func(t *testing.T) {
+		t.Parallel()
+		for _, tc := range []struct {
+			name string
+			// stale returns a token that must hold nothing, after
+			// changing the grant as the case says.
+			stale func(t *testing.T, b CallerTxBackend, ep episodes.Episode, c claims.Claim) claims.Token
+		}{
+			{"SameNodeEarlierFence", func(t *testing.T, b CallerTxBackend, _ episodes.Episode, c claims.Claim) claims.Token {
+				b.ExpireClaim(t, c.Key)
+				again := acquire(t, b.EpisodesBackend, c.Key, c.Owner) // A -> A
+				require.Equal(t, c.Fence+1, again.Fence)
+				return c.Token
+			}},
+			{"LaterFence", func(t *testing.T, b CallerTxBackend, _ episodes.Episode, c claims.Claim) claims.Token {
+				tok := c.Token
+				tok.Fence++ // no such grant yet
+				return tok
+			}},
+			{"AnotherOwnerSortingFirst", func(t *testing.T, b CallerTxBackend, _ episodes.Episode, c claims.Claim) claims.Token {
+				tok := c.Token
+				tok.Owner = "a-node" // sorts before node-a: the current fence, not this owner's grant
+				return tok
+			}},
+			{"AnotherOwnerSortingLast", func(t *testing.T, b CallerTxBackend, _ episodes.Episode, c claims.Claim) claims.Token {
+				tok := c.Token
+				tok.Owner = "z-node"
+				return tok
+			}},
+			{"Released", func(t *testing.T, b CallerTxBackend, _ episodes.Episode, c claims.Claim) claims.Token {
+				require.NoError(t, b.Store.Release(ctx(t), c.Token))
+				return c.Token
+			}},
+			{"Finished", func(t *testing.T, b CallerTxBackend, ep episodes.Episode, c claims.Claim) claims.Token {
+				require.NoError(t, b.Store.FinishEpisode(ctx(t), ep.ID, c.Token, episodes.Finish{Status: episodes.StatusDone}))
+				return c.Token
+			}},
+			{"Failed", func(t *testing.T, b CallerTxBackend, ep episodes.Episode, c claims.Claim) claims.Token {
+				require.NoError(t, b.Store.FinishEpisode(ctx(t), ep.ID, c.Token, episodes.Finish{Status: episodes.StatusFailed, ErrorClass: episodes.ClassError}))
+				return c.Token
+			}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				b := newBackend(t)
+				ep, c := running(t, b.EpisodesBackend, "manual:pay:1", "node-a")
+				tok := tc.stale(t, b, ep, c)
+				doomed(t, b, func(tx CallerTx) error {
+					_, err := tx.Store.HoldClaim(ctx(t), tok)
+					return err
+				})
+			})
+		}
+	})
 }
 
 // doomed runs lost in a transaction of the caller's between two of the

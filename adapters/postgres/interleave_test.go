@@ -246,3 +246,31 @@ func TestCancelEpisodeWaitsForTheOwnersFinish(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, episodes.StatusDone, got.Status)
 }
+
+// leasehold_hold (migration 00009) locks the claim row FOR SHARE in the
+// caller's transaction: a steal of the grant must wait until that
+// transaction ends, so the caller's writes commit under the grant they
+// held, and the thief's grant comes after them with the next fence.
+func TestHoldKeepsAStealWaitingUntilTheCallerCommits(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Schema(t)
+	s := postgres.New(pool)
+	o, err := s.CreateEpisode(t.Context(), episodes.New{ActorID: "a", ExpectationID: "e", TriggerType: episodes.TriggerEvent,
+		DedupeKey: "hold-race", MaxAttempts: 3, Owner: "node-a", Lease: time.Minute, Start: true})
+	require.NoError(t, err)
+	pgtest.ExpireClaim(t, pool, o.Claim.Key) // stealable, but still node-a's grant until someone takes it
+
+	var stolen claims.Claim
+	waited, err := interleave(t, pool,
+		func(tx pgx.Tx) {
+			_, err := postgres.New(tx).HoldClaim(t.Context(), o.Claim.Token)
+			require.NoError(t, err, "the hold of the current grant")
+		},
+		func() (err error) {
+			stolen, err = s.Acquire(t.Context(), claims.AcquireParams{Key: o.Claim.Key, Owner: "thief", Lease: time.Minute, WorkType: "episode"})
+			return err
+		})
+	require.True(t, waited, "the steal did not wait for the holding transaction")
+	require.NoError(t, err)
+	require.Equal(t, o.Claim.Fence+1, stolen.Fence)
+}

@@ -30,13 +30,22 @@ import (
 // Postgres mutant from about two minutes (every adapters/postgres test)
 // into the build plus the few tests that matter.
 
-// statementTests maps a statement name (sqlc's method name) to the
-// top-level tests of t that execute it; every generated method has an
-// entry, empty when no test executes it.
-type statementTests map[string][]string
+// A unit is what one traced run executes: a top-level test's subtest, or
+// the whole test (sub "") when it has none, when its body executes the
+// statement outside them, or when one of its subtests fails alone.
+type unit struct{ top, sub string }
 
-// traceStatements runs t's top-level tests (those t.run selects) one at a
-// time from a coverage build and returns which statements each executed.
+// statementTests maps a statement name (sqlc's method name) to the units
+// of t's tests that execute it; every generated method has an entry, empty
+// when no test executes it.
+type statementTests map[string][]unit
+
+// traceStatements runs t's tests (those t.run selects) one unit at a time
+// from a coverage build and returns which statements each executed: first
+// each top-level test whole (which also names its subtests), then each
+// subtest alone. Subtests of the suites here build their own fixtures
+// (a fresh schema or file each), so one runs alone as it runs beside the
+// others; a test with a subtest that fails alone is traced whole.
 func traceStatements(ctx context.Context, scratch string, t target) (statementTests, error) {
 	start := time.Now()
 	genDir := filepath.Dir(filepath.FromSlash(t.files)) // db or db/sqlitedb
@@ -51,7 +60,7 @@ func traceStatements(ctx context.Context, scratch string, t target) (statementTe
 	if err != nil {
 		return nil, err
 	}
-	tests, err := listTests(ctx, scratch, t, bin)
+	tops, err := listTests(ctx, scratch, t, bin)
 	if err != nil {
 		return nil, err
 	}
@@ -59,54 +68,207 @@ func traceStatements(ctx context.Context, scratch string, t target) (statementTe
 	if err != nil {
 		return nil, err
 	}
+	wholes := make([]unit, len(tops))
+	for i, top := range tops {
+		wholes[i] = unit{top: top}
+	}
+	whole, err := traceUnits(ctx, scratch, t, bin, profiles, funcs, wholes)
+	if err != nil {
+		return nil, err
+	}
+	var subs []unit
+	for _, u := range wholes {
+		for _, sub := range whole[u].subs {
+			subs = append(subs, unit{top: u.top, sub: sub})
+		}
+	}
+	alone, err := traceUnits(ctx, scratch, t, bin, profiles, funcs, subs)
+	if err != nil {
+		return nil, err
+	}
 	out := statementTests{}
 	for _, f := range funcs {
 		out[f.statement] = nil
 	}
+	add := func(u unit, stmts []string) {
+		for _, s := range stmts {
+			if !slices.Contains(out[s], u) {
+				out[s] = append(out[s], u)
+			}
+		}
+	}
+	for _, u := range wholes {
+		w := whole[u]
+		bySub := len(w.subs) > 0
+		for _, sub := range w.subs {
+			if a := alone[unit{u.top, sub}]; w.passed && !a.passed {
+				bySub = false // it needs its siblings: trace the test whole
+			}
+		}
+		if !bySub {
+			add(u, w.stmts)
+			continue
+		}
+		seen := map[string]bool{}
+		for _, sub := range w.subs {
+			su := unit{u.top, sub}
+			add(su, alone[su].stmts)
+			for _, s := range alone[su].stmts {
+				seen[s] = true
+			}
+		}
+		// What the test's own body executed outside every subtest.
+		for _, s := range w.stmts {
+			if !seen[s] {
+				add(u, []string{s})
+			}
+		}
+	}
+	// A routine of the migrations (leasehold_hold) runs when a statement
+	// that calls it runs: its mutants run those statements' tests.
+	callers, err := routineCallers(scratch, t, genDir)
+	if err != nil {
+		return nil, err
+	}
+	for routine, stmts := range callers {
+		for _, s := range stmts {
+			for _, u := range out[s] {
+				if !slices.Contains(out[routine], u) {
+					out[routine] = append(out[routine], u)
+				}
+			}
+		}
+		if out[routine] == nil {
+			out[routine] = []unit{}
+		}
+	}
+	for _, us := range out {
+		slices.SortFunc(us, func(a, b unit) int { return strings.Compare(a.top+"/"+a.sub, b.top+"/"+b.sub) })
+	}
+	fmt.Printf("traced which of %d tests (%d subtests) execute each %s statement (%s)\n", len(tops), len(subs), t.dialect, time.Since(start).Round(time.Second))
+	return out, ctx.Err()
+}
+
+// routineCallers maps each routine t's migrations create to the generated
+// statements (in genDir) whose text calls it.
+func routineCallers(scratch string, t target, genDir string) (map[string][]string, error) {
+	if t.routines == "" {
+		return nil, nil
+	}
+	migrations, err := filepath.Glob(filepath.Join(scratch, filepath.FromSlash(t.routines)))
+	if err != nil {
+		return nil, err
+	}
+	var routines []string
+	for _, f := range migrations {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range routineBlock.FindAllStringSubmatch(string(b), -1) {
+			routines = append(routines, m[2])
+		}
+	}
+	files, err := filepath.Glob(filepath.Join(scratch, genDir, "*.sql.go"))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]string{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range goConst.FindAllStringSubmatch(string(b), -1) {
+			for _, r := range routines {
+				if strings.Contains(m[2], r+"(") {
+					out[r] = append(out[r], m[1])
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// traced is what one unit's run showed.
+type traced struct {
+	stmts  []string // the generated methods it executed
+	subs   []string // its first-level subtests (a whole test's run only)
+	passed bool
+}
+
+// traceUnits runs each unit alone from the coverage build bin, two at a
+// time (the tests mostly wait on the database).
+func traceUnits(ctx context.Context, scratch string, t target, bin, profiles string, funcs []methodSpan, units []unit) (map[unit]traced, error) {
 	var (
 		mu   sync.Mutex
 		wg   sync.WaitGroup
-		next = make(chan string)
+		next = make(chan int)
 		errs []error
+		out  = map[unit]traced{}
 	)
-	// Two at a time: the tests are mostly waiting on the database.
 	for range 2 {
 		wg.Go(func() {
-			for name := range next {
-				prof := filepath.Join(profiles, name+".out")
-				run := exec.CommandContext(ctx, bin, "-test.count=1", "-test.run", "^"+regexp.QuoteMeta(name)+"$",
+			for i := range next {
+				u := units[i]
+				prof := filepath.Join(profiles, fmt.Sprintf("%d-%d.out", len(units), i))
+				run := exec.CommandContext(ctx, bin, "-test.count=1", "-test.v", "-test.run", u.pattern(),
 					"-test.timeout="+mutantTimeout.String(), "-test.coverprofile="+prof)
 				run.Dir = filepath.Join(scratch, filepath.FromSlash(t.pkg))
 				run.Env = append(os.Environ(), "MSSQL_URL=")
-				_ = run.Run() // a failing test is the baseline's business
+				b, runErr := run.CombinedOutput()
 				stmts, err := executed(prof, funcs)
+				tr := traced{stmts: stmts, passed: runErr == nil}
+				if u.sub == "" {
+					tr.subs = subtestsOf(string(b), u.top)
+				}
 				mu.Lock()
 				if err != nil {
-					errs = append(errs, fmt.Errorf("%s: %w", name, err))
+					errs = append(errs, fmt.Errorf("%s: %w", u.pattern(), err))
 				}
-				for _, s := range stmts {
-					out[s] = append(out[s], name)
-				}
+				out[u] = tr
 				mu.Unlock()
 			}
 		})
 	}
-	for _, name := range tests {
+	for i := range units {
 		if ctx.Err() != nil {
 			break
 		}
-		next <- name
+		next <- i
 	}
 	close(next)
 	wg.Wait()
 	if len(errs) > 0 {
 		return nil, errs[0]
 	}
-	for _, ts := range out {
-		slices.Sort(ts)
-	}
-	fmt.Printf("traced which of %d tests execute each %s statement (%s)\n", len(tests), t.dialect, time.Since(start).Round(time.Second))
 	return out, ctx.Err()
+}
+
+// pattern is u's -test.run filter.
+func (u unit) pattern() string {
+	p := "^" + regexp.QuoteMeta(u.top) + "$"
+	if u.sub != "" {
+		p += "/^" + regexp.QuoteMeta(u.sub) + "$"
+	}
+	return p
+}
+
+// subtestsOf returns the first-level subtests of top that a -test.v
+// output ran, in order.
+func subtestsOf(out, top string) []string {
+	var subs []string
+	for _, l := range strings.Split(out, "\n") {
+		name, ok := strings.CutPrefix(strings.TrimSpace(l), "=== RUN")
+		if !ok {
+			continue
+		}
+		sub, ok := strings.CutPrefix(strings.TrimSpace(name), top+"/")
+		if ok && !strings.Contains(sub, "/") && !slices.Contains(subs, sub) {
+			subs = append(subs, sub)
+		}
+	}
+	return subs
 }
 
 // listTests returns t's top-level tests that t.run selects.
@@ -205,21 +367,38 @@ func executed(profile string, spans []methodSpan) ([]string, error) {
 	return stmts, sc.Err()
 }
 
-// testsFor returns the -test.run filter for a mutant of statement s:
-// the tests that execute it, "" and true when no test does, and all of
-// t's tests (all false) when s is not a generated method (a lock clause in
-// the adapter's Go: everything runs).
-func (st statementTests) testsFor(t target, s string) (run string, all bool) {
-	ts, generated := st[s]
+// testsFor returns the -test.run filters for a mutant of statement s:
+// the units that execute it (a filter for the whole tests among them and
+// one for the subtests, whose level-two alternatives may also run a
+// same-named subtest of another listed test: more tests, never fewer);
+// none when no test does; and t.run alone (all true) when s is not a
+// generated method (a lock clause in the adapter's Go: everything runs).
+func (st statementTests) testsFor(t target, s string) (runs []string, all bool) {
+	us, generated := st[s]
 	if !generated {
-		return t.run, true
+		return []string{t.run}, true
 	}
-	if len(ts) == 0 {
-		return "", false
+	var wholes, subTops, subs []string
+	for _, u := range us {
+		if u.sub == "" {
+			wholes = append(wholes, regexp.QuoteMeta(u.top))
+		}
 	}
-	quoted := make([]string, len(ts))
-	for i, n := range ts {
-		quoted[i] = regexp.QuoteMeta(n)
+	for _, u := range us {
+		if u.sub != "" && !slices.Contains(wholes, regexp.QuoteMeta(u.top)) {
+			if q := regexp.QuoteMeta(u.top); !slices.Contains(subTops, q) {
+				subTops = append(subTops, q)
+			}
+			if q := regexp.QuoteMeta(u.sub); !slices.Contains(subs, q) {
+				subs = append(subs, q)
+			}
+		}
 	}
-	return "^(" + strings.Join(quoted, "|") + ")$", false
+	if len(wholes) > 0 {
+		runs = append(runs, "^("+strings.Join(wholes, "|")+")$")
+	}
+	if len(subs) > 0 {
+		runs = append(runs, "^("+strings.Join(subTops, "|")+")$/^("+strings.Join(subs, "|")+")$")
+	}
+	return runs, false
 }

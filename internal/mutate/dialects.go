@@ -25,6 +25,12 @@ type target struct {
 	// locks are the dialect's lock clauses that live in Go rather than in
 	// a statement (SQLite's BEGIN IMMEDIATE), each removed by one mutant.
 	locks []generated
+	// routines are the migrations whose Up section creates a routine
+	// (a function or procedure users and statements call, such as
+	// leasehold_hold): each routine's body is mutated like a statement,
+	// named after the routine. Migrations are embedded, so each of these
+	// mutants rebuilds the tests.
+	routines string
 }
 
 // sqliteLocks removes SQLite's write lock where the adapter takes it: the
@@ -51,10 +57,10 @@ var sqliteLocks = []generated{
 }
 
 var targets = []target{
-	{dialect: "postgres", files: "db/*.sql.go", pkg: "adapters/postgres", needs: "a Postgres (make mutate starts a throwaway one when none is reachable)"},
+	{dialect: "postgres", files: "db/*.sql.go", routines: "sql/schema/postgres/*.sql", pkg: "adapters/postgres", needs: "a Postgres (make mutate starts a throwaway one when none is reachable)"},
 	{dialect: "sqlite", files: "db/sqlitedb/*.sql.go", pkg: "adapters/sqlite", run: "^Test(Conformance|Hold|FinishTx|Savepoint|Store|Grant|Due|Lanes)",
 		locks: sqliteLocks},
-	{dialect: "sqlserver", files: "sql/queries/sqlserver/*.sql", pkg: "adapters/sqlserver", run: "^Test(Static|Unit)"},
+	{dialect: "sqlserver", files: "sql/queries/sqlserver/*.sql", routines: "sql/schema/sqlserver/*.sql", pkg: "adapters/sqlserver", run: "^Test(Static|Unit)"},
 }
 
 // operatorReads are the files whose statements only read for operators
@@ -64,6 +70,10 @@ var operatorReads = regexp.MustCompile(`(dashboard|inspect)\.sql`)
 
 var goConst = regexp.MustCompile("(?s)const \\w+ = `-- name: (\\w+) :\\w+\\n(.*?)`")
 var sqlName = regexp.MustCompile(`(?m)^-- name: (\w+) :\w+`)
+
+// routineBlock is a goose statement block that creates a function or a
+// procedure; group 1 is the block, group 2 the routine's name.
+var routineBlock = regexp.MustCompile(`(?s)-- \+goose StatementBegin\n(CREATE (?:OR REPLACE )?(?:FUNCTION|PROCEDURE) (\w+).*?)-- \+goose StatementEnd`)
 
 // mutantsOf generates every mutant of target t's statements in the module
 // at root.
@@ -98,6 +108,24 @@ func mutantsOf(root string, t target) ([]generated, error) {
 				end = locs[i+1][0]
 			}
 			out = append(out, generate(t.dialect, rel, text[l[2]:l[3]], text[l[1]:end])...)
+		}
+	}
+	if t.routines != "" {
+		migrations, err := filepath.Glob(filepath.Join(root, filepath.FromSlash(t.routines)))
+		if err != nil {
+			return nil, err
+		}
+		sort.Strings(migrations)
+		for _, f := range migrations {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				return nil, err
+			}
+			up, _, _ := strings.Cut(string(b), "-- +goose Down")
+			rel, _ := filepath.Rel(root, f)
+			for _, m := range routineBlock.FindAllStringSubmatch(up, -1) {
+				out = append(out, generate(t.dialect, filepath.ToSlash(rel), m[2], m[1])...)
+			}
 		}
 	}
 	for _, g := range t.locks {

@@ -3,55 +3,114 @@ package main
 // equivalents lists the generated mutants that survive the tests because
 // they cannot change an outcome, each with the reason. A mutant listed here
 // is not counted as guarantee-breaking; every other survivor is, and must be
-// killed by a test. Keys are generated IDs (<dialect>:<statement>:<op>#<n>).
-var equivalents = map[string]string{
-	"sqlite:RetryEpisodeClaim:drop#2": "RetryEpisode's third statement, in the same BEGIN IMMEDIATE transaction, " +
-		"re-checks the claim's owner and fence (EXISTS ... c.fence = @fence) and rolls the whole retry back when " +
-		"they do not match, so a stale token's release of the live claim never commits",
-	"sqlite:ClaimForRecoveryGrant:drop#1": "archived_at IS NULL is implied by the status condition beside it in " +
-		"the same statement (status IN ('running', 'queued')): only ArchiveEpisodes sets archived_at, and only on " +
-		"terminal episodes, and RequeueEpisode, the one way back from a terminal status, refuses archived ones, so " +
-		"an archived episode is terminal for good and the grant matches nothing either way",
-	"sqlite:ListNodes:drop#1": "an operator read (leasehold nodes ls, the dashboard): it counts the leases each node " +
-		"holds for display; no grant, finish or recovery decision reads it",
-	"postgres:ClaimForRecovery:lock#1": "the claim row's FOR UPDATE orders the locks (claim row, then episode row, " +
-		"as FinishEpisode takes them); without it the grant's ON CONFLICT DO UPDATE still waits for that row and " +
-		"re-checks its WHERE on the committed version (TestClaimForRecoveryWaitsForTheOwnersFinish passes), so " +
-		"only the order changes: a deadlock the database breaks (40P01, retried by the next sweep), never a wrong grant",
-	"sqlite:WriteGate:lock#1": "SQLite transactions are serializable whatever their BEGIN: a deferred transaction whose " +
-		"snapshot is older than the file's last commit cannot take the write lock (SQLITE_BUSY_SNAPSHOT) and fails instead of " +
-		"writing on a stale read, so dropping IMMEDIATE can turn a wait into an error, never into a wrong outcome; and the " +
-		"adapter's write gate (one queue per process and file, a turn across processes) already serializes its writes, so the " +
-		"lock is not contended between them at all (the mutant passes every adapters/sqlite test)",
-	"sqlite:BeginTx:lock#1": "as sqlite:WriteGate:lock#1: a BeginTx transaction runs under the write gate, and a deferred " +
-		"one that would write on a stale snapshot fails SQLITE_BUSY_SNAPSHOT rather than writing",
-	"postgres:RequeueOrphan:lock#1": "RequeueOrphanLock, sent first in the same implicit transaction, already holds " +
-		"the orphan's claim row FOR UPDATE until it ends, so this second lock on the same row changes nothing " +
-		"(TestRequeueOrphanSkipsAnOrphanAnotherRequeueHolds, TestRequeueOrphanGivesWayToTheOwnersFinish)",
-	"postgres:ClaimTriggerRequests:lock#2": "SKIP LOCKED only makes a poller pass over requests another poller is " +
-		"claiming instead of waiting for them; without it the poller waits, and the UPDATE re-checks the claimable " +
-		"condition on the committed row, so each request still goes to one poller: slower under contention, never wrong",
-	"sqlite:ClaimTriggerRequests:cmp-strict#3": "a lapsed request claim becomes claimable at claim_until " +
-		"or one millisecond (the clock's resolution) later: either way the request's fence is bumped by the new " +
-		"claim and every hand-over is conditioned on the claimant's fence, so the poller whose claim lapsed can " +
-		"hand nothing over after it; only the moment another poller may take it moves, by 1 ms",
-	"sqlite:CreateEpisode:cmp-neg#3": "it swaps which new episodes get a creation-time timestamp (started_at or " +
-		"last_step_at, set to the statement's 'now', which SQLite keeps fixed within one statement, as created_at " +
-		"is): every decision that reads them reads coalesce(last_step_at, started_at, created_at), which is that " +
-		"same instant either way; only what the dashboard shows as started changes",
-	"sqlite:ClaimForRecoveryGrant:ret-swap#5": "lease_until and claimed_at of a returned Claim are database times " +
-		"for display and diagnostics (claims.Claim's doc): the recovering node's local deadline starts from its " +
-		"own clock before the grant (grantStart) plus the lease, and no node compares either field with its clock",
-	"postgres:ArchiveEpisodes:lock#2": "SKIP LOCKED only makes maintenance pass over rows a writer holds instead of " +
-		"waiting for them; without it maintenance waits and re-checks the archivable condition on the committed row",
+// killed by a test. Keys are generated IDs (<dialect>:<statement>:<op>#<n>),
+// which count a statement's mutants in order and so move when the statement
+// changes: each entry also holds the mutant's description (what), and a run
+// refuses an entry whose ID now names another mutant or none, so a reason
+// written for one mutant can never excuse another.
+var equivalents = map[string]equivalent{
+	"sqlite:RetryEpisodeClaim:drop#2": {
+		what: `RetryEpisodeClaim: predicate removed: "AND fence = CAST(?4 AS INTEGER)"`,
+		why: "RetryEpisode's third statement, in the same BEGIN IMMEDIATE transaction, " +
+			"re-checks the claim's owner and fence (EXISTS ... c.fence = @fence) and rolls the whole retry back when " +
+			"they do not match, so a stale token's release of the live claim never commits",
+	},
+	"sqlite:ClaimForRecoveryGrant:drop#1": {
+		what: `ClaimForRecoveryGrant: predicate removed: "AND e.archived_at IS NULL"`,
+		why: "archived_at IS NULL is implied by the status condition beside it in " +
+			"the same statement (status IN ('running', 'queued')): only ArchiveEpisodes sets archived_at, and only on " +
+			"terminal episodes, and RequeueEpisode, the one way back from a terminal status, refuses archived ones, so " +
+			"an archived episode is terminal for good and the grant matches nothing either way",
+	},
+	"sqlite:ListNodes:drop#1": {
+		what: `ListNodes: predicate removed: "AND c.state = 'claimed'"`,
+		why: "an operator read (leasehold nodes ls, the dashboard): it counts the leases each node " +
+			"holds for display; no grant, finish or recovery decision reads it",
+	},
+	"postgres:ClaimForRecovery:lock#1": {
+		what: `ClaimForRecovery: lock clause removed: "FOR UPDATE"`,
+		why: "the claim row's FOR UPDATE orders the locks (claim row, then episode row, " +
+			"as FinishEpisode takes them); without it the grant's ON CONFLICT DO UPDATE still waits for that row and " +
+			"re-checks its WHERE on the committed version (TestClaimForRecoveryWaitsForTheOwnersFinish passes), so " +
+			"only the order changes: a deadlock the database breaks (40P01, retried by the next sweep), never a wrong grant",
+	},
+	"sqlite:WriteGate:lock#1": {
+		what: `WriteGate: a gated statement's own transaction BEGIN IMMEDIATE -> BEGIN (deferred)`,
+		why: "SQLite transactions are serializable whatever their BEGIN: a deferred transaction whose " +
+			"snapshot is older than the file's last commit cannot take the write lock (SQLITE_BUSY_SNAPSHOT) and fails instead of " +
+			"writing on a stale read, so dropping IMMEDIATE can turn a wait into an error, never into a wrong outcome; and the " +
+			"adapter's write gate (one queue per process and file, a turn across processes) already serializes its writes, so the " +
+			"lock is not contended between them at all (the mutant passes every adapters/sqlite test)",
+	},
+	"sqlite:BeginTx:lock#1": {
+		what: `BeginTx: the DSN's _txlock=immediate -> deferred (transactions take the write lock at their first write)`,
+		why: "as sqlite:WriteGate:lock#1: a BeginTx transaction runs under the write gate, and a deferred " +
+			"one that would write on a stale snapshot fails SQLITE_BUSY_SNAPSHOT rather than writing",
+	},
+	"postgres:RequeueOrphan:lock#1": {
+		what: `RequeueOrphan: lock clause removed: "FOR UPDATE"`,
+		why: "RequeueOrphanLock, sent first in the same implicit transaction, already holds " +
+			"the orphan's claim row FOR UPDATE until it ends, so this second lock on the same row changes nothing " +
+			"(TestRequeueOrphanSkipsAnOrphanAnotherRequeueHolds, TestRequeueOrphanGivesWayToTheOwnersFinish)",
+	},
+	"postgres:ClaimTriggerRequests:lock#2": {
+		what: `ClaimTriggerRequests: lock clause removed: "SKIP LOCKED"`,
+		why: "SKIP LOCKED only makes a poller pass over requests another poller is " +
+			"claiming instead of waiting for them; without it the poller waits, and the UPDATE re-checks the claimable " +
+			"condition on the committed row, so each request still goes to one poller: slower under contention, never wrong",
+	},
+	"sqlite:ClaimTriggerRequests:cmp-strict#3": {
+		what: `ClaimTriggerRequests: "<=" -> "<" in "OR r.claim_until <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER))"`,
+		why: "a lapsed request claim becomes claimable at claim_until " +
+			"or one millisecond (the clock's resolution) later: either way the request's fence is bumped by the new " +
+			"claim and every hand-over is conditioned on the claimant's fence, so the poller whose claim lapsed can " +
+			"hand nothing over after it; only the moment another poller may take it moves, by 1 ms",
+	},
+	"sqlite:CreateEpisode:cmp-neg#3": {
+		what: `CreateEpisode: "=" -> "<>" in "CASE WHEN s.status = 'running' THEN CAST(round(unixepoch('subsec') * 1000) AS INTEGER) END"`,
+		why: "it swaps which new episodes get a creation-time timestamp (started_at or " +
+			"last_step_at, set to the statement's 'now', which SQLite keeps fixed within one statement, as created_at " +
+			"is): every decision that reads them reads coalesce(last_step_at, started_at, created_at), which is that " +
+			"same instant either way; only what the dashboard shows as started changes",
+	},
+	"sqlite:ClaimForRecoveryGrant:ret-swap#5": {
+		what: `ClaimForRecoveryGrant: returned "lease_until" and "claimed_at" swapped`,
+		why: "lease_until and claimed_at of a returned Claim are database times " +
+			"for display and diagnostics (claims.Claim's doc): the recovering node's local deadline starts from its " +
+			"own clock before the grant (grantStart) plus the lease, and no node compares either field with its clock",
+	},
+	"postgres:ArchiveEpisodes:lock#2": {
+		what: `ArchiveEpisodes: lock clause removed: "SKIP LOCKED"`,
+		why: "SKIP LOCKED only makes maintenance pass over rows a writer holds instead of " +
+			"waiting for them; without it maintenance waits and re-checks the archivable condition on the committed row",
+	},
 	// given_back's state = 'released' made state >= 'released': 'released'
 	// sorts after every other state the claims table's CHECK admits.
-	"sqlite:ListOrphanedEpisodes:cmp-strict#1":   releasedIsTheLastState,
-	"sqlite:RequeueOrphanTarget:cmp-strict#1":    releasedIsTheLastState,
-	"sqlite:RequeueOrphanTarget:cmp-strict#5":    releasedIsTheLastState,
-	"postgres:ListOrphanedEpisodes:cmp-strict#1": releasedIsTheLastState,
-	"postgres:RequeueOrphan:cmp-strict#1":        releasedIsTheLastState,
+	"sqlite:ListOrphanedEpisodes:cmp-strict#1": {
+		what: `ListOrphanedEpisodes: "=" -> ">=" in "CAST(coalesce(c.state = 'released' AND c.attempt <= e.attempts + e.max_attempts, 0) AS BOOLEAN) AS given_back"`,
+		why:  releasedIsTheLastState,
+	},
+	"sqlite:RequeueOrphanTarget:cmp-strict#1": {
+		what: `RequeueOrphanTarget: "=" -> ">=" in "CAST(coalesce((SELECT (x.state = 'released' OR e.status = 'queued')"`,
+		why:  releasedIsTheLastState,
+	},
+	"sqlite:RequeueOrphanTarget:cmp-strict#5": {
+		what: `RequeueOrphanTarget: "=" -> ">=" in "AND e.attempts + CASE WHEN coalesce((SELECT (x.state = 'released' OR e.status = 'queued')"`,
+		why:  releasedIsTheLastState,
+	},
+	"postgres:ListOrphanedEpisodes:cmp-strict#1": {
+		what: `ListOrphanedEpisodes: "=" -> ">=" in "coalesce(c.state = 'released' AND c.attempt <= e.attempts + e.max_attempts, false)::boolean AS given_back"`,
+		why:  releasedIsTheLastState,
+	},
+	"postgres:RequeueOrphan:cmp-strict#1": {
+		what: `RequeueOrphan: "=" -> ">=" in "SELECT coalesce((SELECT (cr.state = 'released' OR e.status = 'queued')"`,
+		why:  releasedIsTheLastState,
+	},
 }
+
+// equivalent is one listed survivor: its description as the generator
+// prints it, and why it cannot change an outcome.
+type equivalent struct{ what, why string }
 
 // releasedIsTheLastState: a claim's state is one of 'claimed', 'done',
 // 'failed' and 'released' (the CHECK of leasehold_work_claims.state in

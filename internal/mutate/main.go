@@ -337,7 +337,7 @@ func lastLine(s string) string {
 	return lines[len(lines)-1]
 }
 
-func sortedKeys(m map[string]bool) []string {
+func sortedKeys[V any](m map[string]V) []string {
 	var out []string
 	for k := range m {
 		out = append(out, k)
