@@ -59,6 +59,8 @@ func TestAcquireRaceAcrossProcesses(t *testing.T) {
 					mu.Lock()
 					wins[key] = append(wins[key], owner)
 					mu.Unlock()
+				} else {
+					t.Logf("%s: %s", owner, sc.Text()) // the child's test output: why it failed
 				}
 			}
 			if err := cmd.Wait(); err != nil {
@@ -93,7 +95,13 @@ func TestAcquireRaceChild(t *testing.T) {
 	s, owner := sqlite.New(db), os.Getenv(childOwnerEnv)
 	for i := range childKeys {
 		key := fmt.Sprintf("key-%d", i)
-		_, err := s.Acquire(ctx, claims.AcquireParams{Key: key, Owner: owner, Lease: time.Minute})
+		// ErrRetryable is the answer to a write lock that stayed busy
+		// past its bound (three processes and a loaded host): the caller
+		// asks again, as the runner does. The grant is still one per key.
+		var err error
+		for try := 0; try == 0 || errors.Is(err, claims.ErrRetryable) && try < 5; try++ {
+			_, err = s.Acquire(ctx, claims.AcquireParams{Key: key, Owner: owner, Lease: time.Minute})
+		}
 		switch {
 		case err == nil:
 			fmt.Printf("WON %s\n", key)

@@ -124,6 +124,21 @@ FROM (
 ) AS h
 WHERE h.held OR h.available;
 
+-- name: HolderSessions :one
+-- For a takeover past its bound: the database sessions of worker $1 (its
+-- pool sets application_name to its id), each with its state, how long its
+-- transaction and its state have lasted, what it waits for, and its
+-- statement. A SIGKILLed client's backend ends only when it next reads its
+-- socket: one still active or in a transaction holds its row locks, and a
+-- sweeper's requeue (NOWAIT) skips the rows it holds until it ends.
+SELECT coalesce(string_agg(format('pid %s %s, transaction %ss, state %ss, wait %s: %s', a.pid, a.state,
+           coalesce(round(extract(epoch FROM now() - a.xact_start)::numeric, 2)::text, '-'),
+           round(extract(epoch FROM now() - a.state_change)::numeric, 2),
+           coalesce(a.wait_event_type || ':' || a.wait_event, '-'),
+           left(regexp_replace(a.query, '\s+', ' ', 'g'), 100)), '; '), 'none')
+FROM pg_stat_activity AS a
+WHERE a.application_name = $1;
+
 -- name: Unsettled :one
 -- Episodes not yet in a terminal state; the suite waits for 0.
 SELECT count(*) FROM leasehold_episodes WHERE status IN ('queued', 'running', 'blocked');

@@ -123,6 +123,11 @@ FROM (
 ) AS h
 WHERE h.held OR h.available;
 
+-- name: HolderSessions :one
+-- See chaos.sql: SQLite has no server sessions; a dead process's write
+-- lock ends with its file handle.
+SELECT 'n/a (SQLite)' WHERE ?1 IS NOT NULL;
+
 -- name: Unsettled :one
 -- Episodes not yet in a terminal state; the suite waits for 0.
 SELECT count(*) FROM leasehold_episodes WHERE status IN ('queued', 'running', 'blocked');

@@ -209,6 +209,7 @@ type takeover struct {
 	took          time.Duration
 	tookAvailable time.Duration
 	lastHeld      string // the last sample that found work still held: what held it
+	sessions      string // the worker's database sessions when its work was first held past lease + sweep + margin
 	ok            bool
 }
 
@@ -914,6 +915,13 @@ func (r *chaosRun) watchTakeover(kind, id string, at, since time.Time, held int6
 			}
 			if err == nil && n > 0 {
 				x.lastHeld = fmt.Sprintf("at +%.2fs %s", time.Since(at).Seconds(), what)
+				if x.sessions == "" && time.Since(at) > r.cfg.lease+r.cfg.sweep+testbound.Margin {
+					var sessions string
+					if err := r.db.QueryRow(r.ctx, "HolderSessions", id).Scan(&sessions); err != nil {
+						sessions = "unknown: " + err.Error()
+					}
+					x.sessions = fmt.Sprintf("at +%.2fs %s", time.Since(at).Seconds(), sessions)
+				}
 			}
 			if err == nil && x.held < 0 {
 				x.held = n
@@ -1367,7 +1375,7 @@ func (r *chaosRun) check() {
 		bound, how := r.takeoverBound(x, restarts, sweeps, spans)
 		worst, worstOver, worstAvailable = max(worst, x.took), max(worstOver, x.took-bound), max(worstAvailable, x.tookAvailable)
 		if !x.ok || x.took > bound {
-			bad = append(bad, fmt.Sprintf("%s's held work (after %s) was still its own %.2fs later (bound %.2fs: %s; last seen held %s)", x.id, x.kind, x.took.Seconds(), bound.Seconds(), how, x.lastHeld))
+			bad = append(bad, fmt.Sprintf("%s's held work (after %s) was still its own %.2fs later (bound %.2fs: %s; last seen held %s; its database sessions %s)", x.id, x.kind, x.took.Seconds(), bound.Seconds(), how, x.lastHeld, x.sessions))
 		}
 	}
 	var slowestSweep time.Duration

@@ -120,7 +120,7 @@ func rollingWorker() int {
 	if os.Getenv(envDialect) == dialectSQLite {
 		be, err = openSQLite(ctx, os.Getenv(envURL), lease)
 	} else {
-		be, err = openPostgres(ctx, os.Getenv(envURL), lease)
+		be, err = openPostgres(ctx, os.Getenv(envURL), lease, id)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "rolling worker:", err)

@@ -124,7 +124,7 @@ func worker() int {
 	if os.Getenv(envDialect) == dialectSQLite {
 		be, err = openSQLite(ctx, os.Getenv(envURL), time.Duration(leaseMS)*time.Millisecond)
 	} else {
-		be, err = openPostgres(ctx, os.Getenv(envURL), time.Duration(leaseMS)*time.Millisecond)
+		be, err = openPostgres(ctx, os.Getenv(envURL), time.Duration(leaseMS)*time.Millisecond, id)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaos worker:", err)
@@ -202,13 +202,15 @@ type backend struct {
 	ledger ledgerDB
 }
 
-// openPostgres connects to url (this worker's proxy, search_path set): the
+// openPostgres connects to url (this worker's proxy, search_path set) as
+// worker id (application_name): the
 // poller is woken by NOTIFY and polls every 250 ms besides.
-func openPostgres(ctx context.Context, url string, lease time.Duration) (backend, error) {
+func openPostgres(ctx context.Context, url string, lease time.Duration, id string) (backend, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return backend{}, err
 	}
+	cfg.ConnConfig.RuntimeParams["application_name"] = id // the driver's HolderSessions finds them by it
 	cfg.MaxConns = 16
 	cfg.ConnConfig.ConnectTimeout = 2 * time.Second
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
