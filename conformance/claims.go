@@ -298,12 +298,17 @@ func RunClaims(t *testing.T, newBackend func(t *testing.T) ClaimsBackend) {
 		t.Parallel()
 		b := newBackend(t)
 		held := map[string]claims.Claim{}
-		for _, k := range []string{"run1", "run2", "stolen", "done"} {
+		for _, k := range []string{"run1", "run2", "stolen", "done", "again"} {
 			held[k] = mustAcquire(t, b, k, "node-a")
 		}
 		b.Expire(t, "stolen")
 		thief := mustAcquire(t, b, "stolen", "node-b")
 		require.NoError(t, b.Store.Complete(ctx(t), held["done"].Token))
+		// A -> A: node-a's own later grant of "again"; the list names the
+		// earlier one, whose fence alone tells them apart.
+		b.Expire(t, "again")
+		againNow := mustAcquire(t, b, "again", "node-a")
+		require.Equal(t, held["again"].Fence+1, againNow.Fence)
 
 		var list []claims.Held
 		for _, c := range held {
@@ -315,6 +320,8 @@ func RunClaims(t *testing.T, newBackend func(t *testing.T) ClaimsBackend) {
 		require.ElementsMatch(t, []claims.Held{{Key: "run1", Fence: 1}, {Key: "run2", Fence: 1}}, released)
 		require.Equal(t, claims.StateReleased, mustRow(t, b, "run1").State)
 		require.Equal(t, claims.StateClaimed, mustRow(t, b, "stolen").State, "a newer grant is never released")
+		require.Equal(t, claims.StateClaimed, mustRow(t, b, "again").State, "the same owner's newer grant is never released by the earlier fence")
+		require.Equal(t, againNow.Fence, mustRow(t, b, "again").Fence)
 		require.Equal(t, claims.StateDone, mustRow(t, b, "done").State)
 
 		// Released grants are claimable at once, at fence + 1.

@@ -398,6 +398,33 @@ func RunDeferred(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		require.Equal(t, later.RequestID, reqs[0].ID)
 	})
 
+	// A -> A: the same node's earlier grant differs from its current one
+	// only in the fence, which alone must refuse its retry (a retry ends
+	// the attempt: a stale one would release the live grant and queue the
+	// episode while it runs).
+	t.Run("RetryOfTheSameNodesEarlierGrantIsRefused", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		n := newEpisode("event:a:e:retry-aa")
+		n.ActorID, n.ExpectationID, n.Owner, n.Lease, n.Start = "a", "e", "node-a", time.Minute, true
+		res, err := b.Store.CreateEpisode(ctx(t), n)
+		require.NoError(t, err)
+		old := res.Claim
+		b.ExpireClaim(t, old.Key)
+		cur, err := b.Store.Acquire(ctx(t), claims.AcquireParams{Key: old.Key, Owner: "node-a", Lease: time.Minute, WorkType: "episode"})
+		require.NoError(t, err)
+		require.Equal(t, old.Fence+1, cur.Fence)
+
+		_, err = b.Store.RetryEpisode(ctx(t), res.Episode.ID, old.Token, episodes.Retry{ErrorClass: "error", Backoff: time.Hour})
+		require.ErrorIs(t, err, claims.ErrLeaseLost)
+		got := get(t, EpisodesBackend{Store: b.Store}, res.Episode.ID)
+		require.Equal(t, episodes.StatusRunning, got.Status, "the refused retry changed nothing")
+		require.EqualValues(t, 0, got.Attempts)
+		r, err := b.Store.RetryEpisode(ctx(t), res.Episode.ID, cur.Token, episodes.Retry{ErrorClass: "error", Backoff: time.Hour})
+		require.NoError(t, err, "the current grant is intact")
+		require.EqualValues(t, 1, r.Attempts)
+	})
+
 	t.Run("RetryMakesTheEpisodeAvailableAfterItsBackoff", func(t *testing.T) {
 		t.Parallel()
 		b := newBackend(t)

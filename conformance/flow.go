@@ -246,6 +246,13 @@ func runFlow(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		require.NoError(t, err)
 		ended := start("event:a:e:g4", "node-a")
 		require.NoError(t, b.Store.FinishEpisode(ctx(t), ended.Episode.ID, ended.Claim.Token, episodes.Finish{Status: episodes.StatusDone}))
+		// A -> A: node-a's own later grant of g5; the group names the
+		// earlier one, whose fence alone tells them apart.
+		earlier := start("event:a:e:g5", "node-a")
+		b.ExpireClaim(t, "event:a:e:g5")
+		current, err := b.Store.Acquire(ctx(t), claims.AcquireParams{Key: "event:a:e:g5", Owner: "node-a", Lease: time.Minute, WorkType: "episode"})
+		require.NoError(t, err)
+		require.Equal(t, earlier.Claim.Fence+1, current.Fence)
 
 		items := []episodes.FinishItem{
 			{ID: ok1.Episode.ID, Token: ok1.Claim.Token, Finish: episodes.Finish{Status: episodes.StatusDone, Result: []byte(`{"n":1}`),
@@ -254,6 +261,7 @@ func runFlow(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 				ErrorDetail: []byte(`{"panic":"x"}`)}},
 			{ID: stolen.Episode.ID, Token: stolen.Claim.Token, Finish: episodes.Finish{Status: episodes.StatusDone, StepNo: 1, StepData: []byte(`{}`)}},
 			{ID: ended.Episode.ID, Token: ended.Claim.Token, Finish: episodes.Finish{Status: episodes.StatusFailed}},
+			{ID: earlier.Episode.ID, Token: earlier.Claim.Token, Finish: episodes.Finish{Status: episodes.StatusDone, StepNo: 1, StepData: []byte(`{}`)}},
 		}
 		finished, err := b.Store.FinishEpisodes(ctx(t), "node-a", items)
 		require.NoError(t, err)
@@ -275,6 +283,11 @@ func runFlow(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		require.Empty(t, steps)
 		require.NoError(t, b.Store.FinishEpisode(ctx(t), stolen.Episode.ID, thief.Token, episodes.Finish{Status: episodes.StatusDone}), "the thief's grant is intact")
 		require.Equal(t, episodes.StatusDone, get(t, e, ended.Episode.ID).Status, "a terminal episode is not finished again")
+		require.Equal(t, episodes.StatusRunning, get(t, e, earlier.Episode.ID).Status, "the same node's earlier grant wrote nothing")
+		steps, err = b.Store.ListSteps(ctx(t), earlier.Episode.ID)
+		require.NoError(t, err)
+		require.Empty(t, steps)
+		require.NoError(t, b.Store.FinishEpisode(ctx(t), earlier.Episode.ID, current.Token, episodes.Finish{Status: episodes.StatusDone}), "node-a's current grant is intact")
 
 		again, err := b.Store.FinishEpisodes(ctx(t), "node-a", items[:2])
 		require.NoError(t, err)

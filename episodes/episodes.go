@@ -418,13 +418,21 @@ type finishRow struct {
 // FinishRows encodes items for FinishEpisodes' rows argument: a JSON
 // array, one object per run, with FinishEpisode's arguments (an empty
 // error class and absent documents are null). Every item must be fenced
-// by owner.
+// by owner, and no two may name one claim or one episode: the statements
+// pair each row with its claim and its episode by key and id (one live
+// grant per key, one run per episode), so a group that named one twice
+// could pair a stale row with the live grant.
 func FinishRows(owner string, items []FinishItem) ([]byte, error) {
 	rows := make([]finishRow, len(items))
+	keys, ids := make(map[string]bool, len(items)), make(map[int64]bool, len(items))
 	for i, it := range items {
 		if it.Token.Owner != owner {
 			return nil, fmt.Errorf("episodes: finish of episode %d is fenced on %s, not on the sending node %s", it.ID, it.Token.Owner, owner)
 		}
+		if keys[it.Token.Key] || ids[it.ID] {
+			return nil, fmt.Errorf("episodes: a finish group names episode %d or its claim %q twice", it.ID, it.Token.Key)
+		}
+		keys[it.Token.Key], ids[it.ID] = true, true
 		r := finishRow{ID: it.ID, ClaimKey: it.Token.Key, Fence: it.Token.Fence, Status: it.Status, ClaimState: it.ClaimState(),
 			Result: nullJSON(it.Result), ErrorDetail: nullJSON(it.ErrorDetail), StepNo: it.StepNo, StepData: nullJSON(it.StepData)}
 		if it.ErrorClass != "" {
