@@ -292,6 +292,11 @@ func RunClaims(t *testing.T, newBackend func(t *testing.T) ClaimsBackend) {
 		renewed, err = b.Store.RenewMany(ctx(t), "node-b", list, lease)
 		require.NoError(t, err)
 		require.Empty(t, renewed)
+		// Nor does an owner whose name sorts before node-a's (the owner is
+		// compared for equality, not order).
+		renewed, err = b.Store.RenewMany(ctx(t), "a-node", list, lease)
+		require.NoError(t, err)
+		require.Empty(t, renewed)
 	})
 
 	t.Run("ReleaseManyReleasesExactlyTheGrantsStillHeld", func(t *testing.T) {
@@ -315,6 +320,11 @@ func RunClaims(t *testing.T, newBackend func(t *testing.T) ClaimsBackend) {
 			list = append(list, claims.Held{Key: c.Key, Fence: c.Fence})
 		}
 		list = append(list, claims.Held{Key: "run1", Fence: 99}, claims.Held{Key: "never", Fence: 1})
+		// Another owner, whose name sorts before node-a's, presenting
+		// node-a's grants releases nothing.
+		none, err := b.Store.ReleaseMany(ctx(t), "a-node", list)
+		require.NoError(t, err)
+		require.Empty(t, none)
 		released, err := b.Store.ReleaseMany(ctx(t), "node-a", list)
 		require.NoError(t, err)
 		require.ElementsMatch(t, []claims.Held{{Key: "run1", Fence: 1}, {Key: "run2", Fence: 1}}, released)

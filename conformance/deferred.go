@@ -417,6 +417,10 @@ func RunDeferred(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 
 		_, err = b.Store.RetryEpisode(ctx(t), res.Episode.ID, old.Token, episodes.Retry{ErrorClass: "error", Backoff: time.Hour})
 		require.ErrorIs(t, err, claims.ErrLeaseLost)
+		forged := cur.Token
+		forged.Owner = "a-node" // the current fence under an owner sorting before node-a
+		_, err = b.Store.RetryEpisode(ctx(t), res.Episode.ID, forged, episodes.Retry{ErrorClass: "error", Backoff: time.Hour})
+		require.ErrorIs(t, err, claims.ErrLeaseLost, "the owner is part of the grant")
 		got := get(t, EpisodesBackend{Store: b.Store}, res.Episode.ID)
 		require.Equal(t, episodes.StatusRunning, got.Status, "the refused retry changed nothing")
 		require.EqualValues(t, 0, got.Attempts)

@@ -263,9 +263,26 @@ func runFlow(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 			{ID: ended.Episode.ID, Token: ended.Claim.Token, Finish: episodes.Finish{Status: episodes.StatusFailed}},
 			{ID: earlier.Episode.ID, Token: earlier.Claim.Token, Finish: episodes.Finish{Status: episodes.StatusDone, StepNo: 1, StepData: []byte(`{}`)}},
 		}
-		finished, err := b.Store.FinishEpisodes(ctx(t), "node-a", items)
+		// Another owner, whose name sorts before node-a's, naming node-a's
+		// grants by their keys and fences finishes nothing.
+		forged := make([]episodes.FinishItem, len(items))
+		for i, it := range items {
+			it.Token.Owner = "a-node"
+			forged[i] = it
+		}
+		finished, err := b.Store.FinishEpisodes(ctx(t), "a-node", forged)
+		require.NoError(t, err)
+		require.Empty(t, finished, "the owner is part of the grant")
+		// A grant its holder released (a drain's hand-over) finishes nothing.
+		released := start("event:a:e:g6", "node-a")
+		require.NoError(t, b.Store.Release(ctx(t), released.Claim.Token))
+		items = append(items, episodes.FinishItem{ID: released.Episode.ID, Token: released.Claim.Token,
+			Finish: episodes.Finish{Status: episodes.StatusDone, StepNo: 1, StepData: []byte(`{}`)}})
+
+		finished, err = b.Store.FinishEpisodes(ctx(t), "node-a", items)
 		require.NoError(t, err)
 		require.ElementsMatch(t, []int64{ok1.Episode.ID, ok2.Episode.ID}, finished, "only the rows whose grant is current")
+		require.Equal(t, episodes.StatusRunning, get(t, EpisodesBackend{Store: b.Store}, released.Episode.ID).Status, "a released grant wrote nothing")
 
 		e := EpisodesBackend{Store: b.Store}
 		got := get(t, e, ok1.Episode.ID)

@@ -58,6 +58,7 @@ var (
 	flagList     = flag.Bool("list", false, "print the generated mutants and run nothing")
 	flagVerbose  = flag.Bool("v", false, "name the test that caught each mutant")
 	flagMatch    = flag.String("match", "", "run only the generated mutants whose ID matches this regular expression")
+	flagWhat     = flag.String("what", "", "run only the generated mutants whose description matches this regular expression")
 )
 
 func run() error {

@@ -40,6 +40,13 @@ func runGenerated(ctx context.Context, scratch string, t target, n int, seed uin
 		}
 		all = slices.DeleteFunc(all, func(g generated) bool { return !re.MatchString(g.ID) })
 	}
+	if *flagWhat != "" {
+		re, err := regexp.Compile(*flagWhat)
+		if err != nil {
+			return tl, fmt.Errorf("-what: %w", err)
+		}
+		all = slices.DeleteFunc(all, func(g generated) bool { return !re.MatchString(g.What) })
+	}
 	picked := all
 	if n > 0 && n < len(all) {
 		picked = slices.Clone(all)
