@@ -120,8 +120,8 @@ MUTATE_SAMPLE ?= sqlserver=60,sqlite=20,postgres=20
 mutate:
 	scripts/with-postgres.sh $(GO) run ./internal/mutate -sample '$(MUTATE_SAMPLE)' $(if $(MUTATE_SEED),-seed $(MUTATE_SEED))
 
-## mutate-ci: the part of the mutation net CI runs on every landing, about
-## 10 minutes: the hand-labelled T-SQL set, and the Postgres mutants of the
+## mutate-ci: the part of the mutation net CI runs on every landing, 10-15
+## minutes: the hand-labelled T-SQL set, and the Postgres mutants of the
 ## classes an independent set found surviving: a fence comparison in the
 ## batched and attempt-ending statements (ReleaseClaims, RenewClaims,
 ## FinishEpisodes, RetryEpisode) and the fence routine leasehold_hold with
