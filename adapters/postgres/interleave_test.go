@@ -54,6 +54,16 @@ func interleave(t *testing.T, pool *pgxpool.Pool, compete func(tx pgx.Tx), op fu
 	}
 }
 
+// startedEpisode creates an episode of key, started under owner's grant
+// (a minute's lease).
+func startedEpisode(t *testing.T, s *postgres.Store, key, owner string) episodes.Created {
+	t.Helper()
+	o, err := s.CreateEpisode(t.Context(), episodes.New{ActorID: "a", ExpectationID: "e", TriggerType: episodes.TriggerEvent,
+		DedupeKey: key, MaxAttempts: 3, Owner: owner, Lease: time.Minute, Start: true})
+	require.NoError(t, err)
+	return o
+}
+
 // writes returns a competitor for interleave that runs stmts, each with
 // its args, and requires each to change a row.
 func writes(t *testing.T, stmts []string, args ...[]any) func(tx pgx.Tx) {
@@ -103,9 +113,7 @@ func TestClaimForRecoveryWaitsForTheOwnersFinish(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Schema(t)
 	s := postgres.New(pool)
-	o, err := s.CreateEpisode(t.Context(), episodes.New{ActorID: "a", ExpectationID: "e", TriggerType: episodes.TriggerEvent,
-		DedupeKey: "recovery-race", MaxAttempts: 3, Owner: "zombie", Lease: time.Minute, Start: true})
-	require.NoError(t, err)
+	o := startedEpisode(t, s, "recovery-race", "zombie")
 	pgtest.ExpireClaim(t, pool, o.Claim.Key)
 
 	waited, err := interleave(t, pool,
@@ -130,9 +138,7 @@ func TestRequeueOrphanGivesWayToTheOwnersFinish(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Schema(t)
 	s := postgres.New(pool)
-	o, err := s.CreateEpisode(t.Context(), episodes.New{ActorID: "a", ExpectationID: "e", TriggerType: episodes.TriggerEvent,
-		DedupeKey: "requeue-race", MaxAttempts: 3, Owner: "zombie", Lease: time.Minute, Start: true})
-	require.NoError(t, err)
+	o := startedEpisode(t, s, "requeue-race", "zombie")
 	pgtest.ExpireClaim(t, pool, o.Claim.Key)
 
 	waited, err := interleave(t, pool,
@@ -207,9 +213,7 @@ func TestCancelEpisodeWaitsForAGrant(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Schema(t)
 	s := postgres.New(pool)
-	o, err := s.CreateEpisode(t.Context(), episodes.New{ActorID: "a", ExpectationID: "e", TriggerType: episodes.TriggerEvent,
-		DedupeKey: "cancel-race", MaxAttempts: 3, Owner: "dead", Lease: time.Minute, Start: true})
-	require.NoError(t, err)
+	o := startedEpisode(t, s, "cancel-race", "dead")
 	pgtest.ExpireClaim(t, pool, o.Claim.Key)
 
 	var c episodes.Canceled
@@ -233,9 +237,7 @@ func TestCancelEpisodeWaitsForTheOwnersFinish(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Schema(t)
 	s := postgres.New(pool)
-	o, err := s.CreateEpisode(t.Context(), episodes.New{ActorID: "a", ExpectationID: "e", TriggerType: episodes.TriggerEvent,
-		DedupeKey: "cancel-finish-race", MaxAttempts: 3, Owner: "node-a", Lease: time.Minute, Start: true})
-	require.NoError(t, err)
+	o := startedEpisode(t, s, "cancel-finish-race", "node-a")
 
 	waited, err := interleave(t, pool,
 		writes(t, ownersFinish, []any{o.Claim.Key}, []any{o.Episode.ID}),
@@ -255,9 +257,7 @@ func TestHoldKeepsAStealWaitingUntilTheCallerCommits(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Schema(t)
 	s := postgres.New(pool)
-	o, err := s.CreateEpisode(t.Context(), episodes.New{ActorID: "a", ExpectationID: "e", TriggerType: episodes.TriggerEvent,
-		DedupeKey: "hold-race", MaxAttempts: 3, Owner: "node-a", Lease: time.Minute, Start: true})
-	require.NoError(t, err)
+	o := startedEpisode(t, s, "hold-race", "node-a")
 	pgtest.ExpireClaim(t, pool, o.Claim.Key) // stealable, but still node-a's grant until someone takes it
 
 	var stolen claims.Claim

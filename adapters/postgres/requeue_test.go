@@ -27,9 +27,7 @@ func TestRequeueOrphanSkipsAnOrphanAnotherRequeueHolds(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Schema(t)
 	s := postgres.New(pool)
-	o, err := s.CreateEpisode(t.Context(), episodes.New{ActorID: "a", ExpectationID: "e", TriggerType: episodes.TriggerEvent,
-		DedupeKey: "k", MaxAttempts: 3, Owner: "slow", Lease: time.Minute, Start: true})
-	require.NoError(t, err)
+	o := startedEpisode(t, s, "k", "slow")
 	require.NoError(t, s.Release(t.Context(), o.Claim.Token), "the holder gives the grant back")
 
 	// A lock wait would last a minute: only NOWAIT returns before the first
