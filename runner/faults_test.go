@@ -229,17 +229,16 @@ func TestEveryGrantPathStopsTheRunBeforeItsLeaseExpires(t *testing.T) {
 				if e.EpisodeID != episode {
 					continue
 				}
-				for { // a stop reported before the ending is still buffered
+				for drained := false; !drained; { // a stop reported before the ending may still be buffered
 					select {
 					case s := <-stops:
 						verify(path, s)
 						if s.episode == episode {
 							return
 						}
-						continue
 					default:
+						drained = true
 					}
-					break
 				}
 				require.Equal(t, runner.EventLeaseLost, e.Name, "%s: episode %d ended before its strategy was called", path, episode)
 				t.Logf("%s: the answer came after the local deadline; episode %d stopped before its strategy was called", path, episode)

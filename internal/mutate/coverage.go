@@ -133,9 +133,7 @@ func traceStatements(ctx context.Context, scratch string, t target) (statementTe
 	for routine, stmts := range callers {
 		for _, s := range stmts {
 			for _, u := range out[s] {
-				if !slices.Contains(out[routine], u) {
-					out[routine] = append(out[routine], u)
-				}
+				add(u, []string{routine})
 			}
 		}
 		if out[routine] == nil {
@@ -152,22 +150,9 @@ func traceStatements(ctx context.Context, scratch string, t target) (statementTe
 // routineCallers maps each routine t's migrations create to the generated
 // statements (in genDir) whose text calls it.
 func routineCallers(scratch string, t target, genDir string) (map[string][]string, error) {
-	if t.routines == "" {
-		return nil, nil
-	}
-	migrations, err := filepath.Glob(filepath.Join(scratch, filepath.FromSlash(t.routines)))
-	if err != nil {
+	rs, err := routinesOf(scratch, t)
+	if err != nil || len(rs) == 0 {
 		return nil, err
-	}
-	var routines []string
-	for _, f := range migrations {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return nil, err
-		}
-		for _, m := range routineBlock.FindAllStringSubmatch(string(b), -1) {
-			routines = append(routines, m[2])
-		}
 	}
 	files, err := filepath.Glob(filepath.Join(scratch, genDir, "*.sql.go"))
 	if err != nil {
@@ -180,9 +165,9 @@ func routineCallers(scratch string, t target, genDir string) (map[string][]strin
 			return nil, err
 		}
 		for _, m := range goConst.FindAllStringSubmatch(string(b), -1) {
-			for _, r := range routines {
-				if strings.Contains(m[2], r+"(") {
-					out[r] = append(out[r], m[1])
+			for _, r := range rs {
+				if strings.Contains(m[2], r.name+"(") {
+					out[r.name] = append(out[r.name], m[1])
 				}
 			}
 		}

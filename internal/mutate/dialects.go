@@ -75,6 +75,35 @@ var sqlName = regexp.MustCompile(`(?m)^-- name: (\w+) :\w+`)
 // procedure; group 1 is the block, group 2 the routine's name.
 var routineBlock = regexp.MustCompile(`(?s)-- \+goose StatementBegin\n(CREATE (?:OR REPLACE )?(?:FUNCTION|PROCEDURE) (\w+).*?)-- \+goose StatementEnd`)
 
+// routine is one function or procedure a migration's Up section creates.
+type routine struct{ file, name, body string } // file relative to the module root
+
+// routinesOf returns the routines t's migrations create (none when t has
+// no routines glob), in file order.
+func routinesOf(root string, t target) ([]routine, error) {
+	if t.routines == "" {
+		return nil, nil
+	}
+	migrations, err := filepath.Glob(filepath.Join(root, filepath.FromSlash(t.routines)))
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(migrations)
+	var out []routine
+	for _, f := range migrations {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		up, _, _ := strings.Cut(string(b), "-- +goose Down")
+		rel, _ := filepath.Rel(root, f)
+		for _, m := range routineBlock.FindAllStringSubmatch(up, -1) {
+			out = append(out, routine{file: filepath.ToSlash(rel), name: m[2], body: m[1]})
+		}
+	}
+	return out, nil
+}
+
 // mutantsOf generates every mutant of target t's statements in the module
 // at root.
 func mutantsOf(root string, t target) ([]generated, error) {
@@ -110,23 +139,12 @@ func mutantsOf(root string, t target) ([]generated, error) {
 			out = append(out, generate(t.dialect, rel, text[l[2]:l[3]], text[l[1]:end])...)
 		}
 	}
-	if t.routines != "" {
-		migrations, err := filepath.Glob(filepath.Join(root, filepath.FromSlash(t.routines)))
-		if err != nil {
-			return nil, err
-		}
-		sort.Strings(migrations)
-		for _, f := range migrations {
-			b, err := os.ReadFile(f)
-			if err != nil {
-				return nil, err
-			}
-			up, _, _ := strings.Cut(string(b), "-- +goose Down")
-			rel, _ := filepath.Rel(root, f)
-			for _, m := range routineBlock.FindAllStringSubmatch(up, -1) {
-				out = append(out, generate(t.dialect, filepath.ToSlash(rel), m[2], m[1])...)
-			}
-		}
+	rs, err := routinesOf(root, t)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range rs {
+		out = append(out, generate(t.dialect, r.file, r.name, r.body)...)
 	}
 	for _, g := range t.locks {
 		g.Dialect = t.dialect
