@@ -103,14 +103,29 @@ func TestDueWorkStartsAtItsDueTime(t *testing.T) {
 	nodetest.WaitEnded(t, delayed+retried, c.Sigs...)
 	require.Equal(t, delayed+retried, c.Count(t, "status = 'done'"))
 
-	rows, err := c.Pool.Query(ctx, `SELECT extract(epoch FROM (r.finished_at - r.run_after)) * 1000
+	// Each hand-over's lag, split at its claim: a late claim is a poller
+	// that woke late; a late finish after a timely claim is a slow hand-over.
+	rows, err := c.Pool.Query(ctx, `SELECT extract(epoch FROM (r.finished_at - r.run_after)) * 1000,
+			format('request %s (episode %s, fence %s, %s): claimed %s ms after due by %s, handed over %s ms later',
+				r.id, r.episode_id, r.fence, CASE WHEN r.opts IS NULL THEN 'no opts' ELSE 'opts' END,
+				round(extract(epoch FROM (r.claimed_at - r.run_after)) * 1000), r.claimed_by,
+				round(extract(epoch FROM (r.finished_at - r.claimed_at)) * 1000))
 		FROM leasehold_trigger_requests AS r WHERE r.status = 'completed'`)
 	require.NoError(t, err)
-	var lags []float64
+	var (
+		lags    []float64
+		details []string
+	)
 	for rows.Next() {
-		var ms float64
-		require.NoError(t, rows.Scan(&ms))
+		var (
+			ms     float64
+			detail string
+		)
+		require.NoError(t, rows.Scan(&ms, &detail))
 		lags = append(lags, ms)
+		if ms >= float64(testbound.Margin.Milliseconds())/4 {
+			details = append(details, detail)
+		}
 	}
 	require.NoError(t, rows.Err())
 	require.Len(t, lags, delayed+retried, "one hand-over per delayed episode and per retry")
@@ -118,11 +133,14 @@ func TestDueWorkStartsAtItsDueTime(t *testing.T) {
 	p50, p99 := lags[len(lags)/2], lags[(len(lags)*99)/100]
 	t.Logf("due-to-start over %d hand-overs: p50 %.1f ms, p99 %.1f ms, max %.1f ms (poll interval %v)",
 		len(lags), p50, p99, lags[len(lags)-1], interval)
+	if len(details) > 0 {
+		t.Logf("hand-overs later than a quarter of the margin: %v", details)
+	}
 	// On time is a timer, a claim and a hand-over: tens of milliseconds,
 	// and the scheduling margin of a loaded host at most; waiting for a
 	// tick of three nodes' 30 s intervals is seconds, most of them.
 	require.Less(t, lags[len(lags)-1], float64(testbound.Margin.Milliseconds()),
-		"a due request waited for the poll interval: lags %v", lags)
+		"a due request waited for the poll interval: lags %v; the late ones: %v", lags, details)
 }
 
 // heldUntil is a strategy whose run calls called (when set) and sends its

@@ -91,6 +91,12 @@ var equivalents = map[string]equivalent{
 			"or an episode twice before anything is sent (TestFinishRowsRefusesAClaimOrEpisodeNamedTwice), so the " +
 			"fence comparison beside it, loosened or not, can only repeat a match the key made",
 	},
+	"postgres:RetryEpisode:cmp-strict#5": {
+		what: `RetryEpisode: "=" -> ">=" in "WHERE episode.status = 'queued'"`,
+		why: "episode.status is what the episode CTE's UPDATE wrote, and it writes only 'queued' or " +
+			"'canceled' (the CASE on cancel_requested_at); 'canceled' sorts before 'queued', so >= 'queued' picks " +
+			"exactly the rows = 'queued' picks",
+	},
 	"postgres:FinishEpisodes:ret-swap#1": {
 		what: `FinishEpisodes: returned "c.dedupe_key" and "c.fence" swapped`,
 		why: "the claim CTE's RETURNING list is read only by the join below it, which names its columns " +

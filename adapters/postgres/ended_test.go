@@ -1,0 +1,116 @@
+package postgres_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasehold/leasehold/adapters/postgres"
+	"github.com/leasehold/leasehold/episodes"
+	"github.com/leasehold/leasehold/internal/pgtest"
+)
+
+// endEpisode ends an episode the way no statement of leasehold's does: its
+// status only, its claim left as it is (an operator's UPDATE, a writer of
+// another version). The finishing statements check the episode themselves,
+// not only its claim, so that such a writer is not overwritten.
+const endEpisode = `UPDATE leasehold_episodes SET status = 'canceled', finished_at = now() WHERE id = $1`
+
+// An ended episode whose grant is still claimed: a finish or a retry under
+// that grant writes nothing, neither the claim nor the episode nor a
+// request. Open episodes with a lower and a higher id are there so that a
+// check of the wrong episode (another id, a range of ids) is seen.
+func TestFinishAndRetryLeaveAnEndedEpisodeAndItsGrantAlone(t *testing.T) {
+	t.Parallel()
+	for name, op := range map[string]func(s *postgres.Store, o episodes.Created) error{
+		"FinishEpisodes": func(s *postgres.Store, o episodes.Created) error {
+			ids, err := s.FinishEpisodes(t.Context(), o.Claim.Owner, []episodes.FinishItem{
+				{ID: o.Episode.ID, Token: o.Claim.Token, Finish: episodes.Finish{Status: episodes.StatusDone}},
+			})
+			require.NoError(t, err)
+			if len(ids) == 0 {
+				return episodes.ErrLeaseLost
+			}
+			return nil
+		},
+		"RetryEpisode": func(s *postgres.Store, o episodes.Created) error {
+			_, err := s.RetryEpisode(t.Context(), o.Episode.ID, o.Claim.Token, episodes.Retry{ErrorClass: "boom", Backoff: time.Second})
+			return err
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			pool := pgtest.Schema(t)
+			s := postgres.New(pool)
+			startedEpisode(t, s, "open-below", "node-a")
+			o := startedEpisode(t, s, "ended", "node-a")
+			startedEpisode(t, s, "open-above", "node-a")
+			_, err := pool.Exec(t.Context(), endEpisode, o.Episode.ID)
+			require.NoError(t, err)
+
+			require.ErrorIs(t, op(s, o), episodes.ErrLeaseLost, "a write for an ended episode matched")
+			var (
+				state string
+				fence int64
+			)
+			require.NoError(t, pool.QueryRow(t.Context(),
+				`SELECT state, fence FROM leasehold_work_claims WHERE dedupe_key = $1`, o.Claim.Key).Scan(&state, &fence))
+			require.Equal(t, "claimed", state, "the ended episode's claim was written")
+			require.Equal(t, o.Claim.Fence, fence)
+			requireStaysEnded(t, s, pool, o)
+		})
+	}
+}
+
+// An episode that another transaction ends while a finish or a retry runs:
+// the statement's check saw the episode open (its snapshot); its write of
+// the episode waits for the row and must decide on the committed change,
+// not resurrect or overwrite the ended episode.
+func TestFinishAndRetryWaitForAnEpisodeEndedMeanwhile(t *testing.T) {
+	t.Parallel()
+	for name, op := range map[string]func(s *postgres.Store, o episodes.Created) error{
+		"FinishEpisodes": func(s *postgres.Store, o episodes.Created) error {
+			_, err := s.FinishEpisodes(t.Context(), o.Claim.Owner, []episodes.FinishItem{
+				{ID: o.Episode.ID, Token: o.Claim.Token, Finish: episodes.Finish{Status: episodes.StatusDone}},
+			})
+			return err
+		},
+		"RetryEpisode": func(s *postgres.Store, o episodes.Created) error {
+			_, err := s.RetryEpisode(t.Context(), o.Episode.ID, o.Claim.Token, episodes.Retry{ErrorClass: "boom", Backoff: time.Second})
+			if err != nil && !errors.Is(err, episodes.ErrLeaseLost) {
+				return err
+			}
+			return nil
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			pool := pgtest.Schema(t)
+			s := postgres.New(pool)
+			o := startedEpisode(t, s, "ended-meanwhile", "node-a")
+			waited, err := interleave(t, pool, writes(t, []string{endEpisode}, []any{o.Episode.ID}),
+				func() error { return op(s, o) })
+			require.True(t, waited, "%s did not wait for the episode's row lock", name)
+			require.NoError(t, err)
+			requireStaysEnded(t, s, pool, o)
+		})
+	}
+}
+
+// requireStaysEnded checks that o's episode is still as endEpisode left it:
+// canceled, its attempts unchanged, no request open for it.
+func requireStaysEnded(t *testing.T, s *postgres.Store, pool *pgxpool.Pool, o episodes.Created) {
+	t.Helper()
+	got, err := s.GetEpisode(t.Context(), o.Episode.ID)
+	require.NoError(t, err)
+	require.Equal(t, episodes.StatusCanceled, got.Status, "the ended episode was written")
+	require.Equal(t, o.Episode.Attempts, got.Attempts)
+	var open int
+	require.NoError(t, pool.QueryRow(t.Context(),
+		`SELECT count(*) FROM leasehold_trigger_requests WHERE episode_id = $1 AND status IN ('pending', 'claimed')`,
+		o.Episode.ID).Scan(&open))
+	require.Zero(t, open, "the ended episode was queued to run again")
+}
