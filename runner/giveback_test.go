@@ -88,9 +88,12 @@ func TestJournalWriteWaitsWhileTheLeaseIsRenewed(t *testing.T) {
 	t.Parallel()
 	// A renewal has lease - interval - margin (lease × (1 - 1/3 - 1/5))
 	// to land before the local deadline; that slack must cover the
-	// scheduling margin of a loaded host. At a 2 s lease it was 0.93 s,
-	// and make test-loaded once released the run.
-	const lease = testbound.Margin * 5 / 2
+	// scheduling margin of a loaded host, and so must the grant's answer
+	// before the run starts. At a 2 s lease it was 0.93 s, and make
+	// test-loaded once released the run; at 2.5 margins (2.33 s) a loaded
+	// run once saw no ending at all in a minute (before the runner reported
+	// a run that never started). Four margins leave 3.7 s.
+	const lease = testbound.Margin * 4
 	var fs *faultyStore
 	var once sync.Once
 	outage := make(chan struct{})

@@ -24,18 +24,19 @@ import (
 
 // Telemetry events the runner emits.
 const (
-	EventCreated   = "episode.created"    // this node's insert won the trigger
-	EventDuplicate = "episode.duplicate"  // another node's insert won; silent skip
-	EventBusy      = "episode.busy"       // the episode's claim was held elsewhere
-	EventStarted   = "episode.started"    // queued -> running under this node's grant
-	EventCompleted = "episode.completed"  // done
-	EventFailed    = "episode.failed"     // failed (error, panic, budget)
-	EventCanceled  = "episode.canceled"   // canceled
-	EventLeaseLost = "episode.lease_lost" // a fenced write matched nothing; the run stopped
-	EventReleased  = "episode.released"   // handed over on stop; still running for recovery
-	EventDeferred  = "episode.deferred"   // episode and trigger request written: trigger_only, delayed, or overflow
-	EventOverflow  = "episode.overflow"   // no free slot here: the episode is created available to the cluster
-	EventRetrying  = "episode.retrying"   // an attempt failed and may run again: available after its backoff (Attempt: the failed one)
+	EventCreated    = "episode.created"     // this node's insert won the trigger
+	EventDuplicate  = "episode.duplicate"   // another node's insert won; silent skip
+	EventBusy       = "episode.busy"        // the episode's claim was held elsewhere
+	EventStarted    = "episode.started"     // queued -> running under this node's grant
+	EventCompleted  = "episode.completed"   // done
+	EventFailed     = "episode.failed"      // failed (error, panic, budget)
+	EventCanceled   = "episode.canceled"    // canceled
+	EventLeaseLost  = "episode.lease_lost"  // a fenced write matched nothing; the run stopped
+	EventReleased   = "episode.released"    // handed over on stop; still running for recovery
+	EventNotStarted = "episode.not_started" // granted here, but StartEpisode did not land (finished, taken over, lease past its local deadline, database down): the grant was given back (Err says why)
+	EventDeferred   = "episode.deferred"    // episode and trigger request written: trigger_only, delayed, or overflow
+	EventOverflow   = "episode.overflow"    // no free slot here: the episode is created available to the cluster
+	EventRetrying   = "episode.retrying"    // an attempt failed and may run again: available after its backoff (Attempt: the failed one)
 	// Trigger-request poller (full nodes).
 	EventRequestDispatched = "trigger_request.dispatched" // claimed and handed to a local run
 	EventRequestSkipped    = "trigger_request.skipped"    // completed, but the episode was not ours to run

@@ -219,6 +219,7 @@ func (n *Node) execute(j *job) {
 		// database failed: either way another grant decides what happens now.
 		n.log.WarnContext(ctx, "leasehold: episode not started", slog.Int64("episode", j.ep.ID), slog.Any("error", err))
 		_ = n.release(j) // logged
+		n.emit(ctx, n.about(j, telemetry.Event{Name: EventNotStarted, Err: err}))
 		return
 	}
 	n.emit(ctx, n.about(j, telemetry.Event{Name: EventStarted, Attempt: j.ep.Attempt()}))

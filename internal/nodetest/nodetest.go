@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,7 +34,7 @@ func NewSignals() *Signals { return &Signals{ended: make(chan telemetry.Event, 1
 func (s *Signals) Observe(ctx context.Context, e telemetry.Event) {
 	s.Recorder.Observe(ctx, e)
 	switch e.Name {
-	case runner.EventCompleted, runner.EventFailed, runner.EventCanceled, runner.EventLeaseLost, runner.EventReleased:
+	case runner.EventCompleted, runner.EventFailed, runner.EventCanceled, runner.EventLeaseLost, runner.EventReleased, runner.EventNotStarted:
 		s.ended <- e
 	}
 }
@@ -42,8 +43,29 @@ func (s *Signals) Observe(ctx context.Context, e telemetry.Event) {
 // without a testing.TB (runnable examples).
 func (s *Signals) Ended() <-chan telemetry.Event { return s.ended }
 
+// seen lists each node's telemetry, in order, by event name and count
+// (runs of one name counted together), for a failure that says where
+// the runs stopped.
+func seen(sigs []*Signals) string {
+	var b strings.Builder
+	for i, s := range sigs {
+		fmt.Fprintf(&b, "[node %d:", i)
+		events := s.Events()
+		for j := 0; j < len(events); {
+			k := j
+			for k < len(events) && events[k].Name == events[j].Name {
+				k++
+			}
+			fmt.Fprintf(&b, " %s×%d", events[j].Name, k-j)
+			j = k
+		}
+		b.WriteString("] ")
+	}
+	return b.String()
+}
+
 // WaitEnded waits for n episode endings (completed, failed, canceled, lease
-// lost, released) across sigs, failing after a minute.
+// lost, released, not started) across sigs, failing after a minute.
 func WaitEnded(t testing.TB, n int, sigs ...*Signals) {
 	t.Helper()
 	merged := make(chan telemetry.Event)
@@ -70,7 +92,7 @@ func WaitEnded(t testing.TB, n int, sigs ...*Signals) {
 		select {
 		case <-merged:
 		case <-deadline:
-			t.Fatalf("only %d of %d episodes ended", i, n)
+			t.Fatalf("only %d of %d episodes ended; what the nodes reported: %s", i, n, seen(sigs))
 		}
 	}
 }
