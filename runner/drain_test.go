@@ -12,6 +12,7 @@ import (
 	"github.com/leasehold/leasehold/adapters/postgres"
 	"github.com/leasehold/leasehold/health"
 	"github.com/leasehold/leasehold/internal/nodetest"
+	"github.com/leasehold/leasehold/internal/testbound"
 	"github.com/leasehold/leasehold/recovery"
 	"github.com/leasehold/leasehold/runner"
 	"github.com/leasehold/leasehold/telemetry"
@@ -66,6 +67,11 @@ func TestDrainHandsOverAtOnce(t *testing.T) {
 		// of flowing to B, and the drain hands that queue over. B polls:
 		// what recovery restarts is available work, run by pollers.
 		if i == 0 {
+			// The forced runs' releases have half of DrainGrace after the
+			// deadline: the default (1 s) once left two unsent on a loaded
+			// host (make test-loaded), as in
+			// TestStopDeadlineCancelsStepsAndReleasesClaims.
+			cfg.DrainGrace = 2 * testbound.Margin
 			cfg.Poll.Disabled = true
 			cfg.Observer = watch{Observer: cfg.Observer, name: runner.EventDrainStarted, ch: drainStarted}
 		}
