@@ -208,8 +208,9 @@ func TestEveryGrantPathStopsTheRunBeforeItsLeaseExpires(t *testing.T) {
 	//
 	// A host so slow that the late answer came after the local deadline
 	// stops the run before its strategy is called (no Init, so no stop
-	// reported): the episode's ending with no stop before it is that, in
-	// time by construction.
+	// reported; the ending is lease lost, or not started when the start
+	// itself ran out of lease): the episode's ending with no stop before
+	// it is that, in time by construction.
 	verify := func(path string, s stopped) {
 		t.Helper()
 		require.NoError(t, s.qerr)
@@ -240,7 +241,10 @@ func TestEveryGrantPathStopsTheRunBeforeItsLeaseExpires(t *testing.T) {
 						drained = true
 					}
 				}
-				require.Equal(t, runner.EventLeaseLost, e.Name, "%s: episode %d ended before its strategy was called", path, episode)
+				// Lost at the check before Init, or earlier: StartEpisode's
+				// retries ran out at the local deadline (not started).
+				require.Contains(t, []string{runner.EventLeaseLost, runner.EventNotStarted}, e.Name,
+					"%s: episode %d ended before its strategy was called", path, episode)
 				t.Logf("%s: the answer came after the local deadline; episode %d stopped before its strategy was called", path, episode)
 				return
 			case <-time.After(time.Minute):
