@@ -143,6 +143,26 @@ WHERE a.application_name = $1;
 -- Episodes not yet in a terminal state; the suite waits for 0.
 SELECT count(*) FROM leasehold_episodes WHERE status IN ('queued', 'running', 'blocked');
 
+-- name: UnsettledBreakdown :many
+-- The unsettled episodes grouped by what they wait on (for a report when
+-- the suite's wait for 0 runs out): actor/expectation, status, the claim's
+-- state and whether its lease is live, its owner, and the open request's
+-- status and whether it is due.
+SELECT e.actor_id || '/' || e.expectation_id || ' ' || e.status
+        || ', claim ' || coalesce(c.state || CASE WHEN c.state = 'claimed' THEN CASE WHEN c.lease_until > now() THEN ' (live)' ELSE ' (expired)' END ELSE '' END
+            || ' by ' || c.owner_node, 'none')
+        || ', request ' || coalesce(r.status || CASE WHEN r.status = 'pending' AND r.run_after > now() THEN ' (not due)'
+            WHEN r.status = 'claimed' AND r.claim_until <= now() THEN ' (lapsed)' ELSE '' END
+            || coalesce(' by ' || r.claimed_by, ''), 'none') AS what,
+    count(*) AS n
+FROM leasehold_episodes AS e
+LEFT JOIN leasehold_work_claims AS c ON c.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id)
+LEFT JOIN leasehold_trigger_requests AS r ON r.episode_id = e.id
+WHERE e.status IN ('queued', 'running', 'blocked')
+GROUP BY 1
+ORDER BY 2 DESC, 1
+LIMIT 20;
+
 -- name: EpisodeAudit :many
 -- One row per episode with everything the invariants compare: its trigger
 -- and status, its claim row (the last grant), its journal (steps, fence of

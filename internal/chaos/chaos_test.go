@@ -1078,7 +1078,8 @@ func (r *chaosRun) settle() {
 		}
 		select {
 		case <-deadline.C:
-			t.Errorf("%d episodes still queued or running %v after the faults stopped (last error %v)", open, settleTimeout, err)
+			t.Errorf("%d episodes still queued or running %v after the faults stopped (last error %v); by what they wait on: %s",
+				open, settleTimeout, err, unsettledBreakdown(r.ctx, r.db))
 			r.watchers.Wait()
 			return
 		case <-tick.C:
@@ -1727,4 +1728,29 @@ func (r *chaosRun) reportShares() {
 	require.NoError(r.t, r.db.QueryRow(r.ctx, "RetriedAttempts").Scan(&attempts, &episodes))
 	r.say("done episodes by worker slot: %s; attempts failed transiently and retried: %d (of %d episodes)",
 		strings.Join(parts, ", "), attempts, episodes)
+}
+
+// unsettledBreakdown reports the unsettled episodes grouped by what they
+// wait on (UnsettledBreakdown), for a failure that says where work stuck.
+func unsettledBreakdown(ctx context.Context, db reads) string {
+	rows, err := db.Query(ctx, "UnsettledBreakdown")
+	if err != nil {
+		return "(unreadable: " + err.Error() + ")"
+	}
+	defer rows.Close()
+	var parts []string
+	for rows.Next() {
+		var (
+			what string
+			n    int64
+		)
+		if err := rows.Scan(&what, &n); err != nil {
+			return "(unreadable: " + err.Error() + ")"
+		}
+		parts = append(parts, fmt.Sprintf("%d × %s", n, what))
+	}
+	if err := rows.Err(); err != nil {
+		parts = append(parts, "(unreadable: "+err.Error()+")")
+	}
+	return strings.Join(parts, "; ")
 }
