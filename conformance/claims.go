@@ -234,6 +234,15 @@ func RunClaims(t *testing.T, newBackend func(t *testing.T) ClaimsBackend) {
 		row := mustRow(t, b, "k")
 		require.True(t, row.LeaseUntil.Equal(until))
 		require.Equal(t, c.Fence, row.Fence, "renewal is not a new grant")
+
+		// Another owner presenting the live grant's key and fence renews
+		// nothing, whether its name sorts after node-a's or before it (the
+		// owner is compared for equality, not order).
+		for _, other := range []string{"node-b", "a-node"} {
+			_, err := b.Store.Renew(ctx(t), claims.Token{Key: "k", Owner: other, Fence: c.Fence}, time.Hour)
+			require.ErrorIs(t, err, claims.ErrNotOwner, "renewed by %s", other)
+		}
+		require.True(t, mustRow(t, b, "k").LeaseUntil.Equal(until), "the lease was moved")
 	})
 
 	t.Run("ReleaseIsClaimableAtOnce", func(t *testing.T) {

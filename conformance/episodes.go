@@ -148,6 +148,10 @@ func RunEpisodes(t *testing.T, newBackend func(t *testing.T) EpisodesBackend) {
 		require.ErrorIs(t, err, claims.ErrLeaseLost)
 		_, err = b.Store.StartEpisode(ctx(t), ep.ID, claims.Token{Key: "k", Owner: "node-b", Fence: c.Fence})
 		require.ErrorIs(t, err, claims.ErrLeaseLost)
+		// Nor an owner whose name sorts before node-a's: the owner is
+		// compared for equality, not order.
+		_, err = b.Store.StartEpisode(ctx(t), ep.ID, claims.Token{Key: "k", Owner: "a-node", Fence: c.Fence})
+		require.ErrorIs(t, err, claims.ErrLeaseLost)
 		require.Equal(t, episodes.StatusQueued, get(t, b, ep.ID).Status)
 
 		next, err := b.Store.StartEpisode(ctx(t), ep.ID, c.Token)

@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -113,4 +114,52 @@ func requireStaysEnded(t *testing.T, s *postgres.Store, pool *pgxpool.Pool, o ep
 		`SELECT count(*) FROM leasehold_trigger_requests WHERE episode_id = $1 AND status IN ('pending', 'claimed')`,
 		o.Episode.ID).Scan(&open))
 	require.Zero(t, open, "the ended episode was queued to run again")
+}
+
+// StartEpisode decides on the claim's state, not only on its lease: a
+// grant that ended (done, released) while its lease_until is still ahead
+// of the start's clock starts nothing. Every ending sets lease_until to
+// its own transaction's now(), so this is a finish whose transaction
+// began after the start's statement did and committed before the start
+// read the row: its clock is ahead of the start's.
+func TestStartEpisodeRefusesAnEndedGrantWhoseLeaseLooksLive(t *testing.T) {
+	t.Parallel()
+	for _, state := range []string{"done", "released", "failed"} {
+		t.Run(state, func(t *testing.T) {
+			t.Parallel()
+			pool := pgtest.Schema(t)
+			s := postgres.New(pool)
+			o, err := s.CreateEpisode(t.Context(), episodes.New{ActorID: "a", ExpectationID: "e", TriggerType: episodes.TriggerEvent,
+				DedupeKey: "ended-" + state, MaxAttempts: 3, Owner: "node-a", Lease: time.Minute})
+			require.NoError(t, err)
+			_, err = pool.Exec(t.Context(), `UPDATE leasehold_work_claims
+				SET state = $2, lease_until = now() + interval '1 second', finished_at = now()
+				WHERE dedupe_key = $1`, o.Claim.Key, state)
+			require.NoError(t, err)
+			_, err = s.StartEpisode(t.Context(), o.Episode.ID, o.Claim.Token)
+			require.ErrorIs(t, err, episodes.ErrLeaseLost, "started under a %s grant", state)
+			got, err := s.GetEpisode(t.Context(), o.Episode.ID)
+			require.NoError(t, err)
+			require.Equal(t, episodes.StatusQueued, got.Status)
+		})
+	}
+}
+
+// A lease whose end is the statement's now() is over, for a start as for a
+// steal: AcquireClaim takes a lease with lease_until <= now(), so a start
+// must need lease_until > now(), or the same instant admits both. In one
+// transaction now() is one instant, which makes the boundary exact.
+func TestStartEpisodeTreatsALeaseEndingNowAsOver(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Schema(t)
+	o, err := postgres.New(pool).CreateEpisode(t.Context(), episodes.New{ActorID: "a", ExpectationID: "e", TriggerType: episodes.TriggerEvent,
+		DedupeKey: "ends-now", MaxAttempts: 3, Owner: "node-a", Lease: time.Minute})
+	require.NoError(t, err)
+	tx, err := pool.Begin(t.Context())
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	_, err = tx.Exec(t.Context(), `UPDATE leasehold_work_claims SET lease_until = now() WHERE dedupe_key = $1`, o.Claim.Key)
+	require.NoError(t, err)
+	_, err = postgres.New(tx).StartEpisode(t.Context(), o.Episode.ID, o.Claim.Token)
+	require.ErrorIs(t, err, episodes.ErrLeaseLost, "started on a lease that ends now")
 }

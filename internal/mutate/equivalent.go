@@ -91,6 +91,73 @@ var equivalents = map[string]equivalent{
 			"or an episode twice before anything is sent (TestFinishRowsRefusesAClaimOrEpisodeNamedTwice), so the " +
 			"fence comparison beside it, loosened or not, can only repeat a match the key made",
 	},
+	"sqlserver:RenewClaim:lock#2": {
+		what: `RenewClaim: lock clause removed: "ROWLOCK"`,
+		why: "a granularity hint only: the statement's UPDLOCK (and HOLDLOCK where it has one) and its WHERE decide, " +
+			"so without ROWLOCK the engine may take a page or table lock instead, which blocks more writers, never fewer, " +
+			"and no outcome changes",
+	},
+	"sqlserver:ReleaseClaim:lock#2": {
+		what: `ReleaseClaim: lock clause removed: "ROWLOCK"`,
+		why: "a granularity hint only: the statement's UPDLOCK (and HOLDLOCK where it has one) and its WHERE decide, " +
+			"so without ROWLOCK the engine may take a page or table lock instead, which blocks more writers, never fewer, " +
+			"and no outcome changes",
+	},
+	"sqlserver:ReleaseClaims:lock#2": {
+		what: `ReleaseClaims: lock clause removed: "ROWLOCK"`,
+		why: "a granularity hint only: the statement's UPDLOCK (and HOLDLOCK where it has one) and its WHERE decide, " +
+			"so without ROWLOCK the engine may take a page or table lock instead, which blocks more writers, never fewer, " +
+			"and no outcome changes",
+	},
+	"sqlserver:StartEpisode:lock#2": {
+		what: `StartEpisode: lock clause removed: "ROWLOCK"`,
+		why: "a granularity hint only: the statement's UPDLOCK (and HOLDLOCK where it has one) and its WHERE decide, " +
+			"so without ROWLOCK the engine may take a page or table lock instead, which blocks more writers, never fewer, " +
+			"and no outcome changes",
+	},
+	"sqlserver:AppendStep:lock#2": {
+		what: `AppendStep: lock clause removed: "ROWLOCK"`,
+		why: "a granularity hint only: the statement's UPDLOCK (and HOLDLOCK where it has one) and its WHERE decide, " +
+			"so without ROWLOCK the engine may take a page or table lock instead, which blocks more writers, never fewer, " +
+			"and no outcome changes",
+	},
+	"sqlserver:FinishEpisodes:lock#2": {
+		what: `FinishEpisodes: lock clause removed: "ROWLOCK"`,
+		why: "a granularity hint only: the statement's UPDLOCK (and HOLDLOCK where it has one) and its WHERE decide, " +
+			"so without ROWLOCK the engine may take a page or table lock instead, which blocks more writers, never fewer, " +
+			"and no outcome changes",
+	},
+	"sqlserver:AppendStep:cmp-strict#1": {
+		what: `AppendStep: ">" -> ">=" in "WHEN lease_until > DATEADD(millisecond, CAST(@lease_ms AS int), SYSUTCDATETIME())"`,
+		why: "the CASE keeps the later of two instants; where they are equal both branches give the same value " +
+			"(SYSUTCDATETIME() is evaluated once per statement), so > and >= write the same lease_until",
+	},
+	"sqlserver:RetryEpisode:cmp-strict#5": {
+		what: `RetryEpisode: "=" -> ">=" in "WHERE e.status = N'queued';"`,
+		why: "@episode holds what the episode UPDATE wrote (OUTPUT inserted.status), only N'queued' or N'canceled' " +
+			"(the CASE on cancel_requested_at); N'canceled' sorts before N'queued', so >= picks exactly the rows = picks",
+	},
+	"postgres:AcquireClaim:cmp-strict#1": {
+		what: `AcquireClaim: "<=" -> "<" in "WHERE c.state <> 'claimed' OR c.lease_until <= now()"`,
+		why: "the mutant only refuses a steal at the one instant a lease ends (lease_until = now() to the microsecond) " +
+			"and allows it a microsecond later: more conservative, never a second holder (the holder's local deadline is " +
+			"before lease_until, and StartEpisode and every fenced write need lease_until > now() or the fence, " +
+			"TestStartEpisodeTreatsALeaseEndingNowAsOver)",
+	},
+	"postgres:StartEpisode:drop#6": {
+		what: `StartEpisode: predicate removed: "AND e.archived_at IS NULL"`,
+		why: "archived_at IS NULL is implied by the status condition in the same statement (status IN ('queued', " +
+			"'running')): only ArchiveEpisodes sets archived_at, and only on terminal episodes, and RequeueEpisode, the " +
+			"one way back from a terminal status, refuses archived ones, so an archived episode is terminal for good and " +
+			"the statement matches nothing either way",
+	},
+	"postgres:ClaimForRecovery:drop#1": {
+		what: `ClaimForRecovery: predicate removed: "AND e.archived_at IS NULL"`,
+		why: "archived_at IS NULL is implied by the status condition in the same statement (status IN ('queued', " +
+			"'running')): only ArchiveEpisodes sets archived_at, and only on terminal episodes, and RequeueEpisode, the " +
+			"one way back from a terminal status, refuses archived ones, so an archived episode is terminal for good and " +
+			"the statement matches nothing either way",
+	},
 	"postgres:RetryEpisode:cmp-strict#5": {
 		what: `RetryEpisode: "=" -> ">=" in "WHERE episode.status = 'queued'"`,
 		why: "episode.status is what the episode CTE's UPDATE wrote, and it writes only 'queued' or " +
