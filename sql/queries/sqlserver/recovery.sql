@@ -400,7 +400,7 @@ BEGIN
         finished_at = SYSUTCDATETIME(),
         fence       = fence + 1,
         grant_kind  = CASE WHEN state = N'claimed' THEN N'steal' ELSE N'reclaim' END
-    OUTPUT inserted.dedupe_key, deleted.state, deleted.attempt INTO @fenced
+    OUTPUT inserted.dedupe_key, deleted.state AS was_state, deleted.attempt AS was_attempt INTO @fenced
     WHERE dedupe_key = @orphan_key
       AND ((state = N'claimed' AND lease_until <= SYSUTCDATETIME())
            OR state IN (N'released', N'done', N'failed'));
