@@ -302,6 +302,7 @@ func TestStaticLockHints(t *testing.T) {
 		everyRef     = iota // every reference to table (at least one)
 		updateTarget        // the UPDATE targets on table (at least one)
 		insertGuard         // every reference but the INSERT targets: the existence check guarding an insert
+		someRef             // at least one reference to table: the read that takes the lock the statement decides under
 	)
 	rules := []struct {
 		query string
@@ -322,6 +323,17 @@ func TestStaticLockHints(t *testing.T) {
 		{"StartEpisode", claimsTable, everyRef, fenced},
 		{"AppendStep", claimsTable, everyRef, fenced},
 		{"FinishEpisode", claimsTable, everyRef, fenced},
+		{"FinishEpisodes", claimsTable, everyRef, fenced},
+		// Cancel decides "held live" on the claim row read under a key-range
+		// lock held to the end (then fences it or asks its holder); a retry
+		// and an operator's requeue reuse the episode's request row, read
+		// under the same lock, so a poller's claim of it is ordered with them.
+		{"CancelEpisode", claimsTable, everyRef, fenced},
+		{"CancelEpisode", claimsTable, someRef, upsert},
+		{"CancelEpisode", requestsTable, everyRef, fenced},
+		{"RetryEpisode", claimsTable, everyRef, fenced},
+		{"RetryEpisode", requestsTable, someRef, upsert},
+		{"RequeueEpisode", requestsTable, someRef, upsert},
 		// Trigger requests: pollers pick disjoint batches; the hand-over is
 		// fenced on the request and grants the claim like AcquireClaim;
 		// expiry checks for a live claim under a key-range lock; the
@@ -370,6 +382,16 @@ func TestStaticLockHints(t *testing.T) {
 				refs, what = insertGuards(tree, q.SQL), "an insert-guarding read of"
 			}
 			var n int
+			if r.refs == someRef {
+				held := false
+				for _, ref := range refs {
+					held = held || strings.EqualFold(ref.table, r.table) && !slices.ContainsFunc(r.need, func(anyOf []string) bool {
+						return !slices.ContainsFunc(anyOf, func(h string) bool { return slices.Contains(ref.hints, h) })
+					})
+				}
+				require.True(t, held, "no reference to %s carries one of each of %v", r.table, r.need)
+				return
+			}
 			for _, ref := range refs {
 				if !strings.EqualFold(ref.table, r.table) {
 					continue

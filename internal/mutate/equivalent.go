@@ -97,6 +97,24 @@ var equivalents = map[string]equivalent{
 			"so without ROWLOCK the engine may take a page or table lock instead, which blocks more writers, never fewer, " +
 			"and no outcome changes",
 	},
+	"sqlserver:CancelEpisode:lock#4": {
+		what: `CancelEpisode: lock clause removed: "ROWLOCK"`,
+		why: "a granularity hint only: the statement's UPDLOCK (and HOLDLOCK where it has one) and its WHERE decide, " +
+			"so without ROWLOCK the engine may take a page or table lock instead, which blocks more writers, never fewer, " +
+			"and no outcome changes",
+	},
+	"sqlserver:CancelEpisode:lock#6": {
+		what: `CancelEpisode: lock clause removed: "ROWLOCK"`,
+		why: "a granularity hint only: the statement's UPDLOCK (and HOLDLOCK where it has one) and its WHERE decide, " +
+			"so without ROWLOCK the engine may take a page or table lock instead, which blocks more writers, never fewer, " +
+			"and no outcome changes",
+	},
+	"sqlserver:RetryEpisode:lock#2": {
+		what: `RetryEpisode: lock clause removed: "ROWLOCK"`,
+		why: "a granularity hint only: the statement's UPDLOCK (and HOLDLOCK where it has one) and its WHERE decide, " +
+			"so without ROWLOCK the engine may take a page or table lock instead, which blocks more writers, never fewer, " +
+			"and no outcome changes",
+	},
 	"sqlserver:ReleaseClaim:lock#2": {
 		what: `ReleaseClaim: lock clause removed: "ROWLOCK"`,
 		why: "a granularity hint only: the statement's UPDLOCK (and HOLDLOCK where it has one) and its WHERE decide, " +
