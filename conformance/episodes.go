@@ -472,6 +472,21 @@ func RunEpisodes(t *testing.T, newBackend func(t *testing.T) EpisodesBackend) {
 		b.ExpireClaim(t, ep.ClaimKey())
 		require.Equal(t, []int64{ep.ID}, orphans(t, b, 1), "episode:{id} keys are claims like any other")
 	})
+
+	t.Run("AQueuedEpisodeNobodyGrantedIsNoOrphanHoweverOld", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		// Queued, no claim and no request: staleness is for a running
+		// episode whose claim is gone; nothing ran here, so there is
+		// nothing to recover, whatever its age (the listing and the
+		// recovery grant agree).
+		ep, _ := create(t, b, "never-granted")
+		b.Age(t, ep.ID, time.Hour)
+		orphans(t, b, 0)
+		_, _, err := b.Store.ClaimForRecovery(ctx(t), ep.ID, "sweeper", time.Minute, time.Minute)
+		require.ErrorIs(t, err, claims.ErrBusy, "a queued episode nobody granted was taken over")
+		require.Equal(t, episodes.StatusQueued, get(t, b, ep.ID).Status)
+	})
 }
 
 // requireSameEpisode compares two episodes field by field, JSON fields as

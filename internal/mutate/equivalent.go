@@ -176,6 +176,11 @@ var equivalents = map[string]equivalent{
 			"one way back from a terminal status, refuses archived ones, so an archived episode is terminal for good and " +
 			"the statement matches nothing either way",
 	},
+	"postgres:ClaimForRecovery:cmp-strict#1": {
+		what: `ClaimForRecovery: "=" -> ">=" in "OR (e.status = 'running'"`,
+		why: "the orphan CTE already requires status IN ('running', 'queued'), and of those two only " +
+			"'running' sorts at or after 'running', so >= 'running' picks exactly the rows = 'running' picks",
+	},
 	"postgres:RetryEpisode:cmp-strict#5": {
 		what: `RetryEpisode: "=" -> ">=" in "WHERE episode.status = 'queued'"`,
 		why: "episode.status is what the episode CTE's UPDATE wrote, and it writes only 'queued' or " +
