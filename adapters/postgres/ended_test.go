@@ -2,7 +2,6 @@ package postgres_test
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -20,28 +19,35 @@ import (
 // not only its claim, so that such a writer is not overwritten.
 const endEpisode = `UPDATE leasehold_episodes SET status = 'canceled', finished_at = now() WHERE id = $1`
 
+// endingWrites are the statements that end an attempt under its grant, as
+// one run's call each: FinishEpisodes (a run missing from its answer lost
+// its grant) and RetryEpisode. Each returns episodes.ErrLeaseLost when it
+// wrote nothing for o.
+func endingWrites(t *testing.T) map[string]func(s *postgres.Store, o episodes.Created) error {
+	return map[string]func(s *postgres.Store, o episodes.Created) error{
+		"FinishEpisodes": func(s *postgres.Store, o episodes.Created) error {
+			ids, err := s.FinishEpisodes(t.Context(), o.Claim.Owner, []episodes.FinishItem{
+				{ID: o.Episode.ID, Token: o.Claim.Token, Finish: episodes.Finish{Status: episodes.StatusDone}},
+			})
+			if err == nil && len(ids) == 0 {
+				err = episodes.ErrLeaseLost
+			}
+			return err
+		},
+		"RetryEpisode": func(s *postgres.Store, o episodes.Created) error {
+			_, err := s.RetryEpisode(t.Context(), o.Episode.ID, o.Claim.Token, episodes.Retry{ErrorClass: "boom", Backoff: time.Second})
+			return err
+		},
+	}
+}
+
 // An ended episode whose grant is still claimed: a finish or a retry under
 // that grant writes nothing, neither the claim nor the episode nor a
 // request. Open episodes with a lower and a higher id are there so that a
 // check of the wrong episode (another id, a range of ids) is seen.
 func TestFinishAndRetryLeaveAnEndedEpisodeAndItsGrantAlone(t *testing.T) {
 	t.Parallel()
-	for name, op := range map[string]func(s *postgres.Store, o episodes.Created) error{
-		"FinishEpisodes": func(s *postgres.Store, o episodes.Created) error {
-			ids, err := s.FinishEpisodes(t.Context(), o.Claim.Owner, []episodes.FinishItem{
-				{ID: o.Episode.ID, Token: o.Claim.Token, Finish: episodes.Finish{Status: episodes.StatusDone}},
-			})
-			require.NoError(t, err)
-			if len(ids) == 0 {
-				return episodes.ErrLeaseLost
-			}
-			return nil
-		},
-		"RetryEpisode": func(s *postgres.Store, o episodes.Created) error {
-			_, err := s.RetryEpisode(t.Context(), o.Episode.ID, o.Claim.Token, episodes.Retry{ErrorClass: "boom", Backoff: time.Second})
-			return err
-		},
-	} {
+	for name, op := range endingWrites(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			pool := pgtest.Schema(t)
@@ -72,21 +78,7 @@ func TestFinishAndRetryLeaveAnEndedEpisodeAndItsGrantAlone(t *testing.T) {
 // not resurrect or overwrite the ended episode.
 func TestFinishAndRetryWaitForAnEpisodeEndedMeanwhile(t *testing.T) {
 	t.Parallel()
-	for name, op := range map[string]func(s *postgres.Store, o episodes.Created) error{
-		"FinishEpisodes": func(s *postgres.Store, o episodes.Created) error {
-			_, err := s.FinishEpisodes(t.Context(), o.Claim.Owner, []episodes.FinishItem{
-				{ID: o.Episode.ID, Token: o.Claim.Token, Finish: episodes.Finish{Status: episodes.StatusDone}},
-			})
-			return err
-		},
-		"RetryEpisode": func(s *postgres.Store, o episodes.Created) error {
-			_, err := s.RetryEpisode(t.Context(), o.Episode.ID, o.Claim.Token, episodes.Retry{ErrorClass: "boom", Backoff: time.Second})
-			if err != nil && !errors.Is(err, episodes.ErrLeaseLost) {
-				return err
-			}
-			return nil
-		},
-	} {
+	for name, op := range endingWrites(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			pool := pgtest.Schema(t)
@@ -95,7 +87,7 @@ func TestFinishAndRetryWaitForAnEpisodeEndedMeanwhile(t *testing.T) {
 			waited, err := interleave(t, pool, writes(t, []string{endEpisode}, []any{o.Episode.ID}),
 				func() error { return op(s, o) })
 			require.True(t, waited, "%s did not wait for the episode's row lock", name)
-			require.NoError(t, err)
+			require.ErrorIs(t, err, episodes.ErrLeaseLost, "%s wrote the episode another transaction ended", name)
 			requireStaysEnded(t, s, pool, o)
 		})
 	}
