@@ -181,6 +181,12 @@ var equivalents = map[string]equivalent{
 		why: "the orphan CTE already requires status IN ('running', 'queued'), and of those two only " +
 			"'running' sorts at or after 'running', so >= 'running' picks exactly the rows = 'running' picks",
 	},
+	"postgres:ClaimForRecovery:cmp-strict#3": {
+		what: `ClaimForRecovery: "=" -> ">=" in "WHERE (c.state = 'claimed' AND c.lease_until <= now()) OR c.state IN ('released', 'done', 'failed')"`,
+		why: "a claim's state is one of claimed, done, failed, released (the table's CHECK); every one of them " +
+			"sorts at or after 'claimed', and the three that are not 'claimed' are admitted by the IN list beside it " +
+			"whatever their lease, so the mutant admits exactly the rows the statement does",
+	},
 	"postgres:RetryEpisode:cmp-strict#5": {
 		what: `RetryEpisode: "=" -> ">=" in "WHERE episode.status = 'queued'"`,
 		why: "episode.status is what the episode CTE's UPDATE wrote, and it writes only 'queued' or " +
