@@ -338,6 +338,10 @@ func RunEpisodes(t *testing.T, newBackend func(t *testing.T) EpisodesBackend) {
 			_, _, err := b.Store.ClaimForRecovery(ctx(t), id, "sweeper", time.Minute, time.Millisecond)
 			require.ErrorIs(t, err, claims.ErrBusy, "episode %d", id)
 		}
+		// Nor was the finished episode's claim granted on the way: it is
+		// free to take, at the fence after its finish's.
+		again := acquire(t, b, "done", "node-b")
+		require.Equal(t, dc.Fence+1, again.Fence, "recovery granted a finished episode's claim")
 
 		// A journaled step extends the lease: listed, then alive again.
 		b.ExpireClaim(t, "live")
