@@ -187,6 +187,48 @@ var equivalents = map[string]equivalent{
 			"sorts at or after 'claimed', and the three that are not 'claimed' are admitted by the IN list beside it " +
 			"whatever their lease, so the mutant admits exactly the rows the statement does",
 	},
+	"postgres:ClaimForRecovery:drop#4": {
+		what: `ClaimForRecovery: predicate removed: "AND e.archived_at IS NULL"`,
+		why: "archived_at IS NULL is implied by the status condition beside it (status IN ('running', 'queued')): " +
+			"only ArchiveEpisodes sets archived_at, and only on terminal episodes, and RequeueEpisode refuses archived " +
+			"ones, so an archived episode is terminal for good and the UPDATE matches nothing either way",
+	},
+	"postgres:ClaimForRecovery:ret-swap#1": {
+		what: `ClaimForRecovery: returned "c.dedupe_key" and "c.owner_node" swapped`,
+		why: "the grant_row CTE's RETURNING list is read only by name (the episode UPDATE's SET and RETURNING name " +
+			"grant_row.owner_node, grant_row.dedupe_key, grant_row.fence, ...), and a RETURNING column keeps its expression's name " +
+			"wherever it stands: the swap changes the order of the CTE's columns, not what any name means",
+	},
+	"postgres:ClaimForRecovery:ret-swap#2": {
+		what: `ClaimForRecovery: returned "c.owner_node" and "c.fence" swapped`,
+		why: "the grant_row CTE's RETURNING list is read only by name (the episode UPDATE's SET and RETURNING name " +
+			"grant_row.owner_node, grant_row.dedupe_key, grant_row.fence, ...), and a RETURNING column keeps its expression's name " +
+			"wherever it stands: the swap changes the order of the CTE's columns, not what any name means",
+	},
+	"postgres:ClaimForRecovery:ret-swap#3": {
+		what: `ClaimForRecovery: returned "c.fence" and "c.attempt" swapped`,
+		why: "the grant_row CTE's RETURNING list is read only by name (the episode UPDATE's SET and RETURNING name " +
+			"grant_row.owner_node, grant_row.dedupe_key, grant_row.fence, ...), and a RETURNING column keeps its expression's name " +
+			"wherever it stands: the swap changes the order of the CTE's columns, not what any name means",
+	},
+	"postgres:ClaimForRecovery:ret-swap#4": {
+		what: `ClaimForRecovery: returned "c.attempt" and "c.lease_until" swapped`,
+		why: "the grant_row CTE's RETURNING list is read only by name (the episode UPDATE's SET and RETURNING name " +
+			"grant_row.owner_node, grant_row.dedupe_key, grant_row.fence, ...), and a RETURNING column keeps its expression's name " +
+			"wherever it stands: the swap changes the order of the CTE's columns, not what any name means",
+	},
+	"postgres:ClaimForRecovery:ret-swap#5": {
+		what: `ClaimForRecovery: returned "c.lease_until" and "c.claimed_at" swapped`,
+		why: "the grant_row CTE's RETURNING list is read only by name (the episode UPDATE's SET and RETURNING name " +
+			"grant_row.owner_node, grant_row.dedupe_key, grant_row.fence, ...), and a RETURNING column keeps its expression's name " +
+			"wherever it stands: the swap changes the order of the CTE's columns, not what any name means",
+	},
+	"postgres:ClaimForRecovery:ret-swap#6": {
+		what: `ClaimForRecovery: returned "c.claimed_at" and "c.grant_kind" swapped`,
+		why: "the grant_row CTE's RETURNING list is read only by name (the episode UPDATE's SET and RETURNING name " +
+			"grant_row.owner_node, grant_row.dedupe_key, grant_row.fence, ...), and a RETURNING column keeps its expression's name " +
+			"wherever it stands: the swap changes the order of the CTE's columns, not what any name means",
+	},
 	"postgres:RetryEpisode:cmp-strict#5": {
 		what: `RetryEpisode: "=" -> ">=" in "WHERE episode.status = 'queued'"`,
 		why: "episode.status is what the episode CTE's UPDATE wrote, and it writes only 'queued' or " +
