@@ -229,6 +229,12 @@ var equivalents = map[string]equivalent{
 			"grant_row.owner_node, grant_row.dedupe_key, grant_row.fence, ...), and a RETURNING column keeps its expression's name " +
 			"wherever it stands: the swap changes the order of the CTE's columns, not what any name means",
 	},
+	"postgres:ClaimForRecovery:cmp-strict#4": {
+		what: `ClaimForRecovery: "<=" -> "<" in "WHERE (c.state = 'claimed' AND c.lease_until <= now()) OR c.state IN ('released', 'done', 'failed')"`,
+		why: "as AcquireClaim's: the mutant refuses a takeover only at the one instant a lease ends " +
+			"(lease_until = now() to the microsecond) and allows it a microsecond later, which is more conservative " +
+			"and never makes a second holder",
+	},
 	"postgres:RetryEpisode:cmp-strict#5": {
 		what: `RetryEpisode: "=" -> ">=" in "WHERE episode.status = 'queued'"`,
 		why: "episode.status is what the episode CTE's UPDATE wrote, and it writes only 'queued' or " +
