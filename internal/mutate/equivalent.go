@@ -235,6 +235,12 @@ var equivalents = map[string]equivalent{
 			"(lease_until = now() to the microsecond) and allows it a microsecond later, which is more conservative " +
 			"and never makes a second holder",
 	},
+	"postgres:ClaimForRecovery:drop#3": {
+		what: `ClaimForRecovery: predicate removed: "AND e.status IN ('running', 'queued')"`,
+		why: "the final UPDATE's copy of the check: the orphan CTE checked the same episode row's status and " +
+			"locked it FOR UPDATE in the same statement, so the row cannot change before the UPDATE, which joins " +
+			"grant_row, written only for that orphan (the CTE's own check is drop#2, caught)",
+	},
 	"postgres:RetryEpisode:cmp-strict#5": {
 		what: `RetryEpisode: "=" -> ">=" in "WHERE episode.status = 'queued'"`,
 		why: "episode.status is what the episode CTE's UPDATE wrote, and it writes only 'queued' or " +
