@@ -121,10 +121,8 @@ func TestStartEpisodeRefusesAnEndedGrantWhoseLeaseLooksLive(t *testing.T) {
 			t.Parallel()
 			pool := pgtest.Schema(t)
 			s := postgres.New(pool)
-			o, err := s.CreateEpisode(t.Context(), episodes.New{ActorID: "a", ExpectationID: "e", TriggerType: episodes.TriggerEvent,
-				DedupeKey: "ended-" + state, MaxAttempts: 3, Owner: "node-a", Lease: time.Minute})
-			require.NoError(t, err)
-			_, err = pool.Exec(t.Context(), `UPDATE leasehold_work_claims
+			o := grantedEpisode(t, s, "ended-"+state, "node-a")
+			_, err := pool.Exec(t.Context(), `UPDATE leasehold_work_claims
 				SET state = $2, lease_until = now() + interval '1 second', finished_at = now()
 				WHERE dedupe_key = $1`, o.Claim.Key, state)
 			require.NoError(t, err)
@@ -144,9 +142,7 @@ func TestStartEpisodeRefusesAnEndedGrantWhoseLeaseLooksLive(t *testing.T) {
 func TestStartEpisodeTreatsALeaseEndingNowAsOver(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Schema(t)
-	o, err := postgres.New(pool).CreateEpisode(t.Context(), episodes.New{ActorID: "a", ExpectationID: "e", TriggerType: episodes.TriggerEvent,
-		DedupeKey: "ends-now", MaxAttempts: 3, Owner: "node-a", Lease: time.Minute})
-	require.NoError(t, err)
+	o := grantedEpisode(t, postgres.New(pool), "ends-now", "node-a")
 	tx, err := pool.Begin(t.Context())
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(context.Background()) }()

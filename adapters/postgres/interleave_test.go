@@ -58,8 +58,22 @@ func interleave(t *testing.T, pool *pgxpool.Pool, compete func(tx pgx.Tx), op fu
 // (a minute's lease).
 func startedEpisode(t *testing.T, s *postgres.Store, key, owner string) episodes.Created {
 	t.Helper()
+	return createOwned(t, s, key, owner, true)
+}
+
+// grantedEpisode creates an episode of key, still queued, with owner's
+// grant (a minute's lease): the state between a grant and its start.
+func grantedEpisode(t *testing.T, s *postgres.Store, key, owner string) episodes.Created {
+	t.Helper()
+	o := createOwned(t, s, key, owner, false)
+	require.Equal(t, episodes.StatusQueued, o.Episode.Status)
+	return o
+}
+
+func createOwned(t *testing.T, s *postgres.Store, key, owner string, start bool) episodes.Created {
+	t.Helper()
 	o, err := s.CreateEpisode(t.Context(), episodes.New{ActorID: "a", ExpectationID: "e", TriggerType: episodes.TriggerEvent,
-		DedupeKey: key, MaxAttempts: 3, Owner: owner, Lease: time.Minute, Start: true})
+		DedupeKey: key, MaxAttempts: 3, Owner: owner, Lease: time.Minute, Start: start})
 	require.NoError(t, err)
 	return o
 }
@@ -91,10 +105,7 @@ func TestStartEpisodeWaitsForAStealOfItsClaim(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Schema(t)
 	s := postgres.New(pool)
-	o, err := s.CreateEpisode(t.Context(), episodes.New{ActorID: "a", ExpectationID: "e", TriggerType: episodes.TriggerEvent,
-		DedupeKey: "start-race", MaxAttempts: 3, Owner: "node-a", Lease: time.Minute})
-	require.NoError(t, err)
-	require.Equal(t, episodes.StatusQueued, o.Episode.Status)
+	o := grantedEpisode(t, s, "start-race", "node-a")
 
 	waited, err := interleave(t, pool,
 		writes(t, []string{`UPDATE leasehold_work_claims SET owner_node = 'node-b', fence = fence + 1 WHERE dedupe_key = $1`}, []any{o.Claim.Key}),
