@@ -43,7 +43,13 @@ func TestCancelAndRetryAcrossNodes(t *testing.T) {
 		<-ctx.Done()
 		return runner.StepResult{}, ctx.Err()
 	}}
-	const lease = 3 * time.Second
+	// The holder must keep its lease while the cancel travels: with the
+	// default interval (lease/3) and margin (lease/5), a renewal has
+	// lease - lease/3 - lease/5 = 7/15 of the lease (2.8 s) to land after
+	// its tick, more than the scheduling margin a loaded host needs.
+	// Lease 3 s left 1.4 s, and under two CPU hogs a renewal missed it once:
+	// the run ended lease lost, not canceled.
+	const lease = 3 * testbound.Margin
 	heartbeat := lease / 3 // the default interval (claims.HeartbeatConfig)
 	c := nodetest.Start(t, 2, func(_ int, cfg *runner.Config) {
 		cfg.Lease = lease
@@ -60,8 +66,9 @@ func TestCancelAndRetryAcrossNodes(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, res.Ended, "held live by node-1: its holder is asked")
 	require.Equal(t, episodes.StatusRunning, res.Status)
-	nodetest.WaitEnded(t, 1, c.Sigs[1])
+	ended := nodetest.WaitEnded(t, 1, c.Sigs[1])
 	took := time.Since(asked)
+	require.Equal(t, runner.EventCanceled, ended[0].Name, "the run must end by its cancel; the nodes reported: %s", nodetest.Seen(c.Sigs...))
 	require.Less(t, took, heartbeat+testbound.Margin, "within one heartbeat interval (%v) and the finish", heartbeat)
 	t.Logf("a cancel asked on node-0 ended node-1's run %v later", took.Round(time.Millisecond))
 	ep, err := postgres.New(c.Pool).GetEpisode(ctx, out.EpisodeID)

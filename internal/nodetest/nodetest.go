@@ -65,8 +65,9 @@ func seen(sigs []*Signals) string {
 }
 
 // WaitEnded waits for n episode endings (completed, failed, canceled, lease
-// lost, released, not started) across sigs, failing after a minute.
-func WaitEnded(t testing.TB, n int, sigs ...*Signals) {
+// lost, released, not started) across sigs, failing after a minute, and
+// returns them in the order they were received.
+func WaitEnded(t testing.TB, n int, sigs ...*Signals) []telemetry.Event {
 	t.Helper()
 	merged := make(chan telemetry.Event)
 	stop := make(chan struct{})
@@ -88,14 +89,21 @@ func WaitEnded(t testing.TB, n int, sigs ...*Signals) {
 		}()
 	}
 	deadline := time.After(time.Minute)
+	ended := make([]telemetry.Event, 0, n)
 	for i := range n {
 		select {
-		case <-merged:
+		case e := <-merged:
+			ended = append(ended, e)
 		case <-deadline:
 			t.Fatalf("only %d of %d episodes ended; what the nodes reported: %s", i, n, seen(sigs))
 		}
 	}
+	return ended
 }
+
+// Seen says what each of sigs reported so far: event names in order, with
+// counts, for a failing assertion's message.
+func Seen(sigs ...*Signals) string { return seen(sigs) }
 
 // Strategy adapts functions to runner.Strategy; a nil InitFunc does nothing.
 type Strategy struct {
