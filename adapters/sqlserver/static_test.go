@@ -303,6 +303,7 @@ func TestStaticLockHints(t *testing.T) {
 		updateTarget        // the UPDATE targets on table (at least one)
 		insertGuard         // every reference but the INSERT targets: the existence check guarding an insert
 		someRef             // at least one reference to table: the read that takes the lock the statement decides under
+		txRead              // every read of table inside the batch's transaction (not a write's target): what its writes decide on
 	)
 	rules := []struct {
 		query string
@@ -380,6 +381,8 @@ func TestStaticLockHints(t *testing.T) {
 				refs, what = updateTargets(tree, q.SQL), "an UPDATE of"
 			case insertGuard:
 				refs, what = insertGuards(tree, q.SQL), "an insert-guarding read of"
+			case txRead:
+				refs, what = txReads(tree, q.SQL), "a read inside the transaction of"
 			}
 			var n int
 			if r.refs == someRef {
@@ -1333,6 +1336,42 @@ func insertGuards(tree any, sql string) []tableRef {
 	var out []tableRef
 	for _, ref := range tableRefs(tree, sql) {
 		if !targets[ref.start] {
+			out = append(out, ref)
+		}
+	}
+	return out
+}
+
+// txReads returns the references after the batch's first BEGIN
+// TRANSACTION that are not the target of an UPDATE, INSERT or DELETE (an
+// UPDATE's alias resolved through its FROM): the reads that the
+// transaction's writes are decided on.
+func txReads(tree any, sql string) []tableRef {
+	begin := -1.0
+	targets := map[int]bool{}
+	walk(tree, func(n node) {
+		switch getString(n, "$type") {
+		case "BeginTransactionStatement":
+			if off, _ := get(n, "StartOffset").(float64); begin < 0 || off < begin {
+				begin = off
+			}
+		case "UpdateSpecification", "InsertSpecification", "DeleteSpecification":
+			for _, target := range tableRefs(get(n, "Target"), sql) {
+				targets[target.start] = true
+				for _, from := range tableRefs(get(n, "FromClause"), sql) {
+					if from.alias != "" && strings.EqualFold(from.alias, target.table) {
+						targets[from.start] = true
+					}
+				}
+			}
+		}
+	})
+	if begin < 0 {
+		return nil
+	}
+	var out []tableRef
+	for _, ref := range tableRefs(tree, sql) {
+		if ref.start > int(begin) && !targets[ref.start] {
 			out = append(out, ref)
 		}
 	}
