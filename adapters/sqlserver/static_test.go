@@ -308,12 +308,25 @@ func TestStaticLockHints(t *testing.T) {
 	rules := []struct {
 		query string
 		table string
-		refs  int // everyRef, updateTarget or insertGuard
+		refs  int // everyRef, updateTarget, insertGuard, someRef or txRead
 		// need: for each inner list, one of its hints must be present.
 		need [][]string
 	}{
 		{"AcquireClaim", claimsTable, updateTarget, upsert},
 		{"ClaimForRecovery", claimsTable, updateTarget, upsert},
+		{"ClaimForRecovery", claimsTable, txRead, upsert},
+		// Recovery's restart decides, inside its transaction, on the claim
+		// row (fenced out under a key-range lock, or re-read absent under
+		// one), on the episode row (given back: its status read under the
+		// lock the UPDATE then takes) and on the episode's open request
+		// (none, under a key-range lock, so a poller's claim of a request
+		// cannot straddle it); the request row it reuses is the upsert of
+		// RetryEpisode's.
+		{"RequeueOrphan", claimsTable, updateTarget, upsert},
+		{"RequeueOrphan", claimsTable, txRead, upsert},
+		{"RequeueOrphan", episodesTable, txRead, upsert},
+		{"RequeueOrphan", requestsTable, txRead, upsert},
+		{"RequeueOrphan", requestsTable, updateTarget, upsert},
 		{"PutAgentDefinition", agentsTable, updateTarget, upsert},
 		{"RenewClaim", claimsTable, everyRef, fenced},
 		{"RenewClaims", claimsTable, everyRef, fenced},
@@ -344,12 +357,15 @@ func TestStaticLockHints(t *testing.T) {
 		{"ClaimTriggerRequests", requestsTable, everyRef, skipLocked},
 		{"DispatchTriggerRequest", requestsTable, updateTarget, fenced},
 		{"DispatchTriggerRequest", claimsTable, updateTarget, upsert},
+		{"DispatchTriggerRequest", episodesTable, updateTarget, fenced},
 		{"ExpireTriggerRequests", claimsTable, everyRef, upsert},
 		{"CreateDeferredEpisode", episodesTable, insertGuard, upsert},
+		{"CreateDeferredEpisodes", episodesTable, insertGuard, upsert},
 		// Findings: fenced on the work claim; the raise is an upsert of the
 		// one active row per (env, key).
 		{"RaiseFinding", claimsTable, everyRef, fenced},
 		{"RaiseFinding", findingsTable, updateTarget, upsert},
+		{"RaiseWaitingForNodeFinding", findingsTable, updateTarget, upsert},
 		{"UpdateFinding", claimsTable, everyRef, fenced},
 		{"UpdateFinding", findingsTable, updateTarget, fenced},
 		{"ClearFinding", claimsTable, everyRef, fenced},

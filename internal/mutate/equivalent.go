@@ -1,5 +1,7 @@
 package main
 
+import "strings"
+
 // equivalents lists the generated mutants that survive the tests because
 // they cannot change an outcome, each with the reason. A mutant listed here
 // is not counted as guarantee-breaking; every other survivor is, and must be
@@ -90,60 +92,6 @@ var equivalents = map[string]equivalent{
 			"row per key (the claims table's primary key) and episodes.FinishRows refuses a group that names a claim " +
 			"or an episode twice before anything is sent (TestFinishRowsRefusesAClaimOrEpisodeNamedTwice), so the " +
 			"fence comparison beside it, loosened or not, can only repeat a match the key made",
-	},
-	"sqlserver:RenewClaim:lock#2": {
-		what: `RenewClaim: lock clause removed: "ROWLOCK"`,
-		why: "a granularity hint only: the statement's UPDLOCK (and HOLDLOCK where it has one) and its WHERE decide, " +
-			"so without ROWLOCK the engine may take a page or table lock instead, which blocks more writers, never fewer, " +
-			"and no outcome changes",
-	},
-	"sqlserver:CancelEpisode:lock#4": {
-		what: `CancelEpisode: lock clause removed: "ROWLOCK"`,
-		why: "a granularity hint only: the statement's UPDLOCK (and HOLDLOCK where it has one) and its WHERE decide, " +
-			"so without ROWLOCK the engine may take a page or table lock instead, which blocks more writers, never fewer, " +
-			"and no outcome changes",
-	},
-	"sqlserver:CancelEpisode:lock#6": {
-		what: `CancelEpisode: lock clause removed: "ROWLOCK"`,
-		why: "a granularity hint only: the statement's UPDLOCK (and HOLDLOCK where it has one) and its WHERE decide, " +
-			"so without ROWLOCK the engine may take a page or table lock instead, which blocks more writers, never fewer, " +
-			"and no outcome changes",
-	},
-	"sqlserver:RetryEpisode:lock#2": {
-		what: `RetryEpisode: lock clause removed: "ROWLOCK"`,
-		why: "a granularity hint only: the statement's UPDLOCK (and HOLDLOCK where it has one) and its WHERE decide, " +
-			"so without ROWLOCK the engine may take a page or table lock instead, which blocks more writers, never fewer, " +
-			"and no outcome changes",
-	},
-	"sqlserver:ReleaseClaim:lock#2": {
-		what: `ReleaseClaim: lock clause removed: "ROWLOCK"`,
-		why: "a granularity hint only: the statement's UPDLOCK (and HOLDLOCK where it has one) and its WHERE decide, " +
-			"so without ROWLOCK the engine may take a page or table lock instead, which blocks more writers, never fewer, " +
-			"and no outcome changes",
-	},
-	"sqlserver:ReleaseClaims:lock#2": {
-		what: `ReleaseClaims: lock clause removed: "ROWLOCK"`,
-		why: "a granularity hint only: the statement's UPDLOCK (and HOLDLOCK where it has one) and its WHERE decide, " +
-			"so without ROWLOCK the engine may take a page or table lock instead, which blocks more writers, never fewer, " +
-			"and no outcome changes",
-	},
-	"sqlserver:StartEpisode:lock#2": {
-		what: `StartEpisode: lock clause removed: "ROWLOCK"`,
-		why: "a granularity hint only: the statement's UPDLOCK (and HOLDLOCK where it has one) and its WHERE decide, " +
-			"so without ROWLOCK the engine may take a page or table lock instead, which blocks more writers, never fewer, " +
-			"and no outcome changes",
-	},
-	"sqlserver:AppendStep:lock#2": {
-		what: `AppendStep: lock clause removed: "ROWLOCK"`,
-		why: "a granularity hint only: the statement's UPDLOCK (and HOLDLOCK where it has one) and its WHERE decide, " +
-			"so without ROWLOCK the engine may take a page or table lock instead, which blocks more writers, never fewer, " +
-			"and no outcome changes",
-	},
-	"sqlserver:FinishEpisodes:lock#2": {
-		what: `FinishEpisodes: lock clause removed: "ROWLOCK"`,
-		why: "a granularity hint only: the statement's UPDLOCK (and HOLDLOCK where it has one) and its WHERE decide, " +
-			"so without ROWLOCK the engine may take a page or table lock instead, which blocks more writers, never fewer, " +
-			"and no outcome changes",
 	},
 	"sqlserver:AppendStep:cmp-strict#1": {
 		what: `AppendStep: ">" -> ">=" in "WHEN lease_until > DATEADD(millisecond, CAST(@lease_ms AS int), SYSUTCDATETIME())"`,
@@ -280,6 +228,32 @@ var equivalents = map[string]equivalent{
 // equivalent is one listed survivor: its description as the generator
 // prints it, and why it cannot change an outcome.
 type equivalent struct{ what, why string }
+
+// classEquivalent is a kind of mutant that cannot change an outcome
+// wherever it is generated: every mutant of dialect whose description
+// ends with what.
+type classEquivalent struct{ dialect, what, why string }
+
+// classEquivalents are the kinds.
+var classEquivalents = []classEquivalent{
+	{"sqlserver", `lock clause removed: "ROWLOCK"`, "a granularity hint only: the statement's UPDLOCK (and HOLDLOCK where " +
+		"it has one) and its WHERE decide, so without ROWLOCK the engine may take a page or table lock instead, which " +
+		"blocks more writers, never fewer, and no outcome changes"},
+}
+
+// equivalentOf is g's entry in equivalents, or its kind's in
+// classEquivalents.
+func equivalentOf(g generated) (equivalent, bool) {
+	if eq, ok := equivalents[g.ID]; ok {
+		return eq, true
+	}
+	for _, c := range classEquivalents {
+		if strings.HasPrefix(g.ID, c.dialect+":") && strings.HasSuffix(g.What, c.what) {
+			return equivalent{what: g.What, why: c.why}, true
+		}
+	}
+	return equivalent{}, false
+}
 
 // releasedIsTheLastState: a claim's state is one of 'claimed', 'done',
 // 'failed' and 'released' (the CHECK of leasehold_work_claims.state in

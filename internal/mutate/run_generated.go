@@ -176,7 +176,7 @@ func newFailure(fails, baseline map[string]bool) bool {
 // record counts mutant g, caught by test by ("" when it survived; note
 // says why, when known), and prints its line.
 func (tl *tally) record(g generated, by string, verbose bool, note string, start time.Time) {
-	eq, isEq := equivalents[g.ID]
+	eq, isEq := equivalentOf(g)
 	breaks := !isEq
 	tl.total++
 	if breaks {
