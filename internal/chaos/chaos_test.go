@@ -1078,8 +1078,8 @@ func (r *chaosRun) settle() {
 		}
 		select {
 		case <-deadline.C:
-			t.Errorf("%d episodes still queued or running %v after the faults stopped (last error %v); by what they wait on: %s",
-				open, settleTimeout, err, unsettledBreakdown(r.ctx, r.db))
+			t.Errorf("%d episodes still queued or running %v after the faults stopped (last error %v); by what they wait on: %s%s",
+				open, settleTimeout, err, unsettledBreakdown(r.ctx, r.db), r.cl.stacks())
 			r.watchers.Wait()
 			return
 		case <-tick.C:

@@ -111,6 +111,8 @@ type cluster struct {
 	exe  string
 	env  func(slot int, id string) []string
 	book *triggerBook
+	// stacksDir receives the workers' goroutine dumps (stacks).
+	stacksDir string
 
 	mu      sync.Mutex
 	cur     []*proc
@@ -128,7 +130,8 @@ type cluster struct {
 }
 
 func newCluster(exe string, slots int, book *triggerBook, env func(slot int, id string) []string) *cluster {
-	return &cluster{exe: exe, env: env, book: book, cur: make([]*proc, slots), gens: make([]int, slots)}
+	dir, _ := os.MkdirTemp("", "leasehold-chaos-stacks-") // "" (no dumps) if it cannot be made
+	return &cluster{exe: exe, env: env, book: book, cur: make([]*proc, slots), gens: make([]int, slots), stacksDir: dir}
 }
 
 // start starts the next generation of slot; it does not wait for ready.
@@ -140,7 +143,7 @@ func (c *cluster) start(slot int) (*proc, error) {
 	id := fmt.Sprintf("worker-%d-%d", slot, gen)
 	errStopped := fmt.Errorf("start %s: the cluster is stopping", id)
 	cmd := exec.Command(c.exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), c.env(slot, id)...)
+	cmd.Env = append(append(os.Environ(), c.env(slot, id)...), envStacks+"="+c.stacksDir)
 	p := &proc{slot: slot, gen: gen, id: id, cmd: cmd, log: &tail{max: 16 << 10},
 		ready: make(chan struct{}), exited: make(chan struct{}),
 		intx: make(chan intx, 4), intxDone: make(chan string, 4), activity: map[grant][]time.Time{}}
@@ -316,6 +319,9 @@ func (c *cluster) stopAll() {
 		p.inMu.Unlock()
 	}
 	c.readers.Wait()
+	if c.stacksDir != "" {
+		_ = os.RemoveAll(c.stacksDir)
+	}
 }
 
 // triggerBook tracks every trigger the driver fired: how often it was sent,

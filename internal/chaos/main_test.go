@@ -25,6 +25,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	dumpStacksOnSignal(os.Getenv(envStacks), os.Getenv(envWorker))
 	if os.Getenv(envRolling) != "" {
 		os.Exit(rollingWorker())
 	}

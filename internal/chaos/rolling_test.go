@@ -636,8 +636,10 @@ func (r *rollingRun) settle() {
 		running = len(insts)
 		return err == nil && running == 0
 	})
-	require.True(t, ok, "%d episodes queued or running, %d order instances running, %v after the workload stopped; by what they wait on: %s",
-		open, running, settleTimeout, unsettledBreakdown(r.ctx, r.db))
+	if !ok {
+		t.Fatalf("%d episodes queued or running, %d order instances running, %v after the workload stopped; by what they wait on: %s%s",
+			open, running, settleTimeout, unsettledBreakdown(r.ctx, r.db), r.cl.stacks())
+	}
 	r.say("every unit of work answered; nothing queued or running %.1fs later", time.Since(began).Seconds())
 }
 
