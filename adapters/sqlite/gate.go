@@ -301,7 +301,7 @@ func (g *writeGate) takeTurn(ctx context.Context, o *op, deadline time.Time) err
 					freeSince = time.Now()
 				case time.Since(freeSince) > flagStale:
 					ignoreSeen = true
-					g.markStale(o.lane)
+					g.markStale(o.deferTo())
 				}
 				if !ignoreSeen {
 					sleep(ctx, poll)

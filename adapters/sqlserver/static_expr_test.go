@@ -893,13 +893,17 @@ func isCondition(e *ex) bool {
 
 // pgAtoms returns the atoms of every boolean expression of a Postgres
 // statement (see tsqlAtoms).
-func pgAtoms(sql string) []string {
+func pgAtoms(sql string) []string { return pgAtomsOf(sql, func(e *ex) *ex { return e }) }
+
+// pgAtomsOf returns the atoms of every root of a Postgres statement, each
+// root rewritten first.
+func pgAtomsOf(sql string, rewrite func(*ex) *ex) []string {
 	var out []string
 	for _, e := range pgRoots(sql) {
 		if e.op == "when" {
 			e = e.args[0]
 		}
-		atoms(e, false, &out)
+		atoms(rewrite(e), false, &out)
 	}
 	return out
 }

@@ -41,6 +41,8 @@ const (
 		"(or WHERE NOT EXISTS of the key); Postgres's ON CONFLICT names the key in its arbiter, not in a predicate"
 	whyRecheck = "checked twice: once by the lock-free read that finds the orphan, once on the locked row by the write " +
 		"(Postgres checks it once, under the orphan CTE's FOR UPDATE)"
+	whyReuseRequest = "the request is reused by an UPDATE joined to @episode (queued only), with the INSERT under IF @@ROWCOUNT = 0; " +
+		"the commit and the answer test @request or a canceled @episode (Postgres: ON CONFLICT (episode_id), and the episode CTE's rows)"
 	whyHeld = "the calling run's grant (fenced) and its episode are read into variables first (@held, @ep_id, @ep_env) and the finding's " +
 		"writes run under IF on them; Postgres reads them in CTEs joined into the writes"
 )
@@ -118,11 +120,9 @@ var tsqlOnly = []onlyInTSQL{
 			"$given_back = 1", "$given_back = 1"}},
 	{"RequeueOrphan", whyRecheck, []string{"@id = id", "status IN ('queued', 'running')", "archived_at IS NULL", "@attempts = attempts",
 		"@id = episode_id", "status IN ('claimed', 'pending')"}},
-	{"RequeueOrphan", "the request is reused by an UPDATE joined to @episode (queued only), with the INSERT under IF @@ROWCOUNT = 0; " +
-		"the commit and the answer test @request or a canceled @episode (Postgres: ON CONFLICT (episode_id), and the episode CTE's rows)",
+	{"RequeueOrphan", whyReuseRequest,
 		[]string{"episode_id = id", "'queued' = status", "0 = @@rowcount()", "'queued' = status", "'canceled' = status", "'canceled' = status"}},
-	{"RetryEpisode", "the request is reused by an UPDATE joined to @episode (queued only), with the INSERT under IF @@ROWCOUNT = 0; " +
-		"the commit and the answer test @request or a canceled @episode (Postgres: ON CONFLICT (episode_id), and the episode CTE's rows)",
+	{"RetryEpisode", whyReuseRequest,
 		[]string{"episode_id = id", "0 = @@rowcount()", "'queued' = status", "'canceled' = status", "'canceled' = status"}},
 	{"StartEpisode", "the grant test is one EXISTS under UPDLOCK in the episode UPDATE; Postgres reads it in the lease CTE (FOR SHARE) and tests EXISTS (SELECT 1 FROM lease)",
 		[]string{"EXISTS(leasehold_work_claims)"}},
@@ -132,16 +132,7 @@ var tsqlOnly = []onlyInTSQL{
 }
 
 // pgAtomsAll is pgAtoms with CTE columns kept, each as the column it names.
-func pgAtomsAll(sql string) []string {
-	var out []string
-	for _, e := range pgRoots(sql) {
-		if e.op == "when" {
-			e = e.args[0]
-		}
-		atoms(cteAsColumn(e), false, &out)
-	}
-	return out
-}
+func pgAtomsAll(sql string) []string { return pgAtomsOf(sql, cteAsColumn) }
 
 // cteAsColumn rewrites every CTE column reference (cte.col) as a plain
 // column (col).
