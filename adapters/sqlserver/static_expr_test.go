@@ -472,7 +472,11 @@ func firstTable(v any) string {
 // tsqlAtoms returns the atoms of every boolean expression in a T-SQL tree:
 // WHERE and JOIN conditions, IF predicates, CASE conditions, index filters,
 // subqueries included.
-func tsqlAtoms(tree any) []string {
+func tsqlAtoms(tree any) []string { return tsqlAtomsOf(tree, func(e *ex) *ex { return e }) }
+
+// tsqlAtomsOf returns the atoms of every predicate of a T-SQL batch, each
+// predicate rewritten first.
+func tsqlAtomsOf(tree any, rewrite func(*ex) *ex) []string {
 	r := newTSQLReader(tree)
 	var out []string
 	walk(tree, func(n node) {
@@ -481,7 +485,7 @@ func tsqlAtoms(tree any) []string {
 				if k == "Predicate" && getString(n, "$type") != "IfStatement" && getString(n, "$type") != "WhileStatement" {
 					continue
 				}
-				atoms(r.boolean(c), false, &out)
+				atoms(rewrite(r.boolean(c)), false, &out)
 			}
 		}
 	})

@@ -74,7 +74,7 @@ var tsqlOnly = []onlyInTSQL{
 		"Postgres's ON CONFLICT arbiter", []string{"@dedupe_key IS NULL", "NOT EXISTS(leasehold_episodes)"}},
 	{"CreateDeferredEpisodes", whyNested, []string{"0 < @@trancount()", "$nested = 0", "$nested = 0"}},
 	{"CreateDeferredEpisodes", "the dedupe as CreateDeferredEpisode's, per item; and the answer joins each created episode to its request " +
-		"(Postgres returns both from one row of the CTE chain)", []string{"NOT EXISTS(leasehold_episodes)", "episode_id = id"}},
+		"(Postgres returns both from one row of the CTE chain)", []string{"NOT EXISTS(leasehold_episodes)"}},
 	{"CreateEpisode", whyDuplicate, []string{"0 <> xact_state()", "error_number() NOT IN (2601, 2627)", "$duplicate = 0", "$duplicate = 1"}},
 	{"CreateEpisode", "the start: the grant's key is @claim_key (the UPDATE and the fresh INSERT's NOT EXISTS), and the start UPDATE finds " +
 		"the episode by (SELECT id FROM @created)", []string{"$claim_key = dedupe_key", "$claim_key = dedupe_key", "(SELECT FROM ) = id"}},
@@ -93,7 +93,7 @@ var tsqlOnly = []onlyInTSQL{
 	{"FinishEpisode", whyNested, []string{"0 < @@trancount()", "$nested = 0", "$nested = 0", "$nested = 1"}},
 	{"FinishEpisodes", "the rows are matched to their claims twice, each per row on key and fence: the claim UPDATE joins OPENJSON on " +
 		"(dedupe_key, fence), and the step INSERT and episode UPDATE each join @claim on (claim_key, fence); Postgres joins once, into matched",
-		[]string{"dedupe_key = dedupe_key", "claim_key = dedupe_key", "fence = fence"}},
+		[]string{"dedupe_key = dedupe_key", "fence = fence"}},
 	{"GetWorkflowStepByEpisode", "the filtered index's predicate (episode_id IS NOT NULL), spelled out so the optimizer may use it", []string{"episode_id IS NOT NULL"}},
 	{"HeartbeatNode", whyUpsert, []string{"@node_id = node_id", "0 = @@rowcount()"}},
 	{"HoldClaim", "Postgres calls leasehold_hold (its predicates are checked against the procedure by TestStaticHoldMatchesItsProcedure); " +
@@ -134,18 +134,37 @@ var tsqlOnly = []onlyInTSQL{
 // pgAtomsAll is pgAtoms with CTE columns kept, each as the column it names.
 func pgAtomsAll(sql string) []string { return pgAtomsOf(sql, cteAsColumn) }
 
+// tsqlAtomsAll is tsqlAtoms with every local variable read as a plain
+// column: what Postgres computes in a CTE (cte.col, see pgAtomsAll) T-SQL
+// computes into a variable of the same name (@col) or an OUTPUT table, so
+// the forward half compares both as columns.
+func tsqlAtomsAll(tree any) []string {
+	return tsqlAtomsOf(tree, func(e *ex) *ex { return asColumns(e, "var") })
+}
+
 // cteAsColumn rewrites every CTE column reference (cte.col) as a plain
 // column (col).
-func cteAsColumn(e *ex) *ex {
+func cteAsColumn(e *ex) *ex { return asColumns(e, "cte") }
+
+// asColumns rewrites every reference of kind op (cte: cte.col; var: a
+// T-SQL variable) as a plain column of the same name, comparisons and IN
+// lists put back in canonical order.
+func asColumns(e *ex, op string) *ex {
 	if e == nil {
 		return nil
 	}
 	c := &ex{op: e.op, s: e.s}
-	if c.op == "cte" {
+	if c.op == op {
 		c.op, c.s = "col", c.s[strings.Index(c.s, ".")+1:]
 	}
 	for _, a := range e.args {
-		c.args = append(c.args, cteAsColumn(a))
+		c.args = append(c.args, asColumns(a, op))
+	}
+	switch {
+	case c.op == "cmp":
+		return mkCmp(c.s, c.args[0], c.args[1])
+	case c.op == "in" || c.op == "notin":
+		return mkIn(c.op == "notin", c.args[0], c.args[1:])
 	}
 	return c
 }
