@@ -139,6 +139,21 @@ SELECT coalesce(string_agg(format('pid %s %s, transaction %ss, state %ss, wait %
 FROM pg_stat_activity AS a
 WHERE a.application_name = $1;
 
+-- name: BusySessions :one
+-- For a run that stops answering: every session of the server that is not
+-- idle, oldest transaction first, with what it waits for and the pids that
+-- block it. A session idle in a transaction for seconds holds its row locks
+-- against everyone behind it.
+SELECT coalesce(string_agg(format('pid %s %s (%s), transaction %ss, state %ss, wait %s, blocked by %s: %s', a.pid, a.state,
+           coalesce(nullif(a.application_name, ''), '-'),
+           coalesce(round(extract(epoch FROM now() - a.xact_start)::numeric, 2)::text, '-'),
+           round(extract(epoch FROM now() - a.state_change)::numeric, 2),
+           coalesce(a.wait_event_type || ':' || a.wait_event, '-'),
+           coalesce(nullif(array_to_string(pg_blocking_pids(a.pid), ','), ''), 'none'),
+           left(regexp_replace(a.query, '\s+', ' ', 'g'), 100)), '; ' ORDER BY a.xact_start NULLS LAST), 'none')
+FROM pg_stat_activity AS a
+WHERE a.backend_type = 'client backend' AND a.state <> 'idle' AND a.pid <> pg_backend_pid();
+
 -- name: Unsettled :one
 -- Episodes not yet in a terminal state; the suite waits for 0.
 SELECT count(*) FROM leasehold_episodes WHERE status IN ('queued', 'running', 'blocked');

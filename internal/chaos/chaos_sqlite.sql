@@ -128,6 +128,10 @@ WHERE h.held OR h.available;
 -- lock ends with its file handle.
 SELECT 'n/a (SQLite)' WHERE ?1 IS NOT NULL;
 
+-- name: BusySessions :one
+-- See chaos.sql: SQLite has no server sessions.
+SELECT 'n/a (SQLite)';
+
 -- name: Unsettled :one
 -- Episodes not yet in a terminal state; the suite waits for 0.
 SELECT count(*) FROM leasehold_episodes WHERE status IN ('queued', 'running', 'blocked');

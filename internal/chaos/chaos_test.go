@@ -1033,6 +1033,16 @@ func (r *chaosRun) addTakeover(x takeover) {
 	r.takeovers = append(r.takeovers, x)
 }
 
+// whyStuck is whyUnanswered with the state of each worker's proxy.
+func (r *chaosRun) whyStuck() string {
+	var b strings.Builder
+	b.WriteString(r.cl.whyUnanswered(r.ctx, r.db))
+	for slot, px := range r.proxies {
+		fmt.Fprintf(&b, "\nproxy of slot %d: %v", slot, px)
+	}
+	return b.String()
+}
+
 // settle ends the run: every slot live again, every trigger answered by
 // some Fire, then nothing queued or running in the database.
 func (r *chaosRun) settle() {
@@ -1047,7 +1057,9 @@ func (r *chaosRun) settle() {
 		}
 	}
 	for slot := range r.cfg.workers {
-		require.NoError(t, waitReady(r.cl.current(slot), readyTimeout))
+		if err := waitReady(r.cl.current(slot), readyTimeout); err != nil {
+			t.Fatalf("after the faults: %v%s", err, r.whyStuck())
+		}
 	}
 	r.say("faults stopped after %v; all %d workers live (%d restarted now); no new triggers", r.cfg.duration, r.cfg.workers, restarted)
 
@@ -1058,7 +1070,7 @@ func (r *chaosRun) settle() {
 	select {
 	case <-r.book.settled:
 	case <-deadline.C:
-		t.Errorf("%d triggers were never answered by any worker within %v", r.book.pendingCount(), settleTimeout)
+		t.Errorf("%d triggers were never answered by any worker within %v%s", r.book.pendingCount(), settleTimeout, r.whyStuck())
 		r.stopFire()
 		r.firing.Wait()
 		r.watchers.Wait()

@@ -5,6 +5,7 @@ package chaos_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -127,6 +128,7 @@ type cluster struct {
 
 	writesMu     sync.Mutex
 	writesFailed map[string]int // "<statement> <why>" -> count
+	fireErrs     map[string]int // a fireerr answer's error, trigger left out -> count
 }
 
 func newCluster(exe string, slots int, book *triggerBook, env func(slot int, id string) []string) *cluster {
@@ -190,6 +192,12 @@ func (c *cluster) read(p *proc, stdout io.Reader) {
 			c.book.answer(f[1], true, f[2] == "created")
 		case f[0] == "fireerr" && len(f) >= 2:
 			c.book.answer(f[1], false, false)
+			c.writesMu.Lock()
+			if c.fireErrs == nil {
+				c.fireErrs = map[string]int{}
+			}
+			c.fireErrs[strings.Join(f[2:], " ")]++
+			c.writesMu.Unlock()
 			fmt.Fprintf(p.log, "(stdout) %s\n", sc.Text()) // shown with its stderr when a test fails
 		case f[0] == "event" && len(f) >= 2 && f[1] == "lease_lost":
 			c.leaseLost.Add(1)
@@ -615,4 +623,40 @@ func TestNoHealthyWorker(t *testing.T) {
 		require.Equal(t, c.want, noHealthyWorker(spans, 2, at(c.from), at(c.to)), "[%d, %d]", c.from, c.to)
 	}
 	require.Zero(t, noHealthyWorker(spans, 3, at(0), at(30)), "a third slot was never busy")
+}
+
+// whyUnanswered explains a run whose triggers stopped being answered: the
+// errors the workers' Fire calls returned (most frequent first), the
+// database sessions that are busy and who blocks them, what open work
+// waits on, and the workers' goroutines.
+func (c *cluster) whyUnanswered(ctx context.Context, db reads) string {
+	c.writesMu.Lock()
+	type tally struct {
+		msg string
+		n   int
+	}
+	var errs []tally
+	for msg, n := range c.fireErrs {
+		errs = append(errs, tally{msg, n})
+	}
+	c.writesMu.Unlock()
+	slices.SortFunc(errs, func(a, b tally) int { return b.n - a.n })
+	var b strings.Builder
+	b.WriteString("\nFire errors:")
+	if len(errs) == 0 {
+		b.WriteString(" none")
+	}
+	for i, e := range errs {
+		if i == 10 {
+			fmt.Fprintf(&b, "\n  … %d other messages", len(errs)-i)
+			break
+		}
+		fmt.Fprintf(&b, "\n  %6d× %s", e.n, e.msg)
+	}
+	var sessions string
+	if err := db.QueryRow(ctx, "BusySessions").Scan(&sessions); err != nil {
+		sessions = "(unreadable: " + err.Error() + ")"
+	}
+	fmt.Fprintf(&b, "\nbusy database sessions: %s\nopen work by what it waits on: %s%s", sessions, unsettledBreakdown(ctx, db), c.stacks())
+	return b.String()
 }

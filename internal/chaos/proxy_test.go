@@ -3,6 +3,7 @@
 package chaos_test
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -89,6 +90,21 @@ func (p *proxy) slow(d time.Duration) { p.delay.Store(int64(d)) }
 
 // fast ends slow answers for the bytes read from now on.
 func (p *proxy) fast() { p.delay.Store(0) }
+
+// String reports the proxy's state, for a failure's report: open or
+// frozen, the answers' delay, and how many connections it carries (each
+// worker connection is two: the worker's and the server's).
+func (p *proxy) String() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	state := "open"
+	select {
+	case <-p.open:
+	default:
+		state = "FROZEN"
+	}
+	return fmt.Sprintf("%s → %s: %s, answers delayed %v, %d connections", p.ln.Addr(), p.target, state, time.Duration(p.delay.Load()), len(p.conns))
+}
 
 // pass waits while the proxy is frozen; false when it is closing.
 func (p *proxy) pass() bool {

@@ -622,7 +622,7 @@ func (r *rollingRun) settle() {
 	select {
 	case <-r.book.settled:
 	case <-time.After(settleTimeout):
-		t.Fatalf("%d units of work never answered within %v", r.book.pendingCount(), settleTimeout)
+		t.Fatalf("%d units of work never answered within %v%s", r.book.pendingCount(), settleTimeout, r.cl.whyUnanswered(r.ctx, r.db))
 	}
 	r.stopFire()
 	r.firing.Wait()

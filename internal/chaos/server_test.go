@@ -45,6 +45,11 @@ func startServer(t *testing.T) *pgServer {
 	require.NoError(t, err)
 	s := &pgServer{bindir: bindir, dir: dir, data: filepath.Join(dir, "data"), cred: cred}
 	t.Cleanup(func() {
+		if t.Failed() {
+			if log, err := os.ReadFile(s.logPath()); err == nil {
+				t.Logf("--- the throwaway server's log (last 8 KiB) ---\n%s", log[max(0, len(log)-8<<10):])
+			}
+		}
 		if err := s.stop(); err != nil {
 			t.Logf("chaos: stop throwaway server: %v", err)
 		}

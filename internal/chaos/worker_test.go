@@ -64,6 +64,17 @@ const (
 	// fallback for a missed NOTIFY.
 	pgPoll       = 250 * time.Millisecond
 	drainTimeout = time.Second
+	// pgConnectTimeout bounds one new connection of a worker's pool. After
+	// the server restart every worker reconnects at once, up to its pool's
+	// 16 connections, each a fork by the one postmaster; on this 2-core
+	// host under load the listen queue was seen holding 193 connections.
+	// A timeout shorter than that wait (2 s once) fails every attempt: the
+	// abandoned connections stay queued, each still costs the postmaster a
+	// fork, and the next attempts wait behind them, so no connection ever
+	// completes and the cluster stops (TestChaos, 1391 triggers never
+	// answered). The cut's 4 s freeze is shorter; a connection it holds
+	// completes when the cut heals.
+	pgConnectTimeout = 15 * time.Second
 	// freezeHold is how long an armed finish sits inside its transaction
 	// after FinishEpisode (the driver SIGSTOPs the worker meanwhile): well
 	// past claims.TxBound, so the server's bound, not this, ends it.
@@ -212,7 +223,7 @@ func openPostgres(ctx context.Context, url string, lease time.Duration, id strin
 	}
 	cfg.ConnConfig.RuntimeParams["application_name"] = id // the driver's HolderSessions finds them by it
 	cfg.MaxConns = 16
-	cfg.ConnConfig.ConnectTimeout = 2 * time.Second
+	cfg.ConnConfig.ConnectTimeout = pgConnectTimeout
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return backend{}, err
