@@ -396,7 +396,8 @@ func (r *chaosRun) deliver(tr *trigger) {
 
 // injectFaults runs the seeded fault schedule: a fault every 0.6–1.5 s, the
 // cut once in the first third, the server restart once after the middle
-// (and after the cut healed, with no worker frozen), slow answers and
+// (and after the cut healed, with no worker frozen, and after the freezes
+// due by then: in the short version, after its one freeze), slow answers and
 // freezes at planned times (one of each in the short version, a few in the
 // long one; the first slow phase ends in a cut), SIGKILL or SIGTERM
 // otherwise. Each kind happens at least once whatever the duration.
@@ -434,6 +435,16 @@ func (r *chaosRun) injectFaults() {
 		}
 		return r.slowAnswers(start, x.kind == "slow+cut")
 	}
+	// A freeze that is due, and the short version's one freeze, go before
+	// the server restart: on a loaded host the cluster finishes little for
+	// a while after a restart (every worker reconnects at once), and an
+	// armed worker that finishes nothing leaves the run without its freeze.
+	freezePending := func() bool {
+		el := time.Since(start)
+		return slices.ContainsFunc(plan, func(x *planned) bool {
+			return x.pending && x.kind == "freeze" && (nFreeze == 1 || el >= x.at)
+		})
+	}
 	var healed chan struct{}
 	pgDone := false
 	kills, terms := 0, 0
@@ -462,7 +473,7 @@ func (r *chaosRun) injectFaults() {
 		switch {
 		case healed == nil && el >= cutAt:
 			healed = r.cut(start)
-		case !pgDone && el >= pgAt && (healed == nil || closed(healed)) && r.freezing.Load() == 0:
+		case !pgDone && el >= pgAt && (healed == nil || closed(healed)) && r.freezing.Load() == 0 && !freezePending():
 			r.restartPostgres(start)
 			pgDone = true
 		case due != nil:

@@ -217,6 +217,7 @@ func rollingWorker() int {
 
 // rollingCommands runs the commands read from stdin until it closes.
 func rollingCommands(node *runner.Node, engine *workflows.Engine, out *lines) {
+	h := newHandlers()
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {
 		switch f := strings.Fields(sc.Text()); {
@@ -226,9 +227,9 @@ func rollingCommands(node *runner.Node, engine *workflows.Engine, out *lines) {
 				out.printf("fireerr %s bad delay %q", f[2], f[3])
 				continue
 			}
-			go fireEvent(node, out, f[1], f[2], time.Duration(delay)*time.Millisecond)
+			h.serve(out, f[2], func() { fireEvent(node, out, f[1], f[2], time.Duration(delay)*time.Millisecond) })
 		case len(f) == 2 && f[0] == "start" && engine != nil:
-			go startOrder(engine, out, f[1])
+			h.serve(out, f[1], func() { startOrder(engine, out, f[1]) })
 		}
 	}
 }

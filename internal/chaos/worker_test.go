@@ -286,11 +286,12 @@ func (t pgTx) rollback()                        { _ = t.tx.Rollback(context.Back
 
 // commands runs the commands read from stdin until it closes.
 func commands(node *runner.Node, fin *freezer, out *lines) {
+	h := newHandlers()
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {
 		switch f := strings.Fields(sc.Text()); {
 		case len(f) == 2 && f[0] == "fire":
-			go fire(node, out, f[1])
+			h.serve(out, f[1], func() { fire(node, out, f[1]) })
 		case len(f) == 1 && f[0] == "freeze":
 			fin.armed.Store(true)
 		case len(f) == 1 && f[0] == "unfreeze":
@@ -525,6 +526,35 @@ func errWhat(err error) string {
 		return fmt.Sprintf("SQLITE-%d", code)
 	}
 	return "connection"
+}
+
+// handlers bounds the requests (fire, start) a worker serves at once, as
+// an application server's request handlers do. A request that finds every
+// handler busy is refused at once (fireerr ... busy) and the driver sends
+// it again later, as a client retries a 503. Unbounded, the driver's
+// redeliveries after a server restart on a loaded host queued about 1,500
+// Fire calls per worker for a pool of 16 connections, and the runner's own
+// statements (polls, renewals, sweeps) waited behind them for tens of
+// seconds.
+type handlers chan struct{}
+
+// maxInFlight: the handlers of one worker, twice its pool.
+const maxInFlight = 32
+
+func newHandlers() handlers { return make(handlers, maxInFlight) }
+
+// serve runs handle on a free handler, or refuses the request for id.
+func (h handlers) serve(out *lines, id string, handle func()) {
+	select {
+	case h <- struct{}{}:
+	default:
+		out.printf("fireerr %s busy: %d requests in flight", id, cap(h))
+		return
+	}
+	go func() {
+		defer func() { <-h }()
+		handle()
+	}()
 }
 
 // lines writes the worker's answers and telemetry to stdout, one per line.
