@@ -69,8 +69,12 @@ import (
 const (
 	// rollingEvery / rollingEverySQLite: one new unit of work per tick. An
 	// order is three episodes; SQLite's one write lock sets the lower rate.
-	rollingEvery       = 50 * time.Millisecond
-	rollingEverySQLite = 150 * time.Millisecond
+	rollingEvery = 50 * time.Millisecond
+	// On SQLite 150 ms (about 9 episodes/s, an order being three) was
+	// more than the file commits under make test-loaded (the whole suite
+	// and two CPU hogs beside it): the backlog outlived settleTimeout.
+	// A rolling deploy is not an overload test.
+	rollingEverySQLite = 300 * time.Millisecond
 	rollingWorkers     = 3
 	frontendSlot       = rollingWorkers
 	// legacyLeft: legacy events fired on the last A worker just before its
@@ -182,8 +186,9 @@ type rollingRun struct {
 
 	mu          sync.Mutex
 	slotVersion [rollingWorkers + 1]string
-	versionOf   map[string]string // worker id -> version
-	kindOf      map[string]string // trigger id -> charge, legacy, refund or order
+	versionOf   map[string]string        // worker id -> version
+	kindOf      map[string]string        // trigger id -> charge, legacy, refund or order
+	delayOf     map[string]time.Duration // trigger id -> its fire's delay, sent again with it (0 if absent)
 
 	legacyOpen atomic.Bool
 	fireNew    atomic.Bool
@@ -202,7 +207,7 @@ type rollingRun struct {
 func newRollingRun(t *testing.T, cfg config) *rollingRun {
 	ctx, cancel := context.WithCancel(t.Context())
 	return &rollingRun{t: t, cfg: cfg, ctx: ctx, cancel: cancel, book: newTriggerBook(),
-		versionOf: map[string]string{}, kindOf: map[string]string{}}
+		versionOf: map[string]string{}, kindOf: map[string]string{}, delayOf: map[string]time.Duration{}}
 }
 
 func (r *rollingRun) say(format string, args ...any) {
@@ -343,9 +348,13 @@ func (r *rollingRun) kind(id string) string {
 	return r.kindOf[id]
 }
 
-// command is the stdin line that asks a worker for tr.
-func (r *rollingRun) command(tr *trigger, delay time.Duration) string {
-	if k := r.kind(tr.id); k != "order" {
+// command is the stdin line that asks a worker for tr, with its delay
+// (delayOf) every time it is sent.
+func (r *rollingRun) command(tr *trigger) string {
+	r.mu.Lock()
+	k, delay := r.kindOf[tr.id], r.delayOf[tr.id]
+	r.mu.Unlock()
+	if k != "order" {
 		return fmt.Sprintf("fire %s %s %d", k, tr.id, delay.Milliseconds())
 	}
 	return "start " + tr.id
@@ -361,7 +370,7 @@ func (r *rollingRun) deliver(tr *trigger) {
 	targets := r.capable(r.kind(tr.id))
 	targets = targets[:min(n, len(targets))]
 	for _, p := range targets {
-		p.send(r.command(tr, 0))
+		p.send(r.command(tr))
 	}
 	r.book.sent(tr, len(targets))
 }
@@ -529,13 +538,16 @@ func (r *rollingRun) closeLegacy(p *proc) {
 	var left []*trigger
 	for i := range legacyLeft {
 		tr := r.newWork("legacy", 900_000+i)
-		p.send(r.command(tr, delay))
+		r.mu.Lock()
+		r.delayOf[tr.id] = delay
+		r.mu.Unlock()
+		p.send(r.command(tr))
 		r.book.sent(tr, 1)
 		left = append(left, tr)
 	}
 	for i := range ordersLeft {
 		tr := r.newWork("order", 910_000+i)
-		p.send(r.command(tr, 0))
+		p.send(r.command(tr))
 		r.book.sent(tr, 1)
 		left = append(left, tr)
 	}

@@ -286,7 +286,7 @@ func (t pgTx) rollback()                        { _ = t.tx.Rollback(context.Back
 
 // commands runs the commands read from stdin until it closes.
 func commands(node *runner.Node, fin *freezer, out *lines) {
-	h := newHandlers()
+	h := newHandlers(os.Getenv(envDialect))
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {
 		switch f := strings.Fields(sc.Text()); {
@@ -538,10 +538,26 @@ func errWhat(err error) string {
 // seconds.
 type handlers chan struct{}
 
-// maxInFlight: the handlers of one worker, twice its pool.
-const maxInFlight = 32
+// maxInFlight: the handlers of one worker on Postgres, twice its pool.
+// On SQLite each request is a write waiting for the file's one write lock
+// while it holds one of the pool's sqlite.MaxOpenConns (16) connections:
+// at most half of them go to requests; past that, requests take every
+// connection and the runner's renewals, journal
+// writes and dispatches wait for one before they reach the write gate's
+// lanes (a rolling deploy under load left 90 episodes queued two minutes
+// after its workload stopped, with 32).
+const (
+	maxInFlight       = 32
+	maxInFlightSQLite = 8
+)
 
-func newHandlers() handlers { return make(handlers, maxInFlight) }
+// newHandlers returns the handlers of a worker of dialect.
+func newHandlers(dialect string) handlers {
+	if dialect == dialectSQLite {
+		return make(handlers, maxInFlightSQLite)
+	}
+	return make(handlers, maxInFlight)
+}
 
 // serve runs handle on a free handler, or refuses the request for id.
 func (h handlers) serve(out *lines, id string, handle func()) {
