@@ -553,9 +553,12 @@ func TestReadinessDegradesWhileTheDatabaseIsUnreachable(t *testing.T) {
 	ended := nodetest.WaitEnded(t, 1, c.Sigs[0])
 	require.Equal(t, runner.EventLeaseLost, ended[0].Name, "the local deadline passed while renewals failed")
 	require.Zero(t, node.Readiness().HeldLeases)
-	require.Equal(t, runner.StateDegraded, node.Readiness().State, "nothing held, still cut off")
+	// Nothing held, still cut off: degraded once the next probe fails. Not
+	// at the lease loss itself: a membership probe sent just before the
+	// cut may succeed after it (on a loaded host, it did) and say ready
+	// until the next one fails.
 	waitProbe(true)
-	require.Equal(t, runner.StateDegraded, node.Readiness().State)
+	require.Equal(t, runner.StateDegraded, node.Readiness().State, "nothing held, still cut off")
 	fs.cut.Store(false)
 	waitProbe(false)
 	backReady()
