@@ -217,7 +217,7 @@ func rollingWorker() int {
 
 // rollingCommands runs the commands read from stdin until it closes.
 func rollingCommands(node *runner.Node, engine *workflows.Engine, out *lines) {
-	h := newHandlers(os.Getenv(envDialect))
+	h := newHandlers()
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {
 		switch f := strings.Fields(sc.Text()); {

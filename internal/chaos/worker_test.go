@@ -286,7 +286,7 @@ func (t pgTx) rollback()                        { _ = t.tx.Rollback(context.Back
 
 // commands runs the commands read from stdin until it closes.
 func commands(node *runner.Node, fin *freezer, out *lines) {
-	h := newHandlers(os.Getenv(envDialect))
+	h := newHandlers()
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {
 		switch f := strings.Fields(sc.Text()); {
@@ -538,26 +538,17 @@ func errWhat(err error) string {
 // seconds.
 type handlers chan struct{}
 
-// maxInFlight: the handlers of one worker on Postgres, twice its pool.
-// On SQLite each request is a write waiting for the file's one write lock
-// while it holds one of the pool's sqlite.MaxOpenConns (16) connections:
-// at most half of them go to requests; past that, requests take every
-// connection and the runner's renewals, journal
-// writes and dispatches wait for one before they reach the write gate's
-// lanes (a rolling deploy under load left 90 episodes queued two minutes
-// after its workload stopped, with 32).
-const (
-	maxInFlight       = 32
-	maxInFlightSQLite = 8
-)
+// maxInFlight: the handlers of one worker, half its pool's connections
+// (Postgres: MaxConns 16; SQLite: sqlite.MaxOpenConns, 16). A request holds
+// a connection while its statement waits (for a row lock, for SQLite's one
+// write lock); with more handlers than that, requests hold every
+// connection and the runner's renewals, sweeps and dispatches wait for one
+// behind them: with 32 a rolling deploy on SQLite left 90 episodes queued
+// two minutes after its workload stopped, and a Postgres chaos run's
+// sweeps took up to 9.5 s against a 500 ms interval.
+const maxInFlight = 8
 
-// newHandlers returns the handlers of a worker of dialect.
-func newHandlers(dialect string) handlers {
-	if dialect == dialectSQLite {
-		return make(handlers, maxInFlightSQLite)
-	}
-	return make(handlers, maxInFlight)
-}
+func newHandlers() handlers { return make(handlers, maxInFlight) }
 
 // serve runs handle on a free handler, or refuses the request for id.
 func (h handlers) serve(out *lines, id string, handle func()) {
