@@ -895,10 +895,6 @@ func isCondition(e *ex) bool {
 	return false
 }
 
-// pgAtoms returns the atoms of every boolean expression of a Postgres
-// statement (see tsqlAtoms).
-func pgAtoms(sql string) []string { return pgAtomsOf(sql, func(e *ex) *ex { return e }) }
-
 // pgAtomsOf returns the atoms of every root of a Postgres statement, each
 // root rewritten first.
 func pgAtomsOf(sql string, rewrite func(*ex) *ex) []string {
