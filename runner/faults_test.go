@@ -512,13 +512,13 @@ func TestReadinessDegradesWhileTheDatabaseIsUnreachable(t *testing.T) {
 	// periods (heartbeat interval: lease/3) plus the scheduling margin.
 	// Not at the second good probe exactly: a renewal that failed during
 	// the cut may report after it, and the next renewal tick clears it.
+	// Counted in probes, one per membership period.
 	backReady := func() {
 		t.Helper()
-		bound := 2*lease/3 + testbound.Margin
-		deadline := time.Now().Add(bound)
-		for node.Readiness().State != runner.StateReady {
-			require.True(t, time.Now().Before(deadline), "not ready %v after the database came back: %+v", bound, node.Readiness())
-			time.Sleep(10 * time.Millisecond) // polling readiness, a local value; nothing to wait on
+		probes := 2 + int(testbound.Margin/(lease/3))
+		for seen := 0; node.Readiness().State != runner.StateReady; seen++ {
+			require.Less(t, seen, probes, "not ready %d probes after the database came back: %+v", probes, node.Readiness())
+			<-fs.probed
 		}
 	}
 

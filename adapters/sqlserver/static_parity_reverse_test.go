@@ -131,8 +131,11 @@ var tsqlOnly = []onlyInTSQL{
 	{"UpdateFinding", whyHeld, []string{"$held = 1", "$ep_id IS NOT NULL", "$ep_env = env", "$ep_id IS NULL"}},
 }
 
-// pgAtomsAll is pgAtoms with CTE columns kept, each as the column it names.
-func pgAtomsAll(sql string) []string { return pgAtomsOf(sql, cteAsColumn) }
+// pgAtomsAll returns the atoms of every boolean expression of a Postgres
+// statement (see tsqlAtoms), CTE columns kept, each as the column it names.
+func pgAtomsAll(sql string) []string {
+	return pgAtomsOf(sql, func(e *ex) *ex { return asColumns(e, "cte") })
+}
 
 // tsqlAtomsAll is tsqlAtoms with every local variable read as a plain
 // column: what Postgres computes in a CTE (cte.col, see pgAtomsAll) T-SQL
@@ -141,10 +144,6 @@ func pgAtomsAll(sql string) []string { return pgAtomsOf(sql, cteAsColumn) }
 func tsqlAtomsAll(tree any) []string {
 	return tsqlAtomsOf(tree, func(e *ex) *ex { return asColumns(e, "var") })
 }
-
-// cteAsColumn rewrites every CTE column reference (cte.col) as a plain
-// column (col).
-func cteAsColumn(e *ex) *ex { return asColumns(e, "cte") }
 
 // asColumns rewrites every reference of kind op (cte: cte.col; var: a
 // T-SQL variable) as a plain column of the same name, comparisons and IN

@@ -126,7 +126,7 @@ type cluster struct {
 	leaseLost, handedOver, recovered atomic.Int64
 	historyFailed                    atomic.Int64 // workers whose claims history is incomplete
 
-	writesMu     sync.Mutex
+	writesMu     sync.Mutex     // guards writesFailed and fireErrs
 	writesFailed map[string]int // "<statement> <why>" -> count
 	fireErrs     map[string]int // a fireerr answer's error, trigger left out -> count
 }
