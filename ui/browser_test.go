@@ -155,13 +155,24 @@ func TestBrowser(t *testing.T) {
 	}
 	// follow runs click, which navigates, and waits for the new page: a
 	// poll or a wait that spanned the navigation would lose its document.
+	// A live update that replaces the element between chromedp's query and
+	// its click (a loaded host stretches that gap past the 400 ms poll)
+	// loses the node; the click is made again on the new one, as a person
+	// would click again.
 	follow := func(t *testing.T, click chromedp.Action[chromedp.Void]) {
 		t.Helper()
 		actx, cancel := context.WithTimeout(ctx, actionTimeout)
 		defer cancel()
-		res, err := chromedp.RunResponse(actx, click)
-		require.NoError(t, err)
-		require.Equal(t, int64(http.StatusOK), res.Status, "%s", res.URL)
+		for attempt := 1; ; attempt++ {
+			res, err := chromedp.RunResponse(actx, click)
+			if err != nil && attempt < 3 && strings.Contains(err.Error(), "Could not find node with given id") {
+				t.Logf("click %d lost its element to a live update (%v); clicking again", attempt, err)
+				continue
+			}
+			require.NoError(t, err)
+			require.Equal(t, int64(http.StatusOK), res.Status, "%s", res.URL)
+			return
+		}
 	}
 	shot := func(t *testing.T, name string, w, h int64) {
 		t.Helper()

@@ -126,9 +126,24 @@ type cluster struct {
 	leaseLost, handedOver, recovered atomic.Int64
 	historyFailed                    atomic.Int64 // workers whose claims history is incomplete
 
-	writesMu     sync.Mutex     // guards writesFailed and fireErrs
-	writesFailed map[string]int // "<statement> <why>" -> count
-	fireErrs     map[string]int // a fireerr answer's error, trigger left out -> count
+	writesMu     sync.Mutex             // guards writesFailed, fireErrs and starts
+	writesFailed map[string]int         // "<statement> <why>" -> count
+	fireErrs     map[string]int         // a fireerr answer's error, trigger left out -> count
+	starts       map[int64][]startedRun // episode -> its runs a worker reported started
+}
+
+// startedRun is a run a worker reported started (runner.EventStarted: its
+// StartEpisode landed, so the run may count as an attempt).
+type startedRun struct {
+	attempt int32
+	worker  string
+}
+
+// startsOf returns the runs of episode id the workers reported started.
+func (c *cluster) startsOf(id int64) []startedRun {
+	c.writesMu.Lock()
+	defer c.writesMu.Unlock()
+	return slices.Clone(c.starts[id])
 }
 
 func newCluster(exe string, slots int, book *triggerBook, env func(slot int, id string) []string) *cluster {
@@ -202,6 +217,17 @@ func (c *cluster) read(p *proc, stdout io.Reader) {
 		case f[0] == "event" && len(f) >= 2 && f[1] == "lease_lost":
 			c.leaseLost.Add(1)
 			p.lost.Add(1)
+		case f[0] == "event" && len(f) == 4 && f[1] == "started":
+			ep, err1 := strconv.ParseInt(f[2], 10, 64)
+			attempt, err2 := strconv.ParseInt(f[3], 10, 32)
+			if err1 == nil && err2 == nil {
+				c.writesMu.Lock()
+				if c.starts == nil {
+					c.starts = map[int64][]startedRun{}
+				}
+				c.starts[ep] = append(c.starts[ep], startedRun{int32(attempt), p.id})
+				c.writesMu.Unlock()
+			}
 		case f[0] == "event" && len(f) >= 2 && f[1] == "handed_over":
 			c.handedOver.Add(1)
 		case f[0] == "event" && len(f) >= 3 && f[1] == "recovered":

@@ -551,15 +551,20 @@ func (r *rollingRun) closeLegacy(p *proc) {
 		r.book.sent(tr, 1)
 		left = append(left, tr)
 	}
-	require.True(t, r.waitFor(settleTimeout, func() bool {
+	var unanswered []string
+	if !r.waitFor(settleTimeout, func() bool {
 		acked := r.book.acked()
+		unanswered = unanswered[:0]
 		for _, tr := range left {
 			if !acked[tr.id] {
-				return false
+				unanswered = append(unanswered, tr.id)
 			}
 		}
-		return true
-	}), "the last A worker did not answer its last legacy events and orders")
+		return len(unanswered) == 0
+	}) {
+		t.Fatalf("the last A worker (%s) did not answer %v of its last legacy events and orders within %v%s",
+			p.id, unanswered, settleTimeout, r.cl.whyUnanswered(r.ctx, r.db))
+	}
 }
 
 // cancelLegacy waits until the legacy work the A workers left is listed
@@ -842,14 +847,30 @@ func (r *rollingRun) check() {
 		if e.createdAt.Before(r.firstB) {
 			early++
 		}
+		// A run counts as an attempt once its StartEpisode landed, whether
+		// or not its strategy was called after: a run whose lease passed
+		// its local deadline just after its start (a loaded host) is not
+		// called, and counts if its give-back failed too (recovery's "What
+		// an attempt is"). So attempts are checked against the runs that
+		// started, and every start, like every call, must be a B worker's.
+		ran := map[int32]bool{}
 		for _, c := range e.calls {
 			calls++
+			ran[c.attempt] = true
 			if v := versionOf(c.owner); v != "B" {
 				bad = append(bad, fmt.Sprintf("refund episode %d run by %s (version %q)", id, c.owner, v))
 			}
 		}
-		if int(e.attempts) > len(e.calls) {
-			bad = append(bad, fmt.Sprintf("refund episode %d spent %d attempts for %d strategy calls", id, e.attempts, len(e.calls)))
+		starts := r.cl.startsOf(id)
+		for _, s := range starts {
+			ran[s.attempt] = true
+			if v := versionOf(s.worker); v != "B" {
+				bad = append(bad, fmt.Sprintf("refund episode %d started by %s (version %q)", id, s.worker, v))
+			}
+		}
+		if int(e.attempts) > len(ran) {
+			bad = append(bad, fmt.Sprintf("refund episode %d spent %d attempts for %d strategy calls and %d started runs (%+v)",
+				id, e.attempts, len(e.calls), len(starts), starts))
 		}
 		if len(e.calls) > 0 {
 			if w := e.calls[0].at.Sub(e.createdAt); w > longest {

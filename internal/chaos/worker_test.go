@@ -586,6 +586,8 @@ func (l *lines) Observe(_ context.Context, e telemetry.Event) {
 		l.printf("event lease_lost")
 	case runner.EventReleased:
 		l.printf("event handed_over")
+	case runner.EventStarted:
+		l.printf("event started %d %d", e.EpisodeID, e.Attempt)
 	case recovery.EventSweep:
 		if n := e.Counts["restarted"]; n > 0 {
 			l.printf("event recovered %d", n)
