@@ -92,38 +92,52 @@ func (s *Store) AppendStep(ctx context.Context, id int64, t claims.Token, stepNo
 // FinishEpisode runs FinishEpisode; episodes.ErrLeaseLost when it matched
 // no row (the grant is gone, or the episode already ended), having written
 // nothing. Bound to a transaction (New(tx): Run.CompleteTx, Run.FailTx, the
-// workflow engine's InTx), it then also runs DoomTransaction
-// (leasehold_lease_lost, migration 00011), which raises LH001 and so aborts
-// that transaction: nothing written in it can commit, and a caller that
-// ignores the error and commits gets the commit's error
-// (pgx.ErrTxCommitRollback), not a zombie's effect.
+// workflow engine's InTx), it then also makes that transaction unable to
+// commit (doomTransaction): nothing written in it can commit, and a caller
+// that ignores the error and commits gets the commit's error, not a
+// zombie's effect.
 func (s *Store) FinishEpisode(ctx context.Context, id int64, t claims.Token, f episodes.Finish) error {
 	err := s.finishEpisode(ctx, id, t, f)
-	if _, inTx := s.conn.(pgx.Tx); inTx && errors.Is(err, episodes.ErrLeaseLost) {
-		return s.doomTransaction(ctx, t, err)
+	if tx, inTx := s.conn.(pgx.Tx); inTx && errors.Is(err, episodes.ErrLeaseLost) {
+		return s.doomTransaction(ctx, tx, t, err)
 	}
 	return err
 }
 
-// doomTransaction runs DoomTransaction in the Store's transaction after a
-// fenced write that matched no row (lost), and returns lost, or why the
-// transaction could not be doomed with it. It is sent even when ctx is
-// done (a run's context is cancelled once its lease is known lost): a
-// transaction left committable is exactly what it must not leave behind.
-func (s *Store) doomTransaction(ctx context.Context, t claims.Token, lost error) error {
-	err := s.q.DoomTransaction(context.WithoutCancel(ctx), s.conn, db.DoomTransactionParams{ClaimKey: t.Key, OwnerNode: t.Owner, Fence: t.Fence})
+// doomTransaction makes tx unable to commit after a fenced write in it
+// matched no row (lost), and returns lost. It runs DoomTransaction
+// (leasehold_lease_lost, migration 00011), which raises LH001 and so aborts
+// the transaction, under ctx like every other statement of the run: the
+// run's context ends at its lease's local deadline, and a slow or frozen
+// link must not keep the caller past it. Whatever stops the statement,
+// the transaction cannot commit: it raised, or another Postgres error
+// aborted the transaction, or a round trip that ctx interrupted closed the
+// connection (pgx closes it); and when nothing was sent (ctx was done
+// already) or the statement did not raise, the connection is closed here,
+// so the server rolls the transaction back.
+func (s *Store) doomTransaction(ctx context.Context, tx pgx.Tx, t claims.Token, lost error) error {
+	err := s.q.DoomTransaction(ctx, s.conn, db.DoomTransactionParams{ClaimKey: t.Key, OwnerNode: t.Owner, Fence: t.Fence})
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &pgErr) && pgErr.Code == HoldLostCode:
 		return fmt.Errorf("postgres: FinishEpisode: %s: %w (the transaction is aborted)", t, lost)
-	case err == nil:
-		return fmt.Errorf("postgres: FinishEpisode: %s: %w, and DoomTransaction did not raise", t, lost)
-	default:
-		// The transaction is unusable anyway (the connection failed, or
-		// an earlier error aborted it): its commit fails.
+	case errors.As(err, &pgErr):
+		// Another error aborted the transaction just as well.
 		return errors.Join(lost, dbError("DoomTransaction", err))
 	}
+	closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), doomCloseTimeout)
+	defer cancel()
+	_ = tx.Conn().Close(closeCtx) // closes the socket whatever it returns
+	if err == nil {
+		return fmt.Errorf("postgres: FinishEpisode: %s: %w, and DoomTransaction did not raise (the connection was closed instead)", t, lost)
+	}
+	return errors.Join(lost, dbError("DoomTransaction", err), errors.New("postgres: the transaction's connection was closed, so it cannot commit"))
 }
+
+// doomCloseTimeout bounds doomTransaction's close of a connection: the
+// Terminate message it sends first is a courtesy; the socket is closed
+// however that ends.
+const doomCloseTimeout = 100 * time.Millisecond
 
 func (s *Store) finishEpisode(ctx context.Context, id int64, t claims.Token, f episodes.Finish) error {
 	_, err := s.q.FinishEpisode(ctx, s.conn, db.FinishEpisodeParams{

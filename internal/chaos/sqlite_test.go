@@ -260,7 +260,7 @@ func (t sqliteTx) insertLedger(ctx context.Context, episode int64, owner string,
 }
 
 func (t sqliteTx) commit(context.Context) error { return t.tx.Commit() }
-func (t sqliteTx) rollback()                    { _ = t.tx.Rollback() }
+func (t sqliteTx) rollback(context.Context)     { _ = t.tx.Rollback() }
 
 // sqliteCode returns err's SQLite result code (extended), if it has one.
 func sqliteCode(err error) (int, bool) {

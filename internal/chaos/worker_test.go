@@ -253,7 +253,11 @@ type ledgerTx interface {
 	store() runner.TxStore // the adapter bound to the transaction
 	insertLedger(ctx context.Context, episode int64, owner string, fence int64, trigger string) error
 	commit(ctx context.Context) error
-	rollback()
+	// rollback ends the transaction if commit did not; under the run's
+	// context, as a strategy should: once its lease is lost, pgx gives up
+	// on the round trip and closes the connection instead of waiting for
+	// a slow or frozen link past the lease.
+	rollback(ctx context.Context)
 }
 
 // pgLedger: a pgx transaction and postgres.New(tx).
@@ -282,7 +286,7 @@ func (t pgTx) insertLedger(ctx context.Context, episode int64, owner string, fen
 }
 
 func (t pgTx) commit(ctx context.Context) error { return t.tx.Commit(ctx) }
-func (t pgTx) rollback()                        { _ = t.tx.Rollback(context.Background()) }
+func (t pgTx) rollback(ctx context.Context)     { _ = t.tx.Rollback(ctx) }
 
 // commands runs the commands read from stdin until it closes.
 func commands(node *runner.Node, fin *freezer, out *lines) {
@@ -412,7 +416,7 @@ func (a apply) finishOnce(ctx context.Context, r *runner.Run, t claims.Token, tr
 	if err != nil {
 		return err
 	}
-	defer tx.rollback()
+	defer tx.rollback(ctx)
 	store := tx.store()
 	hold := a.rec.Call(claimhistory.Op{Kind: claimhistory.KindHold, Source: "Run.Hold", Key: t.Key, Episode: r.EpisodeID(), Owner: t.Owner, Fence: t.Fence})
 	err = r.Hold(ctx, store)
