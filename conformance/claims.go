@@ -181,6 +181,7 @@ func RunClaims(t *testing.T, newBackend func(t *testing.T) ClaimsBackend) {
 				before := mustRow(t, b, "k")
 				for _, bad := range []claims.Token{
 					{Key: "k", Owner: "node-b", Fence: c.Fence},     // another owner
+					{Key: "k", Owner: "a-node", Fence: c.Fence},     // one whose name sorts before node-a's (equality, not order)
 					{Key: "k", Owner: "node-a", Fence: c.Fence - 1}, // an older fence
 					{Key: "k", Owner: "node-a", Fence: c.Fence + 1}, // a fence never granted
 					{Key: "missing", Owner: "node-a", Fence: 1},     // no such claim

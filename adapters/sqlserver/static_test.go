@@ -27,6 +27,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/sqlc-dev/teesql/parser"
@@ -1088,8 +1089,34 @@ func endsWithSemicolon(line string) bool {
 type node = map[string]any
 
 // parseTSQL parses sql and returns the JSON form of the tree
-// (parser.MarshalScript, SqlScriptDOM's shape) decoded into maps.
+// (parser.MarshalScript, SqlScriptDOM's shape) decoded into maps. Each
+// text is parsed once per test binary: most static checks read every
+// statement, and parsing dominated their time (a mutation run starts the
+// binary once per mutant). The trees are shared, so no check may write
+// into one.
 func parseTSQL(sql string) (node, error) {
+	parsed.Lock()
+	defer parsed.Unlock()
+	if p, ok := parsed.m[sql]; ok {
+		return p.tree, p.err
+	}
+	tree, err := parseTSQLUncached(sql)
+	parsed.m[sql] = parseResult{tree, err}
+	return tree, err
+}
+
+type parseResult struct {
+	tree node
+	err  error
+}
+
+// parsed caches parseTSQL's results by text.
+var parsed = struct {
+	sync.Mutex
+	m map[string]parseResult
+}{m: map[string]parseResult{}}
+
+func parseTSQLUncached(sql string) (node, error) {
 	script, err := parser.Parse(context.Background(), strings.NewReader(sql))
 	if err != nil {
 		return nil, err
