@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -150,4 +151,116 @@ func TestStartEpisodeTreatsALeaseEndingNowAsOver(t *testing.T) {
 	require.NoError(t, err)
 	_, err = postgres.New(tx).StartEpisode(t.Context(), o.Episode.ID, o.Claim.Token)
 	require.ErrorIs(t, err, episodes.ErrLeaseLost, "started on a lease that ends now")
+}
+
+// CancelEpisode decides "held live" on the claim's state and the database
+// clock, as a start does: a grant that ended (released, failed) while its
+// lease_until is still ahead is not held, so the cancel ends the available
+// work at once; a lease that ends at the statement's now() is over, so its
+// grant is fenced out. A grant that already ended is left as it ended: only
+// a claimed, expired grant is fenced out (failed, fence + 1).
+func TestCancelDecidesOnTheClaimsStateAndTheDatabaseClock(t *testing.T) {
+	t.Parallel()
+	claimRow := func(t *testing.T, q interface {
+		QueryRow(context.Context, string, ...any) pgx.Row
+	}, key string) (state string, fence int64) {
+		t.Helper()
+		require.NoError(t, q.QueryRow(t.Context(),
+			`SELECT state, fence FROM leasehold_work_claims WHERE dedupe_key = $1`, key).Scan(&state, &fence))
+		return state, fence
+	}
+	for _, state := range []string{"released", "failed"} {
+		t.Run("an ended grant whose lease looks live/"+state, func(t *testing.T) {
+			t.Parallel()
+			pool := pgtest.Schema(t)
+			s := postgres.New(pool)
+			o := grantedEpisode(t, s, "cancel-ended-"+state, "node-a")
+			_, err := pool.Exec(t.Context(), `UPDATE leasehold_work_claims
+				SET state = $2, lease_until = now() + interval '1 second', finished_at = now()
+				WHERE dedupe_key = $1`, o.Claim.Key, state)
+			require.NoError(t, err)
+			c, err := s.CancelEpisode(t.Context(), o.Episode.ID, nil)
+			require.NoError(t, err)
+			require.True(t, c.Ended, "a %s grant was taken for a live holder: %+v", state, c)
+			got, fence := claimRow(t, pool, o.Claim.Key)
+			require.Equal(t, state, got)
+			require.Equal(t, o.Claim.Fence, fence)
+		})
+		t.Run("an ended grant is left as it ended/"+state, func(t *testing.T) {
+			t.Parallel()
+			pool := pgtest.Schema(t)
+			s := postgres.New(pool)
+			o := grantedEpisode(t, s, "cancel-left-"+state, "node-a")
+			_, err := pool.Exec(t.Context(), `UPDATE leasehold_work_claims
+				SET state = $2, lease_until = now() - interval '1 second', finished_at = now()
+				WHERE dedupe_key = $1`, o.Claim.Key, state)
+			require.NoError(t, err)
+			c, err := s.CancelEpisode(t.Context(), o.Episode.ID, nil)
+			require.NoError(t, err)
+			require.True(t, c.Ended)
+			got, fence := claimRow(t, pool, o.Claim.Key)
+			require.Equal(t, state, got, "an ended grant was rewritten")
+			require.Equal(t, o.Claim.Fence, fence, "an ended grant was fenced again")
+		})
+	}
+	// A cancel that asks the holder writes nothing but the request to
+	// cancel: an open trigger request stays with whoever holds it.
+	t.Run("a held episode's request is left to its holder", func(t *testing.T) {
+		t.Parallel()
+		pool := pgtest.Schema(t)
+		s := postgres.New(pool)
+		o := grantedEpisode(t, s, "cancel-held-request", "node-a")
+		openRequest(t, pool, o.Episode.ID, "claimed")
+		c, err := s.CancelEpisode(t.Context(), o.Episode.ID, nil)
+		require.NoError(t, err)
+		require.False(t, c.Ended, "a held episode was ended: %+v", c)
+		require.Equal(t, "claimed", requestStatus(t, pool, o.Episode.ID), "a held episode's request was closed")
+	})
+	// A cancel that ends the episode closes its open request and leaves an
+	// ended one (expired) as it ended.
+	t.Run("an ended request is left as it ended", func(t *testing.T) {
+		t.Parallel()
+		pool := pgtest.Schema(t)
+		s := postgres.New(pool)
+		o := grantedEpisode(t, s, "cancel-expired-request", "node-a")
+		openRequest(t, pool, o.Episode.ID, "expired")
+		_, err := pool.Exec(t.Context(), `UPDATE leasehold_work_claims SET lease_until = now() - interval '1 second' WHERE dedupe_key = $1`, o.Claim.Key)
+		require.NoError(t, err)
+		c, err := s.CancelEpisode(t.Context(), o.Episode.ID, nil)
+		require.NoError(t, err)
+		require.True(t, c.Ended)
+		require.Equal(t, "expired", requestStatus(t, pool, o.Episode.ID), "an expired request was rewritten")
+	})
+	t.Run("a lease ending now", func(t *testing.T) {
+		t.Parallel()
+		pool := pgtest.Schema(t)
+		o := grantedEpisode(t, postgres.New(pool), "cancel-ends-now", "node-a")
+		tx, err := pool.Begin(t.Context())
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(context.Background()) }()
+		_, err = tx.Exec(t.Context(), `UPDATE leasehold_work_claims SET lease_until = now() WHERE dedupe_key = $1`, o.Claim.Key)
+		require.NoError(t, err)
+		c, err := postgres.New(tx).CancelEpisode(t.Context(), o.Episode.ID, nil)
+		require.NoError(t, err)
+		require.True(t, c.Ended, "a lease that ends now was taken for a live holder: %+v", c)
+		got, fence := claimRow(t, tx, o.Claim.Key)
+		require.Equal(t, "failed", got, "the expired grant was not fenced out")
+		require.Equal(t, o.Claim.Fence+1, fence)
+	})
+}
+
+// openRequest gives episode id a trigger request row in status.
+func openRequest(t *testing.T, pool *pgxpool.Pool, id int64, status string) {
+	t.Helper()
+	_, err := pool.Exec(t.Context(), `INSERT INTO leasehold_trigger_requests
+		(episode_id, actor_id, expectation_id, source_node, status, claimed_by, claim_until)
+		VALUES ($1, 'a', 'e', 'node-a', $2, 'node-a', now() + interval '1 minute')`, id, status)
+	require.NoError(t, err)
+}
+
+func requestStatus(t *testing.T, pool *pgxpool.Pool, id int64) (status string) {
+	t.Helper()
+	require.NoError(t, pool.QueryRow(t.Context(),
+		`SELECT status FROM leasehold_trigger_requests WHERE episode_id = $1`, id).Scan(&status))
+	return status
 }

@@ -117,6 +117,20 @@ var equivalents = map[string]equivalent{
 			"one way back from a terminal status, refuses archived ones, so an archived episode is terminal for good and " +
 			"the statement matches nothing either way",
 	},
+	"postgres:CancelEpisode:drop#2": {
+		what: `CancelEpisode: predicate removed: "AND e.archived_at IS NULL"`,
+		why: "archived_at IS NULL is implied by the status condition in the same statement (status IN ('queued', " +
+			"'running')): only ArchiveEpisodes sets archived_at, and only on terminal episodes, and RequeueEpisode, the " +
+			"one way back from a terminal status, refuses archived ones, so an archived episode is terminal for good and " +
+			"the statement matches nothing either way",
+	},
+	"postgres:CancelEpisode:drop#4": {
+		what: `CancelEpisode: predicate removed: "AND c.lease_until <= now()"`,
+		why: "the fencing UPDATE also requires NOT target.held and c.state = 'claimed'; held is the same locked " +
+			"row's (state = 'claimed' AND lease_until > now()), read by the same statement at the same now(), so a " +
+			"claimed row that is not held has lease_until <= now() already (TestCancelDecidesOnTheClaimsStateAndTheDatabaseClock " +
+			"holds the boundary)",
+	},
 	"postgres:ClaimForRecovery:drop#1": {
 		what: `ClaimForRecovery: predicate removed: "AND e.archived_at IS NULL"`,
 		why: "archived_at IS NULL is implied by the status condition in the same statement (status IN ('queued', " +
