@@ -10,6 +10,14 @@ import "strings"
 // changes: each entry also holds the mutant's description (what), and a run
 // refuses an entry whose ID now names another mutant or none, so a reason
 // written for one mutant can never excuse another.
+// archivedIsTerminal is why a removed "archived_at IS NULL" beside a status
+// condition on queued or running episodes cannot change an outcome
+// (TestRequeueEpisodeRefusesAnArchivedEpisode holds the premise).
+const archivedIsTerminal = "archived_at IS NULL is implied by the status condition in the same statement " +
+	"(status queued or running): only ArchiveEpisodes sets archived_at, and only on terminal episodes, and " +
+	"RequeueEpisode, the one way back from a terminal status, refuses archived ones, so an archived episode is " +
+	"terminal for good and the statement matches nothing either way"
+
 var equivalents = map[string]equivalent{
 	"sqlite:RetryEpisodeClaim:drop#2": {
 		what: `RetryEpisodeClaim: predicate removed: "AND fence = CAST(?4 AS INTEGER)"`,
@@ -112,17 +120,11 @@ var equivalents = map[string]equivalent{
 	},
 	"postgres:StartEpisode:drop#6": {
 		what: `StartEpisode: predicate removed: "AND e.archived_at IS NULL"`,
-		why: "archived_at IS NULL is implied by the status condition in the same statement (status IN ('queued', " +
-			"'running')): only ArchiveEpisodes sets archived_at, and only on terminal episodes, and RequeueEpisode, the " +
-			"one way back from a terminal status, refuses archived ones, so an archived episode is terminal for good and " +
-			"the statement matches nothing either way",
+		why:  archivedIsTerminal,
 	},
 	"postgres:CancelEpisode:drop#2": {
 		what: `CancelEpisode: predicate removed: "AND e.archived_at IS NULL"`,
-		why: "archived_at IS NULL is implied by the status condition in the same statement (status IN ('queued', " +
-			"'running')): only ArchiveEpisodes sets archived_at, and only on terminal episodes, and RequeueEpisode, the " +
-			"one way back from a terminal status, refuses archived ones, so an archived episode is terminal for good and " +
-			"the statement matches nothing either way",
+		why:  archivedIsTerminal,
 	},
 	"postgres:CancelEpisode:drop#4": {
 		what: `CancelEpisode: predicate removed: "AND c.lease_until <= now()"`,
@@ -131,12 +133,37 @@ var equivalents = map[string]equivalent{
 			"claimed row that is not held has lease_until <= now() already (TestCancelDecidesOnTheClaimsStateAndTheDatabaseClock " +
 			"holds the boundary)",
 	},
+	"postgres:ListOrphanedEpisodes:drop#1": {
+		what: `ListOrphanedEpisodes: predicate removed: "AND e.archived_at IS NULL"`,
+		why:  archivedIsTerminal,
+	},
+	"postgres:ListOrphanedEpisodes:drop#2": {
+		what: `ListOrphanedEpisodes: predicate removed: "AND e.archived_at IS NULL"`,
+		why:  archivedIsTerminal,
+	},
+	"postgres:RequeueOrphan:drop#2": {
+		what: `RequeueOrphan: predicate removed: "AND e.archived_at IS NULL"`,
+		why:  archivedIsTerminal,
+	},
+	"postgres:DispatchTriggerRequest:drop#5": {
+		what: `DispatchTriggerRequest: predicate removed: "AND e.archived_at IS NULL"`,
+		why:  archivedIsTerminal,
+	},
+	"postgres:DispatchTriggerRequest:drop#7": {
+		what: `DispatchTriggerRequest: predicate removed: "AND e.archived_at IS NULL"`,
+		why:  archivedIsTerminal,
+	},
+	"postgres:DispatchTriggerRequests:drop#5": {
+		what: `DispatchTriggerRequests: predicate removed: "AND e.archived_at IS NULL"`,
+		why:  archivedIsTerminal,
+	},
+	"postgres:DispatchTriggerRequests:drop#7": {
+		what: `DispatchTriggerRequests: predicate removed: "AND e.archived_at IS NULL"`,
+		why:  archivedIsTerminal,
+	},
 	"postgres:ClaimForRecovery:drop#1": {
 		what: `ClaimForRecovery: predicate removed: "AND e.archived_at IS NULL"`,
-		why: "archived_at IS NULL is implied by the status condition in the same statement (status IN ('queued', " +
-			"'running')): only ArchiveEpisodes sets archived_at, and only on terminal episodes, and RequeueEpisode, the " +
-			"one way back from a terminal status, refuses archived ones, so an archived episode is terminal for good and " +
-			"the statement matches nothing either way",
+		why:  archivedIsTerminal,
 	},
 	"postgres:ClaimForRecovery:cmp-strict#1": {
 		what: `ClaimForRecovery: "=" -> ">=" in "OR (e.status = 'running'"`,
