@@ -175,6 +175,32 @@ func RunEpisodes(t *testing.T, newBackend func(t *testing.T) EpisodesBackend) {
 		require.Equal(t, episodes.StatusDone, get(t, b, ep.ID).Status)
 	})
 
+	t.Run("FinishIsFencedOnTheOwnerAndTheEpisodeItNames", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		first, a := running(t, b, "k", "node-a")
+		// An owner whose name sorts before the holder's, presenting its
+		// fence, finishes nothing: the owner is compared for equality.
+		err := b.Store.FinishEpisode(ctx(t), first.ID, claims.Token{Key: "k", Owner: "a-node", Fence: a.Fence}, episodes.Finish{Status: episodes.StatusFailed})
+		require.ErrorIs(t, err, claims.ErrLeaseLost)
+		require.Equal(t, episodes.StatusRunning, get(t, b, first.ID).Status)
+		require.NoError(t, b.Store.FinishEpisode(ctx(t), first.ID, a.Token, episodes.Finish{Status: episodes.StatusDone}))
+		b.Archive(t, first.ID)
+
+		// The key's next grant runs a later episode. That grant, presented
+		// with the finished episode's id, is not a grant of that episode:
+		// it finishes neither the finished one nor, through it, its own.
+		second, bb := running(t, b, "k", "node-b")
+		require.Greater(t, second.ID, first.ID)
+		err = b.Store.FinishEpisode(ctx(t), first.ID, bb.Token, episodes.Finish{Status: episodes.StatusFailed})
+		require.ErrorIs(t, err, claims.ErrLeaseLost)
+		require.Equal(t, episodes.StatusDone, get(t, b, first.ID).Status)
+		require.Equal(t, episodes.StatusRunning, get(t, b, second.ID).Status)
+		_, err = b.Store.Renew(ctx(t), bb.Token, time.Minute)
+		require.NoError(t, err, "the later episode's grant is still live")
+		require.NoError(t, b.Store.FinishEpisode(ctx(t), second.ID, bb.Token, episodes.Finish{Status: episodes.StatusDone}))
+	})
+
 	t.Run("ZombieJournalIsRejectedAfterSteal", func(t *testing.T) {
 		t.Parallel()
 		b := newBackend(t)

@@ -21,11 +21,14 @@ import (
 const endEpisode = `UPDATE leasehold_episodes SET status = 'canceled', finished_at = now() WHERE id = $1`
 
 // endingWrites are the statements that end an attempt under its grant, as
-// one run's call each: FinishEpisodes (a run missing from its answer lost
-// its grant) and RetryEpisode. Each returns episodes.ErrLeaseLost when it
+// one run's call each: FinishEpisode, FinishEpisodes (a run missing from
+// its answer lost its grant) and RetryEpisode. Each returns episodes.ErrLeaseLost when it
 // wrote nothing for o.
 func endingWrites(t *testing.T) map[string]func(s *postgres.Store, o episodes.Created) error {
 	return map[string]func(s *postgres.Store, o episodes.Created) error{
+		"FinishEpisode": func(s *postgres.Store, o episodes.Created) error {
+			return s.FinishEpisode(t.Context(), o.Episode.ID, o.Claim.Token, episodes.Finish{Status: episodes.StatusDone})
+		},
 		"FinishEpisodes": func(s *postgres.Store, o episodes.Created) error {
 			ids, err := s.FinishEpisodes(t.Context(), o.Claim.Owner, []episodes.FinishItem{
 				{ID: o.Episode.ID, Token: o.Claim.Token, Finish: episodes.Finish{Status: episodes.StatusDone}},
