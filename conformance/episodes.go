@@ -180,10 +180,16 @@ func RunEpisodes(t *testing.T, newBackend func(t *testing.T) EpisodesBackend) {
 		b := newBackend(t)
 		first, a := running(t, b, "k", "node-a")
 		// An owner whose name sorts before the holder's, presenting its
-		// fence, finishes nothing: the owner is compared for equality.
-		err := b.Store.FinishEpisode(ctx(t), first.ID, claims.Token{Key: "k", Owner: "a-node", Fence: a.Fence}, episodes.Finish{Status: episodes.StatusFailed})
+		// fence, journals and finishes nothing: the owner is compared for
+		// equality.
+		sorted := claims.Token{Key: "k", Owner: "a-node", Fence: a.Fence}
+		require.ErrorIs(t, b.Store.AppendStep(ctx(t), first.ID, sorted, 1, json.RawMessage(`"a-node"`), time.Minute), claims.ErrLeaseLost)
+		err := b.Store.FinishEpisode(ctx(t), first.ID, sorted, episodes.Finish{Status: episodes.StatusFailed})
 		require.ErrorIs(t, err, claims.ErrLeaseLost)
 		require.Equal(t, episodes.StatusRunning, get(t, b, first.ID).Status)
+		steps, err := b.Store.ListSteps(ctx(t), first.ID)
+		require.NoError(t, err)
+		require.Empty(t, steps)
 		require.NoError(t, b.Store.FinishEpisode(ctx(t), first.ID, a.Token, episodes.Finish{Status: episodes.StatusDone}))
 		b.Archive(t, first.ID)
 

@@ -120,7 +120,11 @@ func generate(dialect, file, name, text string) []generated {
 		removed = strings.ReplaceAll(removed, ", )", ")")
 		add("lock", removed, fmt.Sprintf("%s: lock clause removed: %q", name, strings.TrimSpace(text[loc[0]:loc[1]])))
 	}
-	// Adjacent columns of a RETURNING or OUTPUT list swapped.
+	// Adjacent columns of a RETURNING or OUTPUT list swapped: their values,
+	// each keeping the other's output name (an AS alias, or the column's
+	// own name), so that a swap inside a CTE, whose columns the statement
+	// reads by name, hands one column's value to the other's reader as a
+	// swap in the final list does to the adapter's positional scan.
 	for _, m := range returnedList.FindAllStringSubmatchIndex(text, -1) {
 		if insideComment(text, m[0]) {
 			continue
@@ -133,12 +137,36 @@ func generate(dialect, file, name, text string) []generated {
 			if a == b || strings.Contains(a, "*") || strings.Contains(b, "*") {
 				continue
 			}
-			swapped := list[:cols[k].start] + strings.Replace(cols[k].text, a, b, 1) + "," +
-				strings.Replace(cols[k+1].text, b, a, 1) + list[cols[k+1].end:]
+			swapped := list[:cols[k].start] + strings.Replace(cols[k].text, a, renamed(b, a), 1) + "," +
+				strings.Replace(cols[k+1].text, b, renamed(a, b), 1) + list[cols[k+1].end:]
 			add("ret-swap", text[:m[1]]+swapped+text[listEnd:], fmt.Sprintf("%s: returned %q and %q swapped", name, a, b))
 		}
 	}
 	return out
+}
+
+// asAlias splits a returned column into its value and its AS alias;
+// namedColumn is a column reference without one, named after its column.
+var (
+	asAlias     = regexp.MustCompile(`(?is)^(.*\S)\s+AS\s+(\w+)$`)
+	namedColumn = regexp.MustCompile(`^(?:\w+\.)?(\w+)$`)
+)
+
+// renamed is returned column col's value under the output name of column
+// in: its alias, or the name of the column it reads; col's value alone
+// when in is an expression with no name of its own.
+func renamed(col, in string) string {
+	value := col
+	if m := asAlias.FindStringSubmatch(col); m != nil {
+		value = m[1]
+	}
+	if m := asAlias.FindStringSubmatch(in); m != nil {
+		return value + " AS " + m[2]
+	}
+	if m := namedColumn.FindStringSubmatch(in); m != nil {
+		return value + " AS " + m[1]
+	}
+	return value
 }
 
 // returnedListLen returns the length of the RETURNING or OUTPUT column list

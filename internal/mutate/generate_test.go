@@ -1,0 +1,24 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A swap of returned columns hands each value to the other column's name,
+// in a CTE (read by name) as in the final list (read by position).
+func TestReturnedColumnsSwapTheirValuesUnderEachOthersNames(t *testing.T) {
+	text := "WITH g AS (\n    UPDATE c SET fence = fence + 1\n    RETURNING c.fence, c.attempt, g.key AS claim_key\n)\nSELECT g.fence, g.attempt FROM g"
+	var got []string
+	for _, m := range generate("postgres", "f", "S", text) {
+		if m.Op == "ret-swap" {
+			got = append(got, m.New)
+		}
+	}
+	require.Equal(t, []string{
+		"WITH g AS (\n    UPDATE c SET fence = fence + 1\n    RETURNING c.attempt AS fence, c.fence AS attempt, g.key AS claim_key\n)\nSELECT g.fence, g.attempt FROM g",
+		"WITH g AS (\n    UPDATE c SET fence = fence + 1\n    RETURNING c.fence, g.key AS attempt, c.attempt AS claim_key\n)\nSELECT g.fence, g.attempt FROM g",
+	}, got)
+	require.Equal(t, "count(*)", renamed("count(*)", "now() - x"), "an expression has no name to keep")
+}
