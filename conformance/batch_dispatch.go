@@ -107,6 +107,30 @@ func runBatchDispatch(t *testing.T, newBackend func(t *testing.T) DeferredBacken
 		require.Equal(t, ids["reclaimed"], ds[0].EpisodeID)
 	})
 
+	t.Run("OnlyThePollerThatClaimedARequestHandsItOverInABatch", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		bd := batch(t, b)
+		res := deferEpisode(t, b, "event:a:e:1", "", "")
+		mine := claimRequests(t, b, "poller", "", "", 10)
+		require.Len(t, mine, 1)
+		// As DispatchTriggerRequest: another poller presenting the claim's
+		// fence, its name sorting after the claimer's or before it.
+		for _, other := range []string{"zz-poller", "a-poller"} {
+			forged := mine[0]
+			forged.Owner = other
+			ds, err := bd.DispatchTriggerRequests(ctx(t), other, []episodes.TriggerRequest{forged}, time.Minute)
+			require.NoError(t, err)
+			require.Empty(t, ds, "%s handed over poller's request", other)
+		}
+		require.Equal(t, episodes.RequestClaimed, listRequests(t, b, "", "")[0].Status)
+		require.Equal(t, episodes.StatusQueued, get(t, EpisodesBackend{Store: b.Store}, res.Episode.ID).Status)
+		ds, err := bd.DispatchTriggerRequests(ctx(t), "poller", mine, time.Minute)
+		require.NoError(t, err)
+		require.Len(t, ds, 1)
+		require.True(t, ds[0].Started)
+	})
+
 	t.Run("ConcurrentPollersBatchDispatchEachRequestOnce", func(t *testing.T) {
 		t.Parallel()
 		b := newBackend(t)

@@ -167,6 +167,29 @@ func RunDeferred(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		require.True(t, d.Started)
 	})
 
+	t.Run("OnlyThePollerThatClaimedARequestHandsItOver", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		res := deferEpisode(t, b, "event:a:e:1", "", "")
+		mine := claimRequests(t, b, "poller", "", "", 10)
+		require.Len(t, mine, 1)
+		// Another poller presenting the claim's fence, whether its name
+		// sorts after the claimer's or before it, hands nothing over: the
+		// claimer is compared for equality.
+		for _, other := range []string{"zz-poller", "a-poller"} {
+			forged := mine[0]
+			forged.Owner = other
+			_, err := b.Store.DispatchTriggerRequest(ctx(t), forged, time.Minute)
+			require.ErrorIs(t, err, claims.ErrLeaseLost, "%s handed over poller's request", other)
+		}
+		require.Equal(t, episodes.RequestClaimed, listRequests(t, b, "", "")[0].Status)
+		require.Equal(t, episodes.StatusQueued, get(t, EpisodesBackend{Store: b.Store}, res.Episode.ID).Status)
+		d, err := b.Store.DispatchTriggerRequest(ctx(t), mine[0], time.Minute)
+		require.NoError(t, err)
+		require.True(t, d.Started)
+		require.Equal(t, "poller", d.Claim.Owner)
+	})
+
 	t.Run("ConcurrentPollersDispatchEachRequestOnce", func(t *testing.T) {
 		t.Parallel()
 		b := newBackend(t)
