@@ -237,11 +237,40 @@ func RunFindings(t *testing.T, newBackend func(t *testing.T) FindingsBackend) {
 		f.requireFenced(t, run, "k")
 		require.Len(t, f.active(t, findings.Query{}), 1, "a finding outlives the episode that raised it")
 
+		// Its key granted again after the finish, to the node that ran it:
+		// a live grant under the episode's owner, of an episode that does
+		// not run.
+		again, err := f.Store.Acquire(ctx(t), claims.AcquireParams{Key: run.tok.Key, Owner: "node-a", Lease: time.Minute, WorkType: "episode"})
+		require.NoError(t, err)
+		f.requireFenced(t, findingRun{ep: run.ep, tok: again.Token}, "k")
+
 		// Created and claimed, not started yet: nothing runs, nothing is written.
 		res, err := f.Store.CreateEpisode(ctx(t), findingEpisode("", "", "monitor", "node-a"))
 		require.NoError(t, err)
 		queued := findingRun{ep: res.Episode, tok: res.Claim.Token}
 		f.requireFenced(t, queued, "k")
+	})
+
+	t.Run("ATakeoverNotYetStartedWritesNothing", func(t *testing.T) {
+		t.Parallel()
+		f := findingsFixture{newBackend(t)}
+		a := f.start(t, "", "", "monitor", "node-a")
+		f.raise(t, a, findings.Raise{Key: "k", Summary: "by a"})
+		// The claim is granted to a node whose name sorts before node-a's,
+		// which has not started the episode yet: the episode still names
+		// node-a, the claim the new owner. Neither side's name with the
+		// new fence writes: the episode's owner and the claim's are each
+		// compared for equality.
+		f.ExpireClaim(t, a.tok.Key)
+		c, err := f.Store.Acquire(ctx(t), claims.AcquireParams{Key: a.tok.Key, Owner: "a-node", Lease: time.Minute, WorkType: "episode"})
+		require.NoError(t, err)
+		f.requireFenced(t, findingRun{ep: a.ep, tok: c.Token}, "k")
+		f.requireFenced(t, findingRun{ep: a.ep, tok: claims.Token{Key: c.Key, Owner: "node-a", Fence: c.Fence}}, "k")
+		f.requireFenced(t, a, "k")
+		_, err = f.Store.StartEpisode(ctx(t), a.ep.ID, c.Token)
+		require.NoError(t, err)
+		fd := f.raise(t, findingRun{ep: a.ep, tok: c.Token}, findings.Raise{Key: "k", Summary: "by a-node"})
+		require.Equal(t, int32(2), fd.RaiseCount)
 	})
 
 	t.Run("ForeignClaimGrantsNothing", func(t *testing.T) {
@@ -255,6 +284,10 @@ func RunFindings(t *testing.T, newBackend func(t *testing.T) FindingsBackend) {
 		// another, even under the same owner.
 		forged := findingRun{ep: other.ep, tok: mine.tok}
 		f.requireFenced(t, forged, "k")
+		// Nor does an owner whose name sorts before the holder's,
+		// presenting the holder's fence.
+		sorted := findingRun{ep: other.ep, tok: claims.Token{Key: other.tok.Key, Owner: "a-node", Fence: other.tok.Fence}}
+		f.requireFenced(t, sorted, "k")
 		require.Equal(t, "rc's", f.active(t, findings.Query{Env: "rc"})[0].Summary)
 	})
 
