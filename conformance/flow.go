@@ -132,6 +132,13 @@ func runFlow(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		reqs, err = b.Store.ListCancelRequests(ctx(t), "node-a")
 		require.NoError(t, err)
 		require.Empty(t, reqs, "terminal: no longer listed")
+		// Nor once its key is granted to the same node again: the ended
+		// episode is not that grant's run.
+		_, err = b.Store.Acquire(ctx(t), claims.AcquireParams{Key: "event:a:e:live", Owner: "node-a", Lease: time.Minute, WorkType: "episode"})
+		require.NoError(t, err)
+		reqs, err = b.Store.ListCancelRequests(ctx(t), "node-a")
+		require.NoError(t, err)
+		require.Empty(t, reqs, "an ended episode under a new grant of its key is not listed")
 
 		// Expired: nobody holds it live, so ended at once and its grant
 		// fenced out: the zombie's writes match nothing.
