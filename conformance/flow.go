@@ -307,6 +307,18 @@ func runFlow(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		require.Empty(t, steps)
 		require.NoError(t, b.Store.FinishEpisode(ctx(t), stolen.Episode.ID, thief.Token, episodes.Finish{Status: episodes.StatusDone}), "the thief's grant is intact")
 		require.Equal(t, episodes.StatusDone, get(t, e, ended.Episode.ID).Status, "a terminal episode is not finished again")
+		// The ended episode's key granted to node-a again: a live grant that
+		// a group presents with the ended episode's id, which is not its
+		// run, while other episodes are open.
+		regrant, err := b.Store.Acquire(ctx(t), claims.AcquireParams{Key: "event:a:e:g4", Owner: "node-a", Lease: time.Minute, WorkType: "episode"})
+		require.NoError(t, err)
+		finished, err = b.Store.FinishEpisodes(ctx(t), "node-a", []episodes.FinishItem{
+			{ID: ended.Episode.ID, Token: regrant.Token, Finish: episodes.Finish{Status: episodes.StatusFailed}}})
+		require.NoError(t, err)
+		require.Empty(t, finished)
+		require.Equal(t, episodes.StatusDone, get(t, e, ended.Episode.ID).Status)
+		_, err = b.Store.Renew(ctx(t), regrant.Token, time.Minute)
+		require.NoError(t, err, "the grant presented with the ended episode's id is intact")
 		require.Equal(t, episodes.StatusRunning, get(t, e, earlier.Episode.ID).Status, "the same node's earlier grant wrote nothing")
 		steps, err = b.Store.ListSteps(ctx(t), earlier.Episode.ID)
 		require.NoError(t, err)
