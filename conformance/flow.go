@@ -202,6 +202,64 @@ func runFlow(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		require.ErrorIs(t, err, episodes.ErrNotFound)
 	})
 
+	t.Run("ARunMadeAvailableAgainKeepsItsScope", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		// Actor, expectation, stack and env all differ, so that a request
+		// made with one in another's place is seen.
+		start := func(key string) episodes.Created {
+			n := flowEpisode(key)
+			n.SourceStack, n.SourceEnv = "blue", "prod"
+			n.Owner, n.Lease, n.Start = "node-a", time.Minute, true
+			res, err := b.Store.CreateEpisode(ctx(t), n)
+			require.NoError(t, err)
+			return res
+		}
+		requireScope := func(how string, episodeID, requestID int64) {
+			t.Helper()
+			var found bool
+			for _, r := range listRequests(t, b, "prod", "") {
+				if r.ID != requestID {
+					continue
+				}
+				found = true
+				require.Equal(t, episodeID, r.EpisodeID, how)
+				require.Equal(t, [4]string{"a", "e", "blue", "prod"}, [4]string{r.ActorID, r.ExpectationID, r.SourceStack, r.SourceEnv}, how)
+			}
+			require.True(t, found, "%s: request %d is not listed in env prod", how, requestID)
+		}
+
+		retried := start("event:a:e:retried")
+		r, err := b.Store.RetryEpisode(ctx(t), retried.Episode.ID, retried.Claim.Token, episodes.Retry{ErrorClass: "error", Backoff: time.Hour})
+		require.NoError(t, err)
+		requireScope("retry", retried.Episode.ID, r.RequestID)
+
+		requeued := start("event:a:e:requeued")
+		require.NoError(t, b.Store.FinishEpisode(ctx(t), requeued.Episode.ID, requeued.Claim.Token, episodes.Finish{Status: episodes.StatusFailed, ErrorClass: "error"}))
+		r, err = b.Store.RequeueEpisode(ctx(t), requeued.Episode.ID, "ops")
+		require.NoError(t, err)
+		requireScope("operator's requeue", requeued.Episode.ID, r.RequestID)
+
+		orphan := start("event:a:e:orphan")
+		b.ExpireClaim(t, "event:a:e:orphan")
+		q, err := b.Store.RequeueOrphan(ctx(t), orphan.Episode.ID, 0, "sweeper", time.Minute)
+		require.NoError(t, err)
+		require.Equal(t, episodes.StatusQueued, q.Status)
+		require.EqualValues(t, 1, q.Attempts)
+		require.EqualValues(t, 3, q.MaxAttempts)
+		requireScope("recovery's requeue", orphan.Episode.ID, q.RequestID)
+
+		// Each is claimed by a poller of that scope.
+		reqs, err := b.Store.ClaimTriggerRequests(ctx(t), episodes.RequestQuery{
+			Owner: "poller", Lease: time.Minute, Env: "prod", Stack: "blue", Runnable: onE("a"), Limit: 10})
+		require.NoError(t, err)
+		ids := make([]int64, len(reqs))
+		for i, x := range reqs {
+			ids[i] = x.EpisodeID
+		}
+		require.ElementsMatch(t, []int64{requeued.Episode.ID, orphan.Episode.ID}, ids, "the retry waits its backoff; the requeues are due")
+	})
+
 	t.Run("BatchCreatesEachKeyOnce", func(t *testing.T) {
 		t.Parallel()
 		b := newBackend(t)
