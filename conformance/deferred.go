@@ -372,6 +372,45 @@ func RunDeferred(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		require.Empty(t, claimRequests(t, b, "poller-2", "", "", 10), "completed requests are never claimed")
 	})
 
+	t.Run("AnOrphanIsLeftOnlyForItsOwnRequest", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		// An orphan is excluded from recovery by its own open trigger
+		// request (pollers hand it over instead), never by another
+		// episode's: a later episode waiting in the queue, with a higher
+		// id, leaves an orphan recoverable.
+		orphan := func(key string, start bool) episodes.Created {
+			n := newEpisode(key)
+			n.Owner, n.Lease, n.Start = "dead", time.Minute, start
+			o, err := b.Store.CreateEpisode(ctx(t), n)
+			require.NoError(t, err)
+			b.ExpireClaim(t, key)
+			return o
+		}
+		// Running, and granted but never started (queued).
+		o, requeued := orphan("event:a:e:orphan", true), orphan("event:a:e:requeued", true)
+		granted := orphan("event:a:e:granted", false)
+		later := deferEpisode(t, b, "event:a:e:later", "", "")
+		require.Greater(t, later.Episode.ID, requeued.Episode.ID)
+
+		list, err := b.Store.ListOrphans(ctx(t), episodes.OrphanQuery{StaleAfter: time.Minute, Limit: 10})
+		require.NoError(t, err)
+		var listed []int64
+		for _, x := range list {
+			listed = append(listed, x.Episode.ID)
+		}
+		require.ElementsMatch(t, []int64{o.Episode.ID, requeued.Episode.ID, granted.Episode.ID}, listed)
+		q, err := b.Store.RequeueOrphan(ctx(t), requeued.Episode.ID, 0, "sweeper", time.Minute)
+		require.NoError(t, err, "an orphan was left for another episode's request")
+		require.Equal(t, episodes.StatusQueued, q.Status)
+		ep, c, err := b.Store.ClaimForRecovery(ctx(t), o.Episode.ID, "sweeper", time.Minute, time.Minute)
+		require.NoError(t, err, "an orphan was left for another episode's request")
+		require.Equal(t, o.Episode.ID, ep.ID)
+		require.Equal(t, o.Claim.Fence+1, c.Fence)
+		_, _, err = b.Store.ClaimForRecovery(ctx(t), later.Episode.ID, "sweeper", time.Minute, time.Minute)
+		require.ErrorIs(t, err, claims.ErrBusy, "the queued episode's own request keeps it for the pollers")
+	})
+
 	t.Run("DeferredEpisodeOnAFinishedKeyIsNotAnOrphan", func(t *testing.T) {
 		t.Parallel()
 		b := newBackend(t)
