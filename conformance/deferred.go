@@ -167,6 +167,45 @@ func RunDeferred(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		require.True(t, d.Started)
 	})
 
+	t.Run("AHandOverReturnsTheGrantItMade", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		// As RecoveryReturnsTheGrantItMade: a key whose claim an earlier
+		// grant finished, so the hand-over's grant is attempt 1 at fence 2
+		// and a grant returned with one in the other's place is seen; alone
+		// and, where the adapter has it, in a batch.
+		for _, key := range []string{"reused-alone", "reused-batch"} {
+			c, err := b.Store.Acquire(ctx(t), claims.AcquireParams{Key: key, Owner: "earlier", Lease: time.Minute})
+			require.NoError(t, err)
+			require.NoError(t, b.Store.Complete(ctx(t), c.Token))
+			deferEpisode(t, b, key, "", "")
+		}
+		reqs := claimRequests(t, b, "poller", "", "", 10)
+		require.Len(t, reqs, 2)
+		lease := 90 * time.Second
+		requireGrant := func(d episodes.Dispatched, key string) {
+			t.Helper()
+			require.Equal(t, claims.Token{Key: key, Owner: "poller", Fence: 2}, d.Claim.Token)
+			require.EqualValues(t, 1, d.Claim.Attempt)
+			require.Equal(t, claims.GrantReclaim, d.Claim.Grant)
+			require.Equal(t, lease, d.Claim.LeaseUntil.Sub(d.Claim.ClaimedAt), "lease_until is the grant's instant plus the lease")
+			require.True(t, d.Started)
+			require.Equal(t, key, d.Episode.DedupeKey)
+		}
+		for _, r := range reqs {
+			if ep := get(t, EpisodesBackend{Store: b.Store}, r.EpisodeID); ep.DedupeKey == "reused-alone" {
+				d, err := b.Store.DispatchTriggerRequest(ctx(t), r, lease)
+				require.NoError(t, err)
+				requireGrant(d, "reused-alone")
+			} else if bd, ok := b.Store.(BatchDispatcher); ok {
+				ds, err := bd.DispatchTriggerRequests(ctx(t), "poller", []episodes.TriggerRequest{r}, lease)
+				require.NoError(t, err)
+				require.Len(t, ds, 1)
+				requireGrant(ds[0], "reused-batch")
+			}
+		}
+	})
+
 	t.Run("OnlyThePollerThatClaimedARequestHandsItOver", func(t *testing.T) {
 		t.Parallel()
 		b := newBackend(t)

@@ -429,6 +429,31 @@ func RunEpisodes(t *testing.T, newBackend func(t *testing.T) EpisodesBackend) {
 		within("ClaimForRecovery", rc, before, time.Now())
 	})
 
+	t.Run("RecoveryReturnsTheGrantItMade", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		// The key ran an episode to the end before: its next grant starts
+		// the attempt count again (attempt 1) while the fence goes on (2),
+		// so that a grant returned with one in the other's place is seen.
+		first, a := running(t, b, "k", "node-a")
+		require.NoError(t, b.Store.FinishEpisode(ctx(t), first.ID, a.Token, episodes.Finish{Status: episodes.StatusDone}))
+		b.Archive(t, first.ID)
+		second, c := running(t, b, "k", "node-a")
+		require.Equal(t, [2]int64{2, 1}, [2]int64{c.Fence, int64(c.Attempt)})
+		b.ExpireClaim(t, "k")
+
+		lease := 90 * time.Second
+		got, g, err := b.Store.ClaimForRecovery(ctx(t), second.ID, "sweeper", lease, time.Minute)
+		require.NoError(t, err)
+		require.Equal(t, second.ID, got.ID)
+		require.Equal(t, claims.Token{Key: "k", Owner: "sweeper", Fence: 3}, g.Token)
+		require.EqualValues(t, 2, g.Attempt)
+		require.Equal(t, claims.GrantSteal, g.Grant)
+		require.Equal(t, lease, g.LeaseUntil.Sub(g.ClaimedAt), "lease_until is the grant's instant plus the lease")
+		_, err = b.Store.StartEpisode(ctx(t), second.ID, g.Token)
+		require.NoError(t, err, "the returned token is the grant's")
+	})
+
 	t.Run("RecoveredEpisodeKeepsEveryField", func(t *testing.T) {
 		// The episode ClaimForRecovery hands the restarted run is the one
 		// CreateEpisode handed the first run, field by field, except what

@@ -83,12 +83,6 @@ var equivalents = map[string]equivalent{
 			"is): every decision that reads them reads coalesce(last_step_at, started_at, created_at), which is that " +
 			"same instant either way; only what the dashboard shows as started changes",
 	},
-	"sqlite:ClaimForRecoveryGrant:ret-swap#5": {
-		what: `ClaimForRecoveryGrant: returned "lease_until" and "claimed_at" swapped`,
-		why: "lease_until and claimed_at of a returned Claim are database times " +
-			"for display and diagnostics (claims.Claim's doc): the recovering node's local deadline starts from its " +
-			"own clock before the grant (grantStart) plus the lease, and no node compares either field with its clock",
-	},
 	"postgres:ArchiveEpisodes:lock#2": {
 		what: `ArchiveEpisodes: lock clause removed: "SKIP LOCKED"`,
 		why: "SKIP LOCKED only makes maintenance pass over rows a writer holds instead of " +
@@ -182,42 +176,6 @@ var equivalents = map[string]equivalent{
 			"only ArchiveEpisodes sets archived_at, and only on terminal episodes, and RequeueEpisode refuses archived " +
 			"ones, so an archived episode is terminal for good and the UPDATE matches nothing either way",
 	},
-	"postgres:ClaimForRecovery:ret-swap#1": {
-		what: `ClaimForRecovery: returned "c.dedupe_key" and "c.owner_node" swapped`,
-		why: "the grant_row CTE's RETURNING list is read only by name (the episode UPDATE's SET and RETURNING name " +
-			"grant_row.owner_node, grant_row.dedupe_key, grant_row.fence, ...), and a RETURNING column keeps its expression's name " +
-			"wherever it stands: the swap changes the order of the CTE's columns, not what any name means",
-	},
-	"postgres:ClaimForRecovery:ret-swap#2": {
-		what: `ClaimForRecovery: returned "c.owner_node" and "c.fence" swapped`,
-		why: "the grant_row CTE's RETURNING list is read only by name (the episode UPDATE's SET and RETURNING name " +
-			"grant_row.owner_node, grant_row.dedupe_key, grant_row.fence, ...), and a RETURNING column keeps its expression's name " +
-			"wherever it stands: the swap changes the order of the CTE's columns, not what any name means",
-	},
-	"postgres:ClaimForRecovery:ret-swap#3": {
-		what: `ClaimForRecovery: returned "c.fence" and "c.attempt" swapped`,
-		why: "the grant_row CTE's RETURNING list is read only by name (the episode UPDATE's SET and RETURNING name " +
-			"grant_row.owner_node, grant_row.dedupe_key, grant_row.fence, ...), and a RETURNING column keeps its expression's name " +
-			"wherever it stands: the swap changes the order of the CTE's columns, not what any name means",
-	},
-	"postgres:ClaimForRecovery:ret-swap#4": {
-		what: `ClaimForRecovery: returned "c.attempt" and "c.lease_until" swapped`,
-		why: "the grant_row CTE's RETURNING list is read only by name (the episode UPDATE's SET and RETURNING name " +
-			"grant_row.owner_node, grant_row.dedupe_key, grant_row.fence, ...), and a RETURNING column keeps its expression's name " +
-			"wherever it stands: the swap changes the order of the CTE's columns, not what any name means",
-	},
-	"postgres:ClaimForRecovery:ret-swap#5": {
-		what: `ClaimForRecovery: returned "c.lease_until" and "c.claimed_at" swapped`,
-		why: "the grant_row CTE's RETURNING list is read only by name (the episode UPDATE's SET and RETURNING name " +
-			"grant_row.owner_node, grant_row.dedupe_key, grant_row.fence, ...), and a RETURNING column keeps its expression's name " +
-			"wherever it stands: the swap changes the order of the CTE's columns, not what any name means",
-	},
-	"postgres:ClaimForRecovery:ret-swap#6": {
-		what: `ClaimForRecovery: returned "c.claimed_at" and "c.grant_kind" swapped`,
-		why: "the grant_row CTE's RETURNING list is read only by name (the episode UPDATE's SET and RETURNING name " +
-			"grant_row.owner_node, grant_row.dedupe_key, grant_row.fence, ...), and a RETURNING column keeps its expression's name " +
-			"wherever it stands: the swap changes the order of the CTE's columns, not what any name means",
-	},
 	"postgres:ClaimForRecovery:cmp-strict#4": {
 		what: `ClaimForRecovery: "<=" -> "<" in "WHERE (c.state = 'claimed' AND c.lease_until <= now()) OR c.state IN ('released', 'done', 'failed')"`,
 		why: "as AcquireClaim's: the mutant refuses a takeover only at the one instant a lease ends " +
@@ -235,12 +193,6 @@ var equivalents = map[string]equivalent{
 		why: "episode.status is what the episode CTE's UPDATE wrote, and it writes only 'queued' or " +
 			"'canceled' (the CASE on cancel_requested_at); 'canceled' sorts before 'queued', so >= 'queued' picks " +
 			"exactly the rows = 'queued' picks",
-	},
-	"postgres:FinishEpisodes:ret-swap#1": {
-		what: `FinishEpisodes: returned "c.dedupe_key" and "c.fence" swapped`,
-		why: "the claim CTE's RETURNING list is read only by the join below it, which names its columns " +
-			"(claim.dedupe_key, claim.fence), and a RETURNING column keeps its expression's name wherever it " +
-			"stands: the swap changes the order of the CTE's columns, not what either name means",
 	},
 	// given_back's state = 'released' made state >= 'released': 'released'
 	// sorts after every other state the claims table's CHECK admits.
