@@ -600,6 +600,30 @@ func RunDeferred(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 	runBatchDispatch(t, newBackend)
 	runRequestGiveBack(t, newBackend)
 
+	t.Run("ExpiryNeverCancelsAStartedEpisode", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		// The request is claimed, then its episode is started under a grant
+		// made another way, and that grant's lease expires: the episode is
+		// running, an orphan for recovery, not available work the trigger
+		// expiry may cancel, however old its open request.
+		d := deferEpisode(t, b, "event:a:e:started", "", "")
+		reqs := claimRequests(t, b, "poller", "", "", 10)
+		require.Len(t, reqs, 1)
+		c, err := b.Store.Acquire(ctx(t), claims.AcquireParams{Key: "event:a:e:started", Owner: "other", Lease: time.Minute, WorkType: "episode"})
+		require.NoError(t, err)
+		_, err = b.Store.StartEpisode(ctx(t), d.Episode.ID, c.Token)
+		require.NoError(t, err)
+		b.ExpireClaim(t, "event:a:e:started")
+		b.AgeRequest(t, d.RequestID, 2*time.Hour)
+		b.LapseRequestClaim(t, d.RequestID)
+
+		expired, err := b.Store.ExpireTriggerRequests(ctx(t), episodes.ExpireQuery{TTL: time.Hour})
+		require.NoError(t, err)
+		require.Equal(t, []episodes.Expired{{RequestID: d.RequestID, EpisodeID: d.Episode.ID}}, expired, "the request expires, its episode is not canceled")
+		require.Equal(t, episodes.StatusRunning, get(t, EpisodesBackend{Store: b.Store}, d.Episode.ID).Status)
+	})
+
 	t.Run("ExpiryCancelsUnclaimedEpisodesInScope", func(t *testing.T) {
 		t.Parallel()
 		b := newBackend(t)
