@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasehold/leasehold/adapters/postgres"
+	"github.com/leasehold/leasehold/claims"
 	"github.com/leasehold/leasehold/episodes"
 	"github.com/leasehold/leasehold/internal/pgtest"
 )
@@ -266,4 +267,35 @@ func requestStatus(t *testing.T, pool *pgxpool.Pool, id int64) (status string) {
 	require.NoError(t, pool.QueryRow(t.Context(),
 		`SELECT status FROM leasehold_trigger_requests WHERE episode_id = $1`, id).Scan(&status))
 	return status
+}
+
+// The trigger expiry leaves an episode to the node that holds its claim
+// live, and a live claim is one in state claimed whose lease has not ended
+// on the database clock: an ended grant whose lease_until is still ahead
+// of the expiry's now() (its writer's clock ran ahead) holds nothing, and
+// the expired request's episode is canceled.
+func TestExpiryDecidesOnTheClaimsState(t *testing.T) {
+	t.Parallel()
+	for _, state := range []string{"released", "done", "failed"} {
+		t.Run(state, func(t *testing.T) {
+			t.Parallel()
+			pool := pgtest.Schema(t)
+			s := postgres.New(pool)
+			key := "expire-ended-" + state
+			d, err := s.CreateDeferredEpisode(t.Context(), episodes.Deferred{New: episodes.New{ActorID: "a", ExpectationID: "e",
+				TriggerType: episodes.TriggerEvent, DedupeKey: key, MaxAttempts: 3}, SourceNode: "trigger-node"})
+			require.NoError(t, err)
+			_, err = s.Acquire(t.Context(), claims.AcquireParams{Key: key, Owner: "node-a", Lease: time.Minute, WorkType: "episode"})
+			require.NoError(t, err)
+			pgtest.Exec(t, pool, `UPDATE leasehold_work_claims
+				SET state = $2, lease_until = now() + interval '1 minute', finished_at = now()
+				WHERE dedupe_key = $1`, key, state)
+			pgtest.Exec(t, pool, `UPDATE leasehold_trigger_requests SET run_after = run_after - interval '2 hours' WHERE id = $1`, d.RequestID)
+
+			expired, err := s.ExpireTriggerRequests(t.Context(), episodes.ExpireQuery{TTL: time.Hour})
+			require.NoError(t, err)
+			require.Equal(t, []episodes.Expired{{RequestID: d.RequestID, EpisodeID: d.Episode.ID, EpisodeCanceled: true}}, expired,
+				"a %s grant was taken for a live holder", state)
+		})
+	}
 }
