@@ -1,0 +1,43 @@
+package sqlite_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasehold/leasehold/adapters/sqlite"
+	"github.com/leasehold/leasehold/claims"
+	"github.com/leasehold/leasehold/episodes"
+	"github.com/leasehold/leasehold/internal/sqlitetest"
+)
+
+// As adapters/postgres' TestExpiryDecidesOnTheClaimsState: an ended grant
+// whose lease_until is still ahead of the expiry's clock holds nothing,
+// and the expired request's episode is canceled.
+func TestStoreExpiryDecidesOnTheClaimsState(t *testing.T) {
+	t.Parallel()
+	for _, state := range []string{"released", "done", "failed"} {
+		t.Run(state, func(t *testing.T) {
+			t.Parallel()
+			db := sqlitetest.Open(t, sqlitetest.Path(t))
+			s := sqlite.New(db)
+			key := "expire-ended-" + state
+			d, err := s.CreateDeferredEpisode(t.Context(), episodes.Deferred{New: episodes.New{ActorID: "a", ExpectationID: "e",
+				TriggerType: episodes.TriggerEvent, DedupeKey: key, MaxAttempts: 3}, SourceNode: "trigger-node"})
+			require.NoError(t, err)
+			_, err = s.Acquire(t.Context(), claims.AcquireParams{Key: key, Owner: "node-a", Lease: time.Minute, WorkType: "episode"})
+			require.NoError(t, err)
+			sqlitetest.Exec(t, db, `UPDATE leasehold_work_claims
+				SET state = ?2, lease_until = CAST(round(unixepoch('subsec') * 1000) AS INTEGER) + 60000,
+				    finished_at = CAST(round(unixepoch('subsec') * 1000) AS INTEGER)
+				WHERE dedupe_key = ?1`, key, state)
+			sqlitetest.Exec(t, db, `UPDATE leasehold_trigger_requests SET run_after = run_after - 7200000 WHERE id = ?1`, d.RequestID)
+
+			expired, err := s.ExpireTriggerRequests(t.Context(), episodes.ExpireQuery{TTL: time.Hour})
+			require.NoError(t, err)
+			require.Equal(t, []episodes.Expired{{RequestID: d.RequestID, EpisodeID: d.Episode.ID, EpisodeCanceled: true}}, expired,
+				"a %s grant was taken for a live holder", state)
+		})
+	}
+}
