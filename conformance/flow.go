@@ -390,6 +390,25 @@ func runFlow(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		require.Error(t, err, "rows fenced by another node are refused before sending")
 	})
 
+	t.Run("RequeueOrphanLeavesFinishedWorkAlone", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		// Each ended by its holder (its claim ended with it), with the
+		// attempts a sweep would have listed: recovery reopens none of them.
+		for _, status := range []episodes.Status{episodes.StatusDone, episodes.StatusFailed, episodes.StatusCanceled} {
+			n := flowEpisode("event:a:e:" + string(status))
+			n.Owner, n.Lease, n.Start = "node-a", time.Minute, true
+			res, err := b.Store.CreateEpisode(ctx(t), n)
+			require.NoError(t, err)
+			require.NoError(t, b.Store.FinishEpisode(ctx(t), res.Episode.ID, res.Claim.Token, episodes.Finish{Status: status}))
+			ended := get(t, EpisodesBackend{Store: b.Store}, res.Episode.ID)
+			_, err = b.Store.RequeueOrphan(ctx(t), res.Episode.ID, ended.Attempts, "sweeper", time.Minute)
+			require.ErrorIs(t, err, claims.ErrBusy, "a %s episode was requeued", status)
+			require.Equal(t, status, get(t, EpisodesBackend{Store: b.Store}, res.Episode.ID).Status)
+		}
+		require.Empty(t, listRequests(t, b, "", episodes.RequestPending))
+	})
+
 	t.Run("RequeueOrphanOnceAcrossSweepers", func(t *testing.T) {
 		t.Parallel()
 		b := newBackend(t)
