@@ -216,6 +216,150 @@ var equivalents = map[string]equivalent{
 		what: `RequeueOrphan: "=" -> ">=" in "SELECT coalesce((SELECT (cr.state = 'released' OR e.status = 'queued')"`,
 		why:  releasedIsTheLastState,
 	},
+	"postgres:ListOrphanedEpisodes:cmp-strict#3": {
+		what: `ListOrphanedEpisodes: "=" -> ">=" in "WHERE e.status = 'running'"`,
+		why:  runningIsTheLastStatus,
+	},
+	"postgres:RequeueOrphan:cmp-strict#6": {
+		what: `RequeueOrphan: "=" -> ">=" in "OR (e.status = 'running'"`,
+		why:  runningIsTheLastStatus,
+	},
+	"postgres:ListOrphanedEpisodes:cmp-strict#4": {
+		what: `ListOrphanedEpisodes: "=" -> ">=" in "ELSE (c.state = 'claimed' AND c.lease_until <= now()) OR c.state IN ('released', 'done', 'failed')"`,
+		why:  endedStatesAlreadyAdmitted,
+	},
+	"postgres:ListOrphanedEpisodes:cmp-strict#9": {
+		what: `ListOrphanedEpisodes: "=" -> ">=" in "AND ((c.state = 'claimed' AND c.lease_until <= now()) OR c.state IN ('released', 'done', 'failed'))"`,
+		why:  endedStatesAlreadyAdmitted,
+	},
+	"postgres:RequeueOrphan:cmp-strict#8": {
+		what: `RequeueOrphan: "=" -> ">=" in "AND ((c.state = 'claimed' AND c.lease_until <= now()) OR c.state IN ('released', 'done', 'failed'))"`,
+		why:  endedStatesAlreadyAdmitted,
+	},
+	"postgres:ListOrphanedEpisodes:cmp-strict#5": {
+		what: `ListOrphanedEpisodes: "<=" -> "<" in "ELSE (c.state = 'claimed' AND c.lease_until <= now()) OR c.state IN ('released', 'done', 'failed')"`,
+		why:  leaseEndingNowIsConservative,
+	},
+	"postgres:ListOrphanedEpisodes:cmp-strict#10": {
+		what: `ListOrphanedEpisodes: "<=" -> "<" in "AND ((c.state = 'claimed' AND c.lease_until <= now()) OR c.state IN ('released', 'done', 'failed'))"`,
+		why:  leaseEndingNowIsConservative,
+	},
+	"postgres:RequeueOrphan:cmp-strict#9": {
+		what: `RequeueOrphan: "<=" -> "<" in "AND ((c.state = 'claimed' AND c.lease_until <= now()) OR c.state IN ('released', 'done', 'failed'))"`,
+		why:  leaseEndingNowIsConservative,
+	},
+	"postgres:ClaimTriggerRequests:cmp-strict#2": {
+		what: `ClaimTriggerRequests: "<=" -> "<" in "AND ((r.status = 'pending' AND r.run_after <= now()) OR r.claim_until <= now())"`,
+		why:  leaseEndingNowIsConservative,
+	},
+	"postgres:ClaimTriggerRequests:cmp-strict#3": {
+		what: `ClaimTriggerRequests: "<=" -> "<" in "AND ((r.status = 'pending' AND r.run_after <= now()) OR r.claim_until <= now())"`,
+		why:  leaseEndingNowIsConservative,
+	},
+	"postgres:ExpireTriggerRequests:cmp-strict#2": {
+		what: `ExpireTriggerRequests: "<=" -> "<" in "AND (r.status = 'pending' OR r.claim_until <= now())"`,
+		why:  leaseEndingNowIsConservative,
+	},
+	"postgres:RequeueOrphan:cmp-strict#10": {
+		what: `RequeueOrphan: "=" -> ">=" in "WHERE episode.status = 'queued'"`,
+		why:  requeuedStatusIsQueuedOrCanceled,
+	},
+	"postgres:ClaimTriggerRequests:cmp-strict#1": {
+		what: `ClaimTriggerRequests: "=" -> ">=" in "AND ((r.status = 'pending' AND r.run_after <= now()) OR r.claim_until <= now())"`,
+		why:  pendingIsTheLastRequestStatus,
+	},
+	"postgres:ExpireTriggerRequests:cmp-strict#1": {
+		what: `ExpireTriggerRequests: "=" -> ">=" in "AND (r.status = 'pending' OR r.claim_until <= now())"`,
+		why:  pendingIsTheLastRequestStatus,
+	},
+	"postgres:ClaimTriggerRequests:cmp-strict#5": {
+		what: `ClaimTriggerRequests: "=" -> ">=" in "AND ((r.status = 'pending' AND r.run_after <= now()) OR (r.status = 'claimed' AND r.claim_until <= now()))"`,
+		why:  pickedRowsDecide,
+	},
+	"postgres:ClaimTriggerRequests:cmp-strict#6": {
+		what: `ClaimTriggerRequests: "<=" -> "<" in "AND ((r.status = 'pending' AND r.run_after <= now()) OR (r.status = 'claimed' AND r.claim_until <= now()))"`,
+		why:  pickedRowsDecide,
+	},
+	"postgres:ClaimTriggerRequests:cmp-strict#7": {
+		what: `ClaimTriggerRequests: "=" -> ">=" in "AND ((r.status = 'pending' AND r.run_after <= now()) OR (r.status = 'claimed' AND r.claim_until <= now()))"`,
+		why:  pickedRowsDecide,
+	},
+	"postgres:ClaimTriggerRequests:cmp-strict#8": {
+		what: `ClaimTriggerRequests: "<=" -> "<" in "AND ((r.status = 'pending' AND r.run_after <= now()) OR (r.status = 'claimed' AND r.claim_until <= now()))"`,
+		why:  pickedRowsDecide,
+	},
+	"postgres:ClaimTriggerRequests:drop#2": {
+		what: `ClaimTriggerRequests: predicate removed: "AND ((r.status = 'pending' AND r.run_after <= now()) OR (r.status = 'claimed' AND r.claim_until <= now()))"`,
+		why:  pickedRowsDecide,
+	},
+	"postgres:ExpireTriggerRequests:cmp-strict#3": {
+		what: `ExpireTriggerRequests: "<" -> "<=" in "AND r.run_after < now() - ($4::bigint * interval '1 millisecond')"`,
+		why:  expiryInstant,
+	},
+	"sqlite:AppendStepLease:cmp-strict#1": {
+		what: `AppendStepLease: "=" -> ">=" in "AND owner_node = CAST(?3 AS TEXT)"`,
+		why:  appendStepRechecked,
+	},
+	"sqlite:AppendStepLease:drop#1": {
+		what: `AppendStepLease: predicate removed: "AND owner_node = CAST(?3 AS TEXT)"`,
+		why:  appendStepRechecked,
+	},
+	"sqlite:AppendStepLease:cmp-strict#2": {
+		what: `AppendStepLease: "=" -> ">=" in "AND fence = CAST(?4 AS INTEGER)"`,
+		why:  appendStepRechecked,
+	},
+	"sqlite:AppendStepLease:drop#2": {
+		what: `AppendStepLease: predicate removed: "AND fence = CAST(?4 AS INTEGER)"`,
+		why:  appendStepRechecked,
+	},
+	"sqlite:AppendStepLease:cmp-strict#3": {
+		what: `AppendStepLease: "=" -> ">=" in "AND state = 'claimed'"`,
+		why:  appendStepRechecked,
+	},
+	"sqlite:AppendStepLease:drop#3": {
+		what: `AppendStepLease: predicate removed: "AND state = 'claimed'"`,
+		why:  appendStepRechecked,
+	},
+	"sqlite:FinishEpisodeStep:cmp-strict#1": {
+		what: `FinishEpisodeStep: "=" -> ">=" in "AND c.owner_node = CAST(?6 AS TEXT)"`,
+		why:  finishStepAfterItsClaim,
+	},
+	"sqlite:FinishEpisodeStep:drop#1": {
+		what: `FinishEpisodeStep: predicate removed: "AND c.owner_node = CAST(?6 AS TEXT)"`,
+		why:  finishStepAfterItsClaim,
+	},
+	"sqlite:FinishEpisodeStep:cmp-strict#2": {
+		what: `FinishEpisodeStep: "=" -> ">=" in "AND c.fence = CAST(?3 AS INTEGER))"`,
+		why:  finishStepAfterItsClaim,
+	},
+	"sqlite:DeleteSpentClaims:drop#1": {
+		what: `DeleteSpentClaims: predicate removed: "AND max(x.lease_until, coalesce(x.finished_at, x.lease_until))"`,
+		why:  spentClaimRechecked,
+	},
+	"sqlite:DeleteSpentClaims:cmp-strict#1": {
+		what: `DeleteSpentClaims: "<" -> "<=" in "< CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - CAST(?1 AS INTEGER)"`,
+		why:  spentClaimRechecked,
+	},
+	"sqlite:DeleteSpentClaims:drop#2": {
+		what: `DeleteSpentClaims: predicate removed: "AND e.archived_at IS NULL"`,
+		why:  archivedIsNotLive,
+	},
+	"sqlite:DeleteSpentClaims:drop#3": {
+		what: `DeleteSpentClaims: predicate removed: "AND e.archived_at IS NULL"`,
+		why:  archivedIsNotLive,
+	},
+	"sqlite:MaintenanceDue:cmp-strict#4": {
+		what: `MaintenanceDue: "<" -> "<=" in "WHERE n.heartbeat_at < CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - CAST(?4 AS INTEGER))"`,
+		why:  maintenanceDueIsWider,
+	},
+	"sqlite:MaintenanceDue:cmp-strict#5": {
+		what: `MaintenanceDue: "<" -> "<=" in "AND r.run_after < CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - CAST(?5 AS INTEGER))"`,
+		why:  maintenanceDueIsWider,
+	},
+	"sqlite:RequeueOrphanTarget:drop#3": {
+		what: `RequeueOrphanTarget: predicate removed: "AND e.status IN ('running', 'queued')"`,
+		why:  requeueOrphanRechecked,
+	},
 }
 
 // equivalent is one listed survivor: its description as the generator
@@ -254,3 +398,85 @@ func equivalentOf(g generated) (equivalent, bool) {
 // state = 'released', under any collation that orders ASCII letters.
 const releasedIsTheLastState = "state >= 'released' is state = 'released': 'released' sorts after every " +
 	"other value the claims table's CHECK admits ('claimed', 'done', 'failed')"
+
+// runningIsTheLastStatus: an episode's status is one of 'queued',
+// 'running', 'blocked', 'done', 'failed', 'partially_failed' and
+// 'canceled' (the CHECK of leasehold_episodes.status), and 'running' sorts
+// after every other one.
+const runningIsTheLastStatus = "status >= 'running' is status = 'running': 'running' sorts after every other " +
+	"value the episodes table's CHECK admits ('queued', 'blocked', 'done', 'failed', 'partially_failed', 'canceled')"
+
+// endedStatesAlreadyAdmitted: (state >= 'claimed' AND lease ended) OR
+// state IN ('released', 'done', 'failed').
+const endedStatesAlreadyAdmitted = "'claimed' sorts before every other state the claims table's CHECK admits, so " +
+	"state >= 'claimed' admits the ended states ('done', 'failed', 'released') besides 'claimed', and the predicate's " +
+	"other disjunct already admits exactly those: the whole condition is unchanged"
+
+// leaseEndingNowIsConservative: a '<=' against now() made '<'.
+const leaseEndingNowIsConservative = "the mutant differs only when the stored time equals the statement's now() to " +
+	"the microsecond, and then it waits one microsecond longer: a lease, a poller's claim or a due time counts as " +
+	"ended (or due) no earlier than before, so nothing is taken, listed or expired early and nothing that was " +
+	"taken is lost (the next sweep or poll takes it); the boundary is held where it matters, a lease ending at the " +
+	"statement's now() is over for every fenced write (TestStartEpisodeTreatsALeaseEndingNowAsOver)"
+
+// requeuedStatusIsQueuedOrCanceled: RequeueOrphan's request CTE reads the
+// status its episode CTE just wrote.
+const requeuedStatusIsQueuedOrCanceled = "the episode CTE sets status to 'queued' or 'canceled' (its CASE on " +
+	"cancel_requested_at), and 'canceled' sorts before 'queued', so status >= 'queued' is status = 'queued' on every " +
+	"row the request CTE can read"
+
+// pendingIsTheLastRequestStatus: a request's status is one of 'pending',
+// 'claimed', 'completed' and 'expired'.
+const pendingIsTheLastRequestStatus = "status >= 'pending' is status = 'pending': 'pending' sorts after every other " +
+	"value the requests table's CHECK admits ('claimed', 'completed', 'expired')"
+
+// pickedRowsDecide: ClaimTriggerRequests' UPDATE re-checks, on the rows
+// its picked CTE locked, the condition picked selected them by.
+const pickedRowsDecide = "the UPDATE's condition repeats picked's, on rows picked has locked (FOR UPDATE, whose " +
+	"READ COMMITTED re-check evaluates picked's WHERE on each row's latest version before locking it) and under the " +
+	"same now(), so no row can change between them and the UPDATE's copy cannot exclude a row picked admitted: " +
+	"removing or loosening it changes nothing"
+
+// expiryInstant: ExpireTriggerRequests' run_after < now() - ttl made <=.
+const expiryInstant = "the mutant differs only when run_after is exactly now() - ttl to the microsecond; now() is " +
+	"the expiring transaction's start, which no caller knows or controls, and the TTL bounds how long a request may " +
+	"wait, which expiring at that instant rather than a microsecond after does not change"
+
+// appendStepRechecked: SQLite's AppendStep is three statements in one
+// transaction.
+const appendStepRechecked = "AppendStepLease runs in one BEGIN IMMEDIATE transaction with AppendStepEpisode and " +
+	"AppendStep, each of which checks the claim's key, owner, fence and state 'claimed' exactly (and the episode " +
+	"running under that owner); the adapter rolls the whole append back when either matches nothing, and no other " +
+	"writer runs in between (the transaction holds the file's write lock), so a lease extended for a grant that is not " +
+	"the caller's never commits"
+
+// finishStepAfterItsClaim: SQLite's FinishEpisode is three statements in
+// one transaction, the claim's first.
+const finishStepAfterItsClaim = "FinishEpisodeStep runs only after FinishEpisodeClaim, in the same BEGIN IMMEDIATE " +
+	"transaction, matched the claim's key, owner and fence exactly (no row: ErrLeaseLost and a rollback before this " +
+	"statement runs); that write keeps the claim's owner and fence, so this statement's owner and fence conditions " +
+	"re-read values already proven equal to the caller's"
+
+// spentClaimRechecked: DeleteSpentClaims' DELETE re-checks its candidates.
+const spentClaimRechecked = "the DELETE re-checks state and the horizon (max(lease_until, finished_at) < now - " +
+	"horizon, strict) on every row it deletes, in the same statement and so under the same unixepoch('subsec'); the " +
+	"candidate list's copy only chooses which rows are looked at, so loosening or removing it deletes nothing more"
+
+// archivedIsNotLive: DeleteSpentClaims keeps the claim of a live episode.
+const archivedIsNotLive = "archived_at IS NULL is implied by the status condition beside it (status queued, " +
+	"running or blocked): ArchiveEpisodes archives only terminal episodes and RequeueEpisode, the one way back from " +
+	"a terminal status, refuses archived ones, so an archived episode is never live and the condition keeps the same " +
+	"claims either way"
+
+// maintenanceDueIsWider: SQLite's MaintenanceDue read.
+const maintenanceDueIsWider = "MaintenanceDue decides nothing itself: it only lets a maintenance run skip the " +
+	"write lock when no statement would change a row, and each of its tests must be its statement's predicate or " +
+	"wider; '<' made '<=' widens it by one millisecond, so at worst a run takes the lock and finds nothing, and the " +
+	"statements under the lock decide again"
+
+// requeueOrphanRechecked: SQLite's RequeueOrphan is several statements in
+// one transaction, its last one conditioned again.
+const requeueOrphanRechecked = "RequeueOrphanTarget's status condition is checked again by RequeueOrphan, in " +
+	"the same BEGIN IMMEDIATE transaction (status IN ('running', 'queued') with the attempts and archived_at), and " +
+	"the adapter returns ErrBusy and rolls back everything, the fence included, when that matches nothing " +
+	"(conformance RequeueOrphanLeavesFinishedWorkAlone)"
