@@ -262,6 +262,13 @@ func RunMaintenance(t *testing.T, newBackend func(t *testing.T) MaintenanceBacke
 		// its next heartbeat.
 		require.NoError(t, s.HeartbeatNode(ctx(t), membership.Member{ID: "node-gone", Mode: "full"}))
 		require.Equal(t, []string{"node-gone", "node-slow", "node-up"}, f.nodes(t))
+
+		// Every node silent, nothing else to do: still a run's work.
+		for _, id := range []string{"node-gone", "node-up", "node-slow"} {
+			f.b.AgeNode(t, id, f.plan.NodeStaleAfter+time.Hour)
+		}
+		require.Equal(t, maintenance.Result{Ran: true, NodesDeleted: 3}, f.maintain(t, f.plan))
+		require.Empty(t, f.nodes(t))
 	})
 
 	t.Run("OneRunAtATime", func(t *testing.T) {
