@@ -271,6 +271,39 @@ func RunMaintenance(t *testing.T, newBackend func(t *testing.T) MaintenanceBacke
 		require.Empty(t, f.nodes(t))
 	})
 
+	// Each kind of work alone in its database, nothing else due: a run
+	// does it. An adapter that first asks whether anything is due (SQLite's
+	// MaintenanceDue, which spares the write lock) must see each kind by
+	// itself, not only beside another.
+	t.Run("EachKindOfWorkAloneIsDone", func(t *testing.T) {
+		t.Parallel()
+		t.Run("a terminal episode past the retention", func(t *testing.T) {
+			t.Parallel()
+			f := newMaintenanceFixture(t, newBackend)
+			ep, c := f.running(t, "event:a:e:old")
+			f.finish(t, ep, c, episodes.StatusDone)
+			f.b.AgeEpisode(t, ep.ID, retention+day)
+			require.EqualValues(t, 1, f.maintain(t, f.plan).Archived)
+		})
+		t.Run("a spent claim past the horizon", func(t *testing.T) {
+			t.Parallel()
+			f := newMaintenanceFixture(t, newBackend)
+			c := acquire(t, f.eb, "work:old", "node-a")
+			require.NoError(t, f.b.Store.Complete(ctx(t), c.Token))
+			f.b.AgeClaim(t, "work:old", horizon+day)
+			require.Equal(t, maintenance.Result{Ran: true, ClaimsDeleted: 1}, f.maintain(t, f.plan))
+		})
+		t.Run("a request past its TTL", func(t *testing.T) {
+			t.Parallel()
+			f := newMaintenanceFixture(t, newBackend)
+			d := deferEpisode(t, DeferredBackend{Store: f.b.Store}, "event:a:e:stale", "", "")
+			f.b.AgeRequest(t, d.RequestID, 2*time.Hour)
+			p := f.plan
+			p.RequestTTL, p.WaitingForNodeAfter = time.Hour, 365*day
+			require.Equal(t, maintenance.Result{Ran: true, RequestsExpired: 1, EpisodesCanceled: 1}, f.maintain(t, p))
+		})
+	})
+
 	t.Run("OneRunAtATime", func(t *testing.T) {
 		t.Parallel()
 		f := newMaintenanceFixture(t, newBackend)
