@@ -360,6 +360,82 @@ var equivalents = map[string]equivalent{
 		what: `RequeueOrphanTarget: predicate removed: "AND e.status IN ('running', 'queued')"`,
 		why:  requeueOrphanRechecked,
 	},
+	"sqlite:MaintenanceDue:drop#2": {
+		what: `MaintenanceDue: predicate removed: "AND e.finished_at < CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - CAST(?1 AS INTEGER)"`,
+		why:  maintenanceDueIsWider,
+	},
+	"sqlite:MaintenanceDue:cmp-strict#1": {
+		what: `MaintenanceDue: "<" -> "<=" in "AND e.finished_at < CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - CAST(?1 AS INTEGER)"`,
+		why:  maintenanceDueIsWider,
+	},
+	"sqlite:MaintenanceDue:cmp-strict#2": {
+		what: `MaintenanceDue: "<" -> "<=" in "AND r.run_after < CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - CAST(?2 AS INTEGER)))"`,
+		why:  maintenanceDueIsWider,
+	},
+	"sqlite:MaintenanceDue:drop#3": {
+		what: `MaintenanceDue: predicate removed: "AND max(x.lease_until, coalesce(x.finished_at, x.lease_until))"`,
+		why:  maintenanceDueIsWider,
+	},
+	"sqlite:MaintenanceDue:cmp-strict#3": {
+		what: `MaintenanceDue: "<" -> "<=" in "< CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - CAST(?3 AS INTEGER)"`,
+		why:  maintenanceDueIsWider,
+	},
+	"sqlite:MaintenanceDue:drop#4": {
+		what: `MaintenanceDue: predicate removed: "AND e.archived_at IS NULL"`,
+		why:  maintenanceDueIsWider,
+	},
+	"sqlite:MaintenanceDue:not#5": {
+		what: `MaintenanceDue: predicate negated: "AND e.archived_at IS NULL"`,
+		why:  maintenanceDueIsWider,
+	},
+	"sqlite:MaintenanceDue:cmp-strict#6": {
+		what: `MaintenanceDue: "=" -> ">=" in "WHERE f.status = 'active'"`,
+		why:  maintenanceDueIsWider,
+	},
+	"sqlite:MaintenanceDue:drop#1": {
+		what: `MaintenanceDue: predicate removed: "AND e.finished_at IS NOT NULL"`,
+		why:  finishedAtIsImplied,
+	},
+	"sqlite:MaintenanceDue:drop#5": {
+		what: `MaintenanceDue: predicate removed: "AND e.archived_at IS NULL"`,
+		why:  archivedIsNotLive,
+	},
+	"sqlite:DeleteSpentClaims:cmp-strict#2": {
+		what: `DeleteSpentClaims: "<" -> "<=" in "< CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - CAST(?1 AS INTEGER)"`,
+		why:  spentClaimCandidatesDecide,
+	},
+	"sqlite:DispatchTriggerRequestStart:cmp-strict#1": {
+		what: `DispatchTriggerRequestStart: "=" -> ">=" in "AND status = 'queued'"`,
+		why:  handOverStartsItsOwnGrant,
+	},
+	"sqlite:DispatchTriggerRequestStart:drop#1": {
+		what: `DispatchTriggerRequestStart: predicate removed: "AND status = 'queued'"`,
+		why:  handOverStartsItsOwnGrant,
+	},
+	"sqlite:DispatchTriggerRequestStart:drop#2": {
+		what: `DispatchTriggerRequestStart: predicate removed: "AND archived_at IS NULL"`,
+		why:  handOverStartsItsOwnGrant,
+	},
+	"sqlite:DispatchTriggerRequestStart:cmp-strict#2": {
+		what: `DispatchTriggerRequestStart: "=" -> ">=" in "AND c.owner_node = CAST(?1 AS TEXT)"`,
+		why:  handOverStartsItsOwnGrant,
+	},
+	"sqlite:DispatchTriggerRequestStart:drop#3": {
+		what: `DispatchTriggerRequestStart: predicate removed: "AND c.owner_node = CAST(?1 AS TEXT)"`,
+		why:  handOverStartsItsOwnGrant,
+	},
+	"sqlite:DispatchTriggerRequestStart:cmp-strict#3": {
+		what: `DispatchTriggerRequestStart: "=" -> ">=" in "AND c.fence = CAST(?4 AS INTEGER)"`,
+		why:  handOverStartsItsOwnGrant,
+	},
+	"sqlite:DispatchTriggerRequestStart:drop#4": {
+		what: `DispatchTriggerRequestStart: predicate removed: "AND c.fence = CAST(?4 AS INTEGER)"`,
+		why:  handOverStartsItsOwnGrant,
+	},
+	"sqlite:DispatchTriggerRequestStart:cmp-strict#4": {
+		what: `DispatchTriggerRequestStart: "=" -> ">=" in "AND c.state = 'claimed')"`,
+		why:  handOverStartsItsOwnGrant,
+	},
 }
 
 // equivalent is one listed survivor: its description as the generator
@@ -471,8 +547,10 @@ const archivedIsNotLive = "archived_at IS NULL is implied by the status conditio
 // maintenanceDueIsWider: SQLite's MaintenanceDue read.
 const maintenanceDueIsWider = "MaintenanceDue decides nothing itself: it only lets a maintenance run skip the " +
 	"write lock when no statement would change a row, and each of its tests must be its statement's predicate or " +
-	"wider; '<' made '<=' widens it by one millisecond, so at worst a run takes the lock and finds nothing, and the " +
-	"statements under the lock decide again"
+	"wider; this mutant only widens one (a '<' made '<=', a bound or an archived_at condition removed, 'active' made " +
+	">= 'active', which adds cleared findings), so at worst a run takes the lock and finds nothing, and the " +
+	"statements under the lock decide again; every narrowing of a test is killed by EachKindOfWorkAloneIsDone and " +
+	"DeletesStaleNodeRows (each kind of work alone in its database)"
 
 // requeueOrphanRechecked: SQLite's RequeueOrphan is several statements in
 // one transaction, its last one conditioned again.
@@ -480,3 +558,22 @@ const requeueOrphanRechecked = "RequeueOrphanTarget's status condition is checke
 	"the same BEGIN IMMEDIATE transaction (status IN ('running', 'queued') with the attempts and archived_at), and " +
 	"the adapter returns ErrBusy and rolls back everything, the fence included, when that matches nothing " +
 	"(conformance RequeueOrphanLeavesFinishedWorkAlone)"
+
+// finishedAtIsImplied: MaintenanceDue's finished_at IS NOT NULL beside a
+// comparison of finished_at.
+const finishedAtIsImplied = "finished_at IS NOT NULL is implied by the comparison beside it (finished_at < now - " +
+	"retention), which is NULL, not true, for a NULL finished_at"
+
+// spentClaimCandidatesDecide: DeleteSpentClaims' DELETE re-check made
+// wider than its candidate list.
+const spentClaimCandidatesDecide = "the candidate list (the IN subquery) keeps the strict horizon, in the same " +
+	"statement and under the same unixepoch('subsec'), and the DELETE only takes rows from it: its own re-check made " +
+	"'<=' admits nothing the candidates did not"
+
+// handOverStartsItsOwnGrant: SQLite's hand-over is three statements in one
+// transaction, the start last.
+const handOverStartsItsOwnGrant = "DispatchTriggerRequestStart runs, in the same BEGIN IMMEDIATE transaction, " +
+	"only after DispatchTriggerRequestGrant granted this claim: the grant read the episode queued and unarchived " +
+	"(and does not write the episode row) and wrote the claim's owner, fence and state 'claimed' that the start is " +
+	"passed, and no other writer runs in between (the transaction holds the file's write lock), so each condition " +
+	"re-reads a value the grant just established"
