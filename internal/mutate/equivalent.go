@@ -88,7 +88,7 @@ var equivalents = map[string]equivalent{
 		why: "SKIP LOCKED only makes maintenance pass over rows a writer holds instead of " +
 			"waiting for them; without it maintenance waits and re-checks the archivable condition on the committed row",
 	},
-	"postgres:FinishEpisodes:cmp-strict#10": {
+	"postgres:FinishEpisodes:cmp-strict#6": {
 		what: `FinishEpisodes: "=" -> ">=" in "JOIN claim ON claim.dedupe_key = f.claim_key AND claim.fence = f.fence"`,
 		why: "the join already pairs each finish row with its own claim row by key alone: claim returns at most one " +
 			"row per key (the claims table's primary key) and episodes.FinishRows refuses a group that names a claim " +

@@ -75,7 +75,8 @@ func generate(dialect, file, name, text string) []generated {
 		if !(inSet && isAssignment(trim)) {
 			for _, loc := range cmpOp.FindAllStringIndex(code, -1) {
 				op := code[loc[0]:loc[1]]
-				if insideQuotes(code, loc[0]) || !decidingTerm.MatchString(code) || isAssignmentAt(code, loc[0], inSet) {
+				if insideQuotes(code, loc[0]) || !decidingTerm.MatchString(code) || isAssignmentAt(code, loc[0], inSet) ||
+					jsonArrow(code, loc[0]) {
 					continue
 				}
 				if op == "=" && (strings.Contains(upper, "DEFAULT") || strings.HasPrefix(upper, "DECLARE")) {
@@ -310,4 +311,10 @@ func splitTop(list string) []part {
 		}
 	}
 	return append(out, part{list[start:], start, len(list)})
+}
+
+// jsonArrow reports whether the '>' at i is part of a JSON operator (->,
+// ->>, #>, #>>), not a comparison.
+func jsonArrow(code string, i int) bool {
+	return code[i] == '>' && i > 0 && strings.ContainsRune("-#>", rune(code[i-1]))
 }

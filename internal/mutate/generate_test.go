@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -21,4 +22,20 @@ func TestReturnedColumnsSwapTheirValuesUnderEachOthersNames(t *testing.T) {
 		"WITH g AS (\n    UPDATE c SET fence = fence + 1\n    RETURNING c.fence, g.key AS attempt, c.attempt AS claim_key\n)\nSELECT g.fence, g.attempt FROM g",
 	}, got)
 	require.Equal(t, "count(*)", renamed("count(*)", "now() - x"), "an expression has no name to keep")
+}
+
+// A JSON operator (->, ->>, #>, #>>) is not a comparison: no mutant flips
+// its '>'.
+func TestJSONArrowsAreNotComparisons(t *testing.T) {
+	text := "SELECT (j ->> 'id')::bigint AS id, j #> '{a}' AS a, j -> 'fence' AS fence FROM x WHERE f.fence > 1"
+	var got []string
+	for _, m := range generate("postgres", "f", "S", text) {
+		if strings.HasPrefix(m.Op, "cmp") {
+			got = append(got, m.What)
+		}
+	}
+	require.Equal(t, []string{
+		`S: ">" -> "<" in "SELECT (j ->> 'id')::bigint AS id, j #> '{a}' AS a, j -> 'fence' AS fence FROM x WHERE f.fence > 1"`,
+		`S: ">" -> ">=" in "SELECT (j ->> 'id')::bigint AS id, j #> '{a}' AS a, j -> 'fence' AS fence FROM x WHERE f.fence > 1"`,
+	}, got)
 }
