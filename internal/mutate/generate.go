@@ -121,25 +121,33 @@ func generate(dialect, file, name, text string) []generated {
 		removed = strings.ReplaceAll(removed, ", )", ")")
 		add("lock", removed, fmt.Sprintf("%s: lock clause removed: %q", name, strings.TrimSpace(text[loc[0]:loc[1]])))
 	}
-	// Adjacent columns of a RETURNING or OUTPUT list swapped: their values,
-	// each keeping the other's output name (an AS alias, or the column's
-	// own name), so that a swap inside a CTE, whose columns the statement
-	// reads by name, hands one column's value to the other's reader as a
-	// swap in the final list does to the adapter's positional scan.
+	// Adjacent columns of a RETURNING or OUTPUT list swapped. Inside a CTE,
+	// whose columns the statement reads by name, the values are swapped and
+	// each keeps the other's output name (an AS alias, or the column's own
+	// name), so that one column's value reaches the other's reader, as a
+	// plain swap does in a list read by position (the adapter's scan, an
+	// OUTPUT ... INTO's table).
 	for _, m := range returnedList.FindAllStringSubmatchIndex(text, -1) {
 		if insideComment(text, m[0]) {
 			continue
 		}
 		listEnd := m[1] + returnedListLen(text[m[1]:])
 		list := text[m[1]:listEnd]
+		// A list that the ')' of its CTE ends is read by name; any other
+		// (the statement's own result, an OUTPUT ... INTO) by position.
+		inCTE := listEnd < len(text) && text[listEnd] == ')'
 		cols := splitTop(list)
 		for k := 0; k+1 < len(cols); k++ {
 			a, b := strings.TrimSpace(cols[k].text), strings.TrimSpace(cols[k+1].text)
 			if a == b || strings.Contains(a, "*") || strings.Contains(b, "*") {
 				continue
 			}
-			swapped := list[:cols[k].start] + strings.Replace(cols[k].text, a, renamed(b, a), 1) + "," +
-				strings.Replace(cols[k+1].text, b, renamed(a, b), 1) + list[cols[k+1].end:]
+			na, nb := b, a
+			if inCTE {
+				na, nb = renamed(b, a), renamed(a, b)
+			}
+			swapped := list[:cols[k].start] + strings.Replace(cols[k].text, a, na, 1) + "," +
+				strings.Replace(cols[k+1].text, b, nb, 1) + list[cols[k+1].end:]
 			add("ret-swap", text[:m[1]]+swapped+text[listEnd:], fmt.Sprintf("%s: returned %q and %q swapped", name, a, b))
 		}
 	}

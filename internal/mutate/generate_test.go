@@ -7,8 +7,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// A swap of returned columns hands each value to the other column's name,
-// in a CTE (read by name) as in the final list (read by position).
+// A swap of returned columns in a CTE (read by name) hands each value to
+// the other column's name; in a list read by position it swaps the columns.
 func TestReturnedColumnsSwapTheirValuesUnderEachOthersNames(t *testing.T) {
 	text := "WITH g AS (\n    UPDATE c SET fence = fence + 1\n    RETURNING c.fence, c.attempt, g.key AS claim_key\n)\nSELECT g.fence, g.attempt FROM g"
 	var got []string
@@ -22,6 +22,14 @@ func TestReturnedColumnsSwapTheirValuesUnderEachOthersNames(t *testing.T) {
 		"WITH g AS (\n    UPDATE c SET fence = fence + 1\n    RETURNING c.fence, g.key AS attempt, c.attempt AS claim_key\n)\nSELECT g.fence, g.attempt FROM g",
 	}, got)
 	require.Equal(t, "count(*)", renamed("count(*)", "now() - x"), "an expression has no name to keep")
+
+	var final []string
+	for _, m := range generate("sqlserver", "f", "S", "UPDATE c SET fence = fence + 1\nOUTPUT inserted.fence, inserted.attempt INTO @t;") {
+		if m.Op == "ret-swap" {
+			final = append(final, m.New)
+		}
+	}
+	require.Equal(t, []string{"UPDATE c SET fence = fence + 1\nOUTPUT inserted.attempt, inserted.fence INTO @t;"}, final)
 }
 
 // A JSON operator (->, ->>, #>, #>>) is not a comparison: no mutant flips
