@@ -386,13 +386,7 @@ func RunDeferred(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		// The request is claimed, then its episode runs to the end under a
 		// grant made another way; the hand-over that comes after must
 		// neither grant the finished claim nor start the episode again.
-		d := deferEpisode(t, b, "event:a:e:done", "", "")
-		reqs := claimRequests(t, b, "poller", "", "", 10)
-		require.Len(t, reqs, 1)
-		c, err := b.Store.Acquire(ctx(t), claims.AcquireParams{Key: "event:a:e:done", Owner: "other", Lease: time.Minute, WorkType: "episode"})
-		require.NoError(t, err)
-		_, err = b.Store.StartEpisode(ctx(t), d.Episode.ID, c.Token)
-		require.NoError(t, err)
+		d, reqs, c := startedElsewhere(t, b, "event:a:e:done")
 		require.NoError(t, b.Store.FinishEpisode(ctx(t), d.Episode.ID, c.Token, episodes.Finish{Status: episodes.StatusDone}))
 
 		got, err := b.Store.DispatchTriggerRequest(ctx(t), reqs[0], time.Minute)
@@ -607,13 +601,7 @@ func RunDeferred(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		// made another way, and that grant's lease expires: the episode is
 		// running, an orphan for recovery, not available work the trigger
 		// expiry may cancel, however old its open request.
-		d := deferEpisode(t, b, "event:a:e:started", "", "")
-		reqs := claimRequests(t, b, "poller", "", "", 10)
-		require.Len(t, reqs, 1)
-		c, err := b.Store.Acquire(ctx(t), claims.AcquireParams{Key: "event:a:e:started", Owner: "other", Lease: time.Minute, WorkType: "episode"})
-		require.NoError(t, err)
-		_, err = b.Store.StartEpisode(ctx(t), d.Episode.ID, c.Token)
-		require.NoError(t, err)
+		d, _, _ := startedElsewhere(t, b, "event:a:e:started")
 		b.ExpireClaim(t, "event:a:e:started")
 		b.AgeRequest(t, d.RequestID, 2*time.Hour)
 		b.LapseRequestClaim(t, d.RequestID)
@@ -661,6 +649,21 @@ func RunDeferred(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		require.NoError(t, err)
 		require.Len(t, rcExpired, 1, "each env expires its own")
 	})
+}
+
+// startedElsewhere defers an episode of key, claims its request for
+// "poller", then grants its key to "other" and starts it there: a request
+// still open for an episode another grant runs.
+func startedElsewhere(t *testing.T, b DeferredBackend, key string) (episodes.DeferredCreated, []episodes.TriggerRequest, claims.Claim) {
+	t.Helper()
+	d := deferEpisode(t, b, key, "", "")
+	reqs := claimRequests(t, b, "poller", "", "", 10)
+	require.Len(t, reqs, 1)
+	c, err := b.Store.Acquire(ctx(t), claims.AcquireParams{Key: key, Owner: "other", Lease: time.Minute, WorkType: "episode"})
+	require.NoError(t, err)
+	_, err = b.Store.StartEpisode(ctx(t), d.Episode.ID, c.Token)
+	require.NoError(t, err)
+	return d, reqs, c
 }
 
 func deferEpisode(t *testing.T, b DeferredBackend, key, stack, env string) episodes.DeferredCreated {
