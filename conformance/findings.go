@@ -244,6 +244,12 @@ func RunFindings(t *testing.T, newBackend func(t *testing.T) FindingsBackend) {
 		require.NoError(t, err)
 		f.requireFenced(t, findingRun{ep: run.ep, tok: again.Token}, "k")
 
+		// Running, its grant given back (a drain's release): the claim keeps
+		// owner and fence but holds nothing.
+		given := f.start(t, "", "", "monitor", "node-a")
+		require.NoError(t, f.Store.Release(ctx(t), given.tok))
+		f.requireFenced(t, given, "k")
+
 		// Created and claimed, not started yet: nothing runs, nothing is written.
 		res, err := f.Store.CreateEpisode(ctx(t), findingEpisode("", "", "monitor", "node-a"))
 		require.NoError(t, err)
