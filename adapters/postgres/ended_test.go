@@ -299,3 +299,28 @@ func TestExpiryDecidesOnTheClaimsState(t *testing.T) {
 		})
 	}
 }
+
+// A creation that starts its episode (Start with an owner) starts it unless
+// the key's claim is held live: an ended grant of the key whose lease_until
+// is still ahead of the statement's clock holds nothing, and the new
+// episode runs under the grant the creation makes.
+func TestCreateStartsOverAnEndedGrantThatLooksLive(t *testing.T) {
+	t.Parallel()
+	for _, state := range []string{"released", "done", "failed"} {
+		t.Run(state, func(t *testing.T) {
+			t.Parallel()
+			pool := pgtest.Schema(t)
+			s := postgres.New(pool)
+			key := "create-over-" + state
+			_, err := s.Acquire(t.Context(), claims.AcquireParams{Key: key, Owner: "node-a", Lease: time.Minute, WorkType: "episode"})
+			require.NoError(t, err)
+			pgtest.Exec(t, pool, `UPDATE leasehold_work_claims
+				SET state = $2, lease_until = now() + interval '1 minute', finished_at = now()
+				WHERE dedupe_key = $1`, key, state)
+			o := createOwned(t, s, key, "node-b", true)
+			require.True(t, o.Created)
+			require.Equal(t, episodes.StatusRunning, o.Episode.Status, "a %s grant was taken for a live holder", state)
+			require.Equal(t, "node-b", o.Claim.Owner)
+		})
+	}
+}

@@ -41,3 +41,28 @@ func TestStoreExpiryDecidesOnTheClaimsState(t *testing.T) {
 		})
 	}
 }
+
+// As adapters/postgres' TestCreateStartsOverAnEndedGrantThatLooksLive.
+func TestStoreCreateStartsOverAnEndedGrantThatLooksLive(t *testing.T) {
+	t.Parallel()
+	for _, state := range []string{"released", "done", "failed"} {
+		t.Run(state, func(t *testing.T) {
+			t.Parallel()
+			db := sqlitetest.Open(t, sqlitetest.Path(t))
+			s := sqlite.New(db)
+			key := "create-over-" + state
+			_, err := s.Acquire(t.Context(), claims.AcquireParams{Key: key, Owner: "node-a", Lease: time.Minute, WorkType: "episode"})
+			require.NoError(t, err)
+			sqlitetest.Exec(t, db, `UPDATE leasehold_work_claims
+				SET state = ?2, lease_until = CAST(round(unixepoch('subsec') * 1000) AS INTEGER) + 60000,
+				    finished_at = CAST(round(unixepoch('subsec') * 1000) AS INTEGER)
+				WHERE dedupe_key = ?1`, key, state)
+			o, err := s.CreateEpisode(t.Context(), episodes.New{ActorID: "a", ExpectationID: "e", TriggerType: episodes.TriggerEvent,
+				DedupeKey: key, MaxAttempts: 3, Owner: "node-b", Lease: time.Minute, Start: true})
+			require.NoError(t, err)
+			require.True(t, o.Created)
+			require.Equal(t, episodes.StatusRunning, o.Episode.Status, "a %s grant was taken for a live holder", state)
+			require.Equal(t, "node-b", o.Claim.Owner)
+		})
+	}
+}
