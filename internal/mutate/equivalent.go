@@ -436,6 +436,26 @@ var equivalents = map[string]equivalent{
 		what: `DispatchTriggerRequestStart: "=" -> ">=" in "AND c.state = 'claimed')"`,
 		why:  handOverStartsItsOwnGrant,
 	},
+	"sqlite:CancelEpisodeTarget:drop#2": {
+		what: `CancelEpisodeTarget: predicate removed: "AND e.status IN ('queued', 'running')"`,
+		why:  cancelTargetIsARead,
+	},
+	"sqlite:FinishEpisode:drop#1": {
+		what: `FinishEpisode: predicate removed: "AND status IN ('queued', 'running')"`,
+		why:  finishClaimCheckedTheEpisode,
+	},
+	"sqlite:FinishEpisodeClaim:cmp-strict#4": {
+		what: `FinishEpisodeClaim: "=" -> ">=" in "WHERE r.id = CAST(?6 AS INTEGER) AND r.status IN ('queued', 'running'))"`,
+		why:  finishEpisodeNamesItsOwn,
+	},
+	"sqlite:RetryEpisode:drop#2": {
+		what: `RetryEpisode: predicate removed: "AND c.owner_node = CAST(?5 AS TEXT)"`,
+		why:  retryAfterItsClaim,
+	},
+	"sqlite:EndWorkflowStep:cmp-strict#2": {
+		what: `EndWorkflowStep: "=" -> ">=" in "AND status = 'running'"`,
+		why:  skippedStepHasNoEpisode,
+	},
 }
 
 // equivalent is one listed survivor: its description as the generator
@@ -577,3 +597,32 @@ const handOverStartsItsOwnGrant = "DispatchTriggerRequestStart runs, in the same
 	"(and does not write the episode row) and wrote the claim's owner, fence and state 'claimed' that the start is " +
 	"passed, and no other writer runs in between (the transaction holds the file's write lock), so each condition " +
 	"re-reads a value the grant just established"
+
+// cancelTargetIsARead: SQLite's CancelEpisode reads its target first.
+const cancelTargetIsARead = "CancelEpisodeTarget writes nothing; CancelEpisode, next in the same BEGIN " +
+	"IMMEDIATE transaction, re-checks status IN ('queued', 'running') and archived_at on the row it writes, and the " +
+	"adapter returns ErrNotLive and rolls back when it matches nothing, so a terminal episode the read let through " +
+	"is never written"
+
+// finishClaimCheckedTheEpisode: SQLite's FinishEpisode, claim first.
+const finishClaimCheckedTheEpisode = "FinishEpisodeClaim, first in the same BEGIN IMMEDIATE transaction, matched " +
+	"only if this episode (r.id = @id) is queued or running, and the adapter stops with ErrLeaseLost when it did " +
+	"not; no other writer runs in between, so the episode statement's own status check re-reads a status already proven"
+
+// finishEpisodeNamesItsOwn: SQLite's FinishEpisode, episode last.
+const finishEpisodeNamesItsOwn = "the episode statement that follows in the same BEGIN IMMEDIATE transaction " +
+	"requires id = @id with status queued or running: when the mutant lets the claim statement match because " +
+	"another, higher-numbered episode is open, the episode statement matches nothing and the adapter returns " +
+	"ErrLeaseLost and rolls the claim write back (FinishIsFencedOnTheOwnerAndTheEpisodeItNames holds the outcome)"
+
+// retryAfterItsClaim: SQLite's RetryEpisode, claim first.
+const retryAfterItsClaim = "RetryEpisodeClaim, first in the same BEGIN IMMEDIATE transaction, released the claim " +
+	"only if its key, owner, fence and state 'claimed' matched exactly (no row: ErrLeaseLost, nothing written); the " +
+	"release keeps owner and fence, so the episode statement's owner condition re-reads a value already proven"
+
+// skippedStepHasNoEpisode: EndWorkflowStep's status = 'running' made
+// >= 'running' admits 'skipped' too.
+const skippedStepHasNoEpisode = "status >= 'running' admits 'skipped' besides 'running' (the steps' CHECK: " +
+	"'pending', 'running', 'done', 'failed', 'skipped'), and a skipped step has no episode: only pending steps are " +
+	"skipped (SkipPendingWorkflowSteps), a step is pending only as inserted, with no episode, and StartWorkflowStep " +
+	"makes it running; so episode_id = @episode_id matches no skipped step"
