@@ -131,6 +131,20 @@ func runBatchDispatch(t *testing.T, newBackend func(t *testing.T) DeferredBacken
 		require.True(t, ds[0].Started)
 	})
 
+	t.Run("BatchDispatchNeverTakesARunningEpisode", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		bd := batch(t, b)
+		d, reqs, _ := startedElsewhere(t, b, "event:a:e:running")
+		b.ExpireClaim(t, "event:a:e:running")
+		ds, err := bd.DispatchTriggerRequests(ctx(t), "poller", reqs, time.Minute)
+		require.NoError(t, err)
+		require.Len(t, ds, 1)
+		require.Zero(t, ds[0].Claim.Fence, "a running episode's claim is never granted by a hand-over")
+		require.False(t, ds[0].Started)
+		require.Equal(t, "other", get(t, EpisodesBackend{Store: b.Store}, d.Episode.ID).OwnerNode)
+	})
+
 	t.Run("ConcurrentPollersBatchDispatchEachRequestOnce", func(t *testing.T) {
 		t.Parallel()
 		b := newBackend(t)

@@ -594,6 +594,22 @@ func RunDeferred(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 	runBatchDispatch(t, newBackend)
 	runRequestGiveBack(t, newBackend)
 
+	t.Run("DispatchNeverTakesARunningEpisode", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		// The episode runs under another grant whose lease has expired: an
+		// orphan for recovery, not queued work a hand-over may grant.
+		d, reqs, _ := startedElsewhere(t, b, "event:a:e:running")
+		b.ExpireClaim(t, "event:a:e:running")
+		got, err := b.Store.DispatchTriggerRequest(ctx(t), reqs[0], time.Minute)
+		require.NoError(t, err)
+		require.Zero(t, got.Claim.Fence, "a running episode's claim is never granted by a hand-over")
+		require.False(t, got.Started)
+		ep := get(t, EpisodesBackend{Store: b.Store}, d.Episode.ID)
+		require.Equal(t, episodes.StatusRunning, ep.Status)
+		require.Equal(t, "other", ep.OwnerNode)
+	})
+
 	t.Run("ExpiryNeverCancelsAStartedEpisode", func(t *testing.T) {
 		t.Parallel()
 		b := newBackend(t)

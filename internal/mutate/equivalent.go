@@ -456,6 +456,18 @@ var equivalents = map[string]equivalent{
 		what: `EndWorkflowStep: "=" -> ">=" in "AND status = 'running'"`,
 		why:  skippedStepHasNoEpisode,
 	},
+	"postgres:DispatchTriggerRequest:cmp-strict#5": {
+		what: `DispatchTriggerRequest: "<=" -> "<" in "WHERE c.state <> 'claimed' OR c.lease_until <= now()"`,
+		why:  leaseEndingNowIsConservative,
+	},
+	"postgres:DispatchTriggerRequests:cmp-strict#5": {
+		what: `DispatchTriggerRequests: "<=" -> "<" in "WHERE c.state <> 'claimed' OR c.lease_until <= now()"`,
+		why:  leaseEndingNowIsConservative,
+	},
+	"postgres:ExpireTriggerRequests:cmp-strict#6": {
+		what: `ExpireTriggerRequests: ">" -> ">=" in "AND c.lease_until > now())"`,
+		why:  liveAtItsLastInstant,
+	},
 }
 
 // equivalent is one listed survivor: its description as the generator
@@ -626,3 +638,9 @@ const skippedStepHasNoEpisode = "status >= 'running' admits 'skipped' besides 'r
 	"'pending', 'running', 'done', 'failed', 'skipped'), and a skipped step has no episode: only pending steps are " +
 	"skipped (SkipPendingWorkflowSteps), a step is pending only as inserted, with no episode, and StartWorkflowStep " +
 	"makes it running; so episode_id = @episode_id matches no skipped step"
+
+// liveAtItsLastInstant: ExpireTriggerRequests' live-claim test made >=.
+const liveAtItsLastInstant = "the mutant differs only when the claim's lease ends exactly at the expiry's now() " +
+	"to the microsecond, and then treats it as held for that instant: the request still expires and the episode " +
+	"stays queued under a claim whose lease has ended, which recovery lists and requeues (ListOrphanedEpisodes' " +
+	"queued branch), so no episode is canceled early and none is left behind"
