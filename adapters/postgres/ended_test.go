@@ -285,11 +285,7 @@ func TestExpiryDecidesOnTheClaimsState(t *testing.T) {
 			d, err := s.CreateDeferredEpisode(t.Context(), episodes.Deferred{New: episodes.New{ActorID: "a", ExpectationID: "e",
 				TriggerType: episodes.TriggerEvent, DedupeKey: key, MaxAttempts: 3}, SourceNode: "trigger-node"})
 			require.NoError(t, err)
-			_, err = s.Acquire(t.Context(), claims.AcquireParams{Key: key, Owner: "node-a", Lease: time.Minute, WorkType: "episode"})
-			require.NoError(t, err)
-			pgtest.Exec(t, pool, `UPDATE leasehold_work_claims
-				SET state = $2, lease_until = now() + interval '1 minute', finished_at = now()
-				WHERE dedupe_key = $1`, key, state)
+			endedAhead(t, s, pool, key, state)
 			pgtest.Exec(t, pool, `UPDATE leasehold_trigger_requests SET run_after = run_after - interval '2 hours' WHERE id = $1`, d.RequestID)
 
 			expired, err := s.ExpireTriggerRequests(t.Context(), episodes.ExpireQuery{TTL: time.Hour})
@@ -312,15 +308,23 @@ func TestCreateStartsOverAnEndedGrantThatLooksLive(t *testing.T) {
 			pool := pgtest.Schema(t)
 			s := postgres.New(pool)
 			key := "create-over-" + state
-			_, err := s.Acquire(t.Context(), claims.AcquireParams{Key: key, Owner: "node-a", Lease: time.Minute, WorkType: "episode"})
-			require.NoError(t, err)
-			pgtest.Exec(t, pool, `UPDATE leasehold_work_claims
-				SET state = $2, lease_until = now() + interval '1 minute', finished_at = now()
-				WHERE dedupe_key = $1`, key, state)
+			endedAhead(t, s, pool, key, state)
 			o := createOwned(t, s, key, "node-b", true)
 			require.True(t, o.Created)
 			require.Equal(t, episodes.StatusRunning, o.Episode.Status, "a %s grant was taken for a live holder", state)
 			require.Equal(t, "node-b", o.Claim.Owner)
 		})
 	}
+}
+
+// endedAhead grants key to node-a, then ends the grant in state with its
+// lease_until a minute ahead of the database clock: an ended grant that
+// looks live to a statement that reads the lease alone.
+func endedAhead(t *testing.T, s *postgres.Store, pool *pgxpool.Pool, key, state string) {
+	t.Helper()
+	_, err := s.Acquire(t.Context(), claims.AcquireParams{Key: key, Owner: "node-a", Lease: time.Minute, WorkType: "episode"})
+	require.NoError(t, err)
+	pgtest.Exec(t, pool, `UPDATE leasehold_work_claims
+		SET state = $2, lease_until = now() + interval '1 minute', finished_at = now()
+		WHERE dedupe_key = $1`, key, state)
 }

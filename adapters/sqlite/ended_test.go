@@ -1,6 +1,7 @@
 package sqlite_test
 
 import (
+	"database/sql"
 	"testing"
 	"time"
 
@@ -26,12 +27,7 @@ func TestStoreExpiryDecidesOnTheClaimsState(t *testing.T) {
 			d, err := s.CreateDeferredEpisode(t.Context(), episodes.Deferred{New: episodes.New{ActorID: "a", ExpectationID: "e",
 				TriggerType: episodes.TriggerEvent, DedupeKey: key, MaxAttempts: 3}, SourceNode: "trigger-node"})
 			require.NoError(t, err)
-			_, err = s.Acquire(t.Context(), claims.AcquireParams{Key: key, Owner: "node-a", Lease: time.Minute, WorkType: "episode"})
-			require.NoError(t, err)
-			sqlitetest.Exec(t, db, `UPDATE leasehold_work_claims
-				SET state = ?2, lease_until = CAST(round(unixepoch('subsec') * 1000) AS INTEGER) + 60000,
-				    finished_at = CAST(round(unixepoch('subsec') * 1000) AS INTEGER)
-				WHERE dedupe_key = ?1`, key, state)
+			endedAhead(t, s, db, key, state)
 			sqlitetest.Exec(t, db, `UPDATE leasehold_trigger_requests SET run_after = run_after - 7200000 WHERE id = ?1`, d.RequestID)
 
 			expired, err := s.ExpireTriggerRequests(t.Context(), episodes.ExpireQuery{TTL: time.Hour})
@@ -51,12 +47,7 @@ func TestStoreCreateStartsOverAnEndedGrantThatLooksLive(t *testing.T) {
 			db := sqlitetest.Open(t, sqlitetest.Path(t))
 			s := sqlite.New(db)
 			key := "create-over-" + state
-			_, err := s.Acquire(t.Context(), claims.AcquireParams{Key: key, Owner: "node-a", Lease: time.Minute, WorkType: "episode"})
-			require.NoError(t, err)
-			sqlitetest.Exec(t, db, `UPDATE leasehold_work_claims
-				SET state = ?2, lease_until = CAST(round(unixepoch('subsec') * 1000) AS INTEGER) + 60000,
-				    finished_at = CAST(round(unixepoch('subsec') * 1000) AS INTEGER)
-				WHERE dedupe_key = ?1`, key, state)
+			endedAhead(t, s, db, key, state)
 			o, err := s.CreateEpisode(t.Context(), episodes.New{ActorID: "a", ExpectationID: "e", TriggerType: episodes.TriggerEvent,
 				DedupeKey: key, MaxAttempts: 3, Owner: "node-b", Lease: time.Minute, Start: true})
 			require.NoError(t, err)
@@ -65,4 +56,15 @@ func TestStoreCreateStartsOverAnEndedGrantThatLooksLive(t *testing.T) {
 			require.Equal(t, "node-b", o.Claim.Owner)
 		})
 	}
+}
+
+// endedAhead is adapters/postgres' endedAhead on SQLite.
+func endedAhead(t *testing.T, s *sqlite.Store, db *sql.DB, key, state string) {
+	t.Helper()
+	_, err := s.Acquire(t.Context(), claims.AcquireParams{Key: key, Owner: "node-a", Lease: time.Minute, WorkType: "episode"})
+	require.NoError(t, err)
+	sqlitetest.Exec(t, db, `UPDATE leasehold_work_claims
+		SET state = ?2, lease_until = CAST(round(unixepoch('subsec') * 1000) AS INTEGER) + 60000,
+		    finished_at = CAST(round(unixepoch('subsec') * 1000) AS INTEGER)
+		WHERE dedupe_key = ?1`, key, state)
 }
