@@ -389,14 +389,8 @@ func RunDeferred(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		d, reqs, c := startedElsewhere(t, b, "event:a:e:done")
 		require.NoError(t, b.Store.FinishEpisode(ctx(t), d.Episode.ID, c.Token, episodes.Finish{Status: episodes.StatusDone}))
 
-		got, err := b.Store.DispatchTriggerRequest(ctx(t), reqs[0], time.Minute)
-		require.NoError(t, err)
-		require.Zero(t, got.Claim.Fence, "a finished episode's claim is never granted again")
-		require.False(t, got.Started)
-		ep := get(t, EpisodesBackend{Store: b.Store}, d.Episode.ID)
-		require.Equal(t, episodes.StatusDone, ep.Status)
-		require.Equal(t, "other", ep.OwnerNode)
-		_, err = b.Store.Renew(ctx(t), c.Token, time.Minute)
+		requireNotHandedOver(t, b, reqs[0], d.Episode.ID, episodes.StatusDone)
+		_, err := b.Store.Renew(ctx(t), c.Token, time.Minute)
 		require.ErrorIs(t, err, claims.ErrNotOwner, "the claim stays done")
 
 		// A completed request whose old claim time has passed is never
@@ -601,13 +595,7 @@ func RunDeferred(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		// orphan for recovery, not queued work a hand-over may grant.
 		d, reqs, _ := startedElsewhere(t, b, "event:a:e:running")
 		b.ExpireClaim(t, "event:a:e:running")
-		got, err := b.Store.DispatchTriggerRequest(ctx(t), reqs[0], time.Minute)
-		require.NoError(t, err)
-		require.Zero(t, got.Claim.Fence, "a running episode's claim is never granted by a hand-over")
-		require.False(t, got.Started)
-		ep := get(t, EpisodesBackend{Store: b.Store}, d.Episode.ID)
-		require.Equal(t, episodes.StatusRunning, ep.Status)
-		require.Equal(t, "other", ep.OwnerNode)
+		requireNotHandedOver(t, b, reqs[0], d.Episode.ID, episodes.StatusRunning)
 	})
 
 	t.Run("ExpiryNeverCancelsAStartedEpisode", func(t *testing.T) {
@@ -680,6 +668,20 @@ func startedElsewhere(t *testing.T, b DeferredBackend, key string) (episodes.Def
 	_, err = b.Store.StartEpisode(ctx(t), d.Episode.ID, c.Token)
 	require.NoError(t, err)
 	return d, reqs, c
+}
+
+// requireNotHandedOver hands req over and requires that it granted and
+// started nothing: the episode, which "other" ran, is still status and
+// still names "other".
+func requireNotHandedOver(t *testing.T, b DeferredBackend, req episodes.TriggerRequest, episodeID int64, status episodes.Status) {
+	t.Helper()
+	got, err := b.Store.DispatchTriggerRequest(ctx(t), req, time.Minute)
+	require.NoError(t, err)
+	require.Zero(t, got.Claim.Fence, "a %s episode's claim is never granted by a hand-over", status)
+	require.False(t, got.Started)
+	ep := get(t, EpisodesBackend{Store: b.Store}, episodeID)
+	require.Equal(t, status, ep.Status)
+	require.Equal(t, "other", ep.OwnerNode)
 }
 
 func deferEpisode(t *testing.T, b DeferredBackend, key, stack, env string) episodes.DeferredCreated {
