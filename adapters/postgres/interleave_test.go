@@ -285,3 +285,66 @@ func TestHoldKeepsAStealWaitingUntilTheCallerCommits(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, o.Claim.Fence+1, stolen.Fence)
 }
+
+// The hand-overs (DispatchTriggerRequest, and a poll's batch of them)
+// read the episode from their snapshot and start it in a later part of
+// the same statement; an episode that a competitor changes in between (a
+// cancel, or a start elsewhere) must not be started, alone or batched: the
+// start re-checks queued on the row it writes, after the competitor
+// committed. The grant made by the statement is then the caller's to
+// release (Started false).
+func TestHandOverRechecksTheEpisodeItStarts(t *testing.T) {
+	t.Parallel()
+	competitors := []struct {
+		name   string
+		stmt   string
+		status episodes.Status
+		owner  string
+	}{
+		{"canceled", `UPDATE leasehold_episodes SET status = 'canceled', finished_at = now() WHERE id = $1`, episodes.StatusCanceled, ""},
+		{"started elsewhere", `UPDATE leasehold_episodes SET status = 'running', owner_node = 'node-b', started_at = now() WHERE id = $1`, episodes.StatusRunning, "node-b"},
+	}
+	dispatches := []struct {
+		name     string
+		dispatch func(s *postgres.Store, r episodes.TriggerRequest) (episodes.Dispatched, error)
+	}{
+		{"alone", func(s *postgres.Store, r episodes.TriggerRequest) (episodes.Dispatched, error) {
+			return s.DispatchTriggerRequest(t.Context(), r, time.Minute)
+		}},
+		{"batched", func(s *postgres.Store, r episodes.TriggerRequest) (episodes.Dispatched, error) {
+			ds, err := s.DispatchTriggerRequests(t.Context(), "node-a", []episodes.TriggerRequest{r}, time.Minute)
+			if err != nil {
+				return episodes.Dispatched{}, err
+			}
+			require.Len(t, ds, 1, "the request's claim is the poller's: it must be handed over")
+			return ds[0], nil
+		}},
+	}
+	for _, c := range competitors {
+		for _, d := range dispatches {
+			t.Run(c.name+" "+d.name, func(t *testing.T) {
+				t.Parallel()
+				pool := pgtest.Schema(t)
+				s := postgres.New(pool)
+				made, err := s.CreateDeferredEpisode(t.Context(), episodes.Deferred{SourceNode: "trigger-only",
+					New: episodes.New{ActorID: "a", ExpectationID: "e", TriggerType: episodes.TriggerEvent, DedupeKey: "hand-over-race", MaxAttempts: 3}})
+				require.NoError(t, err)
+				reqs, err := s.ClaimTriggerRequests(t.Context(), episodes.RequestQuery{Owner: "node-a", Lease: time.Minute,
+					Runnable: []episodes.Runnable{{ActorID: "a", ExpectationID: "e"}}, Limit: 1})
+				require.NoError(t, err)
+				require.Len(t, reqs, 1)
+
+				var got episodes.Dispatched
+				waited, err := interleave(t, pool, writes(t, []string{c.stmt}, []any{made.Episode.ID}),
+					func() (err error) { got, err = d.dispatch(s, reqs[0]); return err })
+				require.True(t, waited, "the hand-over did not wait for the competitor's row lock")
+				require.NoError(t, err)
+				require.False(t, got.Started, "the hand-over started an episode that was %s before its write", c.status)
+				ep, err := s.GetEpisode(t.Context(), made.Episode.ID)
+				require.NoError(t, err)
+				require.Equal(t, c.status, ep.Status)
+				require.Equal(t, c.owner, ep.OwnerNode, "the hand-over took the episode over")
+			})
+		}
+	}
+}
