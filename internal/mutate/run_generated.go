@@ -58,6 +58,12 @@ func runGenerated(ctx context.Context, scratch string, t target, n int, seed uin
 	if len(picked) == 0 {
 		return tl, nil
 	}
+	var vars statementVars
+	if strings.HasSuffix(t.files, ".go") {
+		if vars, err = prepareOverride(scratch, t.files); err != nil {
+			return tl, err
+		}
+	}
 	bin := filepath.Join(scratch, t.dialect+".test")
 	if err := buildPkg(ctx, scratch, t.pkg, bin); err != nil {
 		return tl, fmt.Errorf("building %s's tests on the unmutated copy: %w", t.pkg, err)
@@ -89,8 +95,14 @@ func runGenerated(ctx context.Context, scratch string, t target, n int, seed uin
 		if err != nil {
 			return tl, err
 		}
-		if err := os.WriteFile(path, []byte(mutated), 0o644); err != nil {
+		env, err := vars.overrideOf(scratch, g)
+		if err != nil {
 			return tl, err
+		}
+		if env == nil {
+			if err := os.WriteFile(path, []byte(mutated), 0o644); err != nil {
+				return tl, err
+			}
 		}
 		runs := []string{t.run}
 		if traced != nil {
@@ -105,7 +117,7 @@ func runGenerated(ctx context.Context, scratch string, t target, n int, seed uin
 		}
 		by := ""
 		runBin := bin
-		if strings.HasSuffix(g.File, ".go") || strings.HasPrefix(g.File, "sql/schema/") { // compiled or embedded
+		if env == nil && (strings.HasSuffix(g.File, ".go") || strings.HasPrefix(g.File, "sql/schema/")) { // compiled or embedded
 			runBin = filepath.Join(scratch, t.dialect+"-mutant.test")
 			if err := buildPkg(ctx, scratch, t.pkg, runBin); err != nil {
 				by = "build failed"
@@ -117,7 +129,7 @@ func runGenerated(ctx context.Context, scratch string, t target, n int, seed uin
 				break
 			}
 			var f map[string]bool
-			if f, err = failingPkg(ctx, scratch, t, runBin, run); err == nil {
+			if f, err = failingPkg(ctx, scratch, t, runBin, run, env...); err == nil {
 				maps.Copy(fails, f)
 			}
 		}
@@ -226,7 +238,7 @@ func buildPkg(ctx context.Context, dir, pkg, out string) error {
 
 // failingPkg runs t's tests that run selects from bin and returns the
 // tests that failed.
-func failingPkg(ctx context.Context, dir string, t target, bin, run string) (map[string]bool, error) {
+func failingPkg(ctx context.Context, dir string, t target, bin, run string, env ...string) (map[string]bool, error) {
 	args := []string{"-test.count=1", "-test.v", "-test.failfast", "-test.timeout=" + mutantTimeout.String()}
 	if run != "" {
 		args = append(args, "-test.run", run)
@@ -236,7 +248,7 @@ func failingPkg(ctx context.Context, dir string, t target, bin, run string) (map
 	}
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Dir = filepath.Join(dir, filepath.FromSlash(t.pkg))
-	cmd.Env = append(os.Environ(), "MSSQL_URL=")
+	cmd.Env = append(append(os.Environ(), "MSSQL_URL="), env...)
 	out, err := cmd.CombinedOutput()
 	fails := map[string]bool{}
 	for _, m := range failRE.FindAllStringSubmatch(string(out), -1) {
