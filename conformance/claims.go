@@ -382,6 +382,44 @@ func RunClaims(t *testing.T, newBackend func(t *testing.T) ClaimsBackend) {
 		require.Empty(t, empty)
 	})
 
+	// claims ls, the operator's view of the leases (with -owner and
+	// -expired to find stuck work): exactly the rows asked for, soonest
+	// deadline first.
+	t.Run("ListClaimsFiltersByOwnerAndExpiry", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		lister, ok := b.Store.(interface {
+			ListClaims(ctx context.Context, q claims.ListQuery) ([]claims.Claim, error)
+		})
+		if !ok {
+			t.Skipf("SKIPPED: %T has no ListClaims (the operator read of leasehold claims ls)", b.Store)
+		}
+		for _, c := range []struct{ key, owner string }{{"a-expired", "node-a"}, {"a-live", "node-a"}, {"a-done", "node-a"}, {"b-expired", "node-b"}} {
+			mustAcquire(t, b, c.key, c.owner)
+		}
+		require.NoError(t, b.Store.Complete(ctx(t), claims.Token{Key: "a-done", Owner: "node-a", Fence: 1}))
+		for _, k := range []string{"a-expired", "a-done", "b-expired"} {
+			b.Expire(t, k)
+		}
+		list := func(q claims.ListQuery) []string {
+			t.Helper()
+			got, err := lister.ListClaims(ctx(t), q)
+			require.NoError(t, err)
+			for i := 1; i < len(got); i++ {
+				require.False(t, got[i].LeaseUntil.Before(got[i-1].LeaseUntil), "soonest deadline first")
+			}
+			return keys(got)
+		}
+		require.ElementsMatch(t, []string{"a-expired", "a-live", "a-done", "b-expired"}, list(claims.ListQuery{Limit: 10}))
+		require.ElementsMatch(t, []string{"a-expired", "a-live", "a-done"}, list(claims.ListQuery{Owner: "node-a", Limit: 10}))
+		require.ElementsMatch(t, []string{"b-expired"}, list(claims.ListQuery{Owner: "node-b", Limit: 10}))
+		require.Empty(t, list(claims.ListQuery{Owner: "node-c", Limit: 10}))
+		require.ElementsMatch(t, []string{"a-expired", "b-expired"}, list(claims.ListQuery{ExpiredOnly: true, Limit: 10}),
+			"expired means a claimed lease past its deadline: never a live one, never a finished one")
+		require.ElementsMatch(t, []string{"a-expired"}, list(claims.ListQuery{Owner: "node-a", ExpiredOnly: true, Limit: 10}))
+		require.Len(t, list(claims.ListQuery{Limit: 2}), 2)
+	})
+
 	t.Run("InvalidInputWritesNothing", func(t *testing.T) {
 		t.Parallel()
 		b := newBackend(t)

@@ -463,6 +463,25 @@ func RunDeferred(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		require.False(t, got.Claim.LocalStart().After(time.Now()))
 	})
 
+	// A cancel fences out only an expired grant of the episode it ends: the
+	// claim an earlier episode of the same key finished stays finished, so
+	// the key's next grant is a first attempt again.
+	t.Run("CancelLeavesTheKeysFinishedClaimAlone", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		c, err := b.Store.Acquire(ctx(t), claims.AcquireParams{Key: "reused", Owner: "earlier", Lease: time.Minute})
+		require.NoError(t, err)
+		require.NoError(t, b.Store.Complete(ctx(t), c.Token))
+		d := deferEpisode(t, b, "reused", "", "")
+		canceled, err := b.Store.CancelEpisode(ctx(t), d.Episode.ID, nil)
+		require.NoError(t, err)
+		require.True(t, canceled.Ended, "nobody holds the queued episode: it ends at once")
+		next, err := b.Store.Acquire(ctx(t), claims.AcquireParams{Key: "reused", Owner: "later", Lease: time.Minute})
+		require.NoError(t, err)
+		require.Equal(t, claims.Token{Key: "reused", Owner: "later", Fence: 2}, next.Token, "the cancel fenced out a finished claim")
+		require.EqualValues(t, 1, next.Attempt, "the finished claim was rewritten as failed")
+	})
+
 	t.Run("DelayedRequestIsClaimedOnlyWhenDue", func(t *testing.T) {
 		t.Parallel()
 		b := newBackend(t)

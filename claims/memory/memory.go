@@ -389,6 +389,36 @@ func (s *Store) ListExpired(ctx context.Context, limit int) ([]claims.Claim, err
 	return out, nil
 }
 
+// ListClaims mirrors ListClaims, the operator read: the rows of q.Owner
+// (every owner when empty), only the claimed leases whose deadline has
+// passed (lease_until <= now) when q.ExpiredOnly, soonest deadline first.
+func (s *Store) ListClaims(ctx context.Context, q claims.ListQuery) ([]claims.Claim, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("memory: list claims: %w", err)
+	}
+	if q.Limit < 0 {
+		return nil, fmt.Errorf("memory: list claims: %w: limit %d is negative", claims.ErrInvalid, q.Limit)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var listed []*Row
+	for r := range maps.Values(s.rows) {
+		if (q.Owner == "" || r.Owner == q.Owner) &&
+			(!q.ExpiredOnly || (r.State == claims.StateClaimed && !r.LeaseUntil.After(s.now))) {
+			listed = append(listed, r)
+		}
+	}
+	slices.SortFunc(listed, func(a, b *Row) int {
+		return cmp.Or(a.LeaseUntil.Compare(b.LeaseUntil), strings.Compare(a.Key, b.Key))
+	})
+	listed = listed[:min(q.Limit, len(listed))]
+	out := make([]claims.Claim, len(listed))
+	for i, r := range listed {
+		out[i] = r.claim()
+	}
+	return out, nil
+}
+
 // held returns the row the grant (key, owner, fence) still holds, or nil: the
 // WHERE clause every fenced statement shares. The caller holds s.mu.
 func (s *Store) held(key, owner string, fence int64) *Row {
