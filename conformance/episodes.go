@@ -285,6 +285,57 @@ func RunEpisodes(t *testing.T, newBackend func(t *testing.T) EpisodesBackend) {
 		require.NotNil(t, got.LastStepAt)
 	})
 
+	// AppendStep is fenced on every part of the grant it names (key, owner,
+	// fence, claimed) and on the episode it names running under that owner:
+	// a write that fails any of them journals nothing and leaves the claim's
+	// lease as it was (a refused append never revives or extends a lease).
+	t.Run("ARefusedAppendWritesNothing", func(t *testing.T) {
+		t.Parallel()
+		t.Run("another owner at the same fence", func(t *testing.T) {
+			t.Parallel()
+			b := newBackend(t)
+			ep, held := running(t, b, "k", "node-b")
+			b.ExpireClaim(t, "k")
+			forged := claims.Token{Key: "k", Owner: "node-a", Fence: held.Fence}
+			require.ErrorIs(t, b.Store.AppendStep(ctx(t), ep.ID, forged, 1, nil, time.Hour), claims.ErrLeaseLost)
+			_, err := b.Store.Acquire(ctx(t), claims.AcquireParams{Key: "k", Owner: "thief", Lease: time.Minute, WorkType: "episode"})
+			require.NoError(t, err, "the refused append revived the expired lease")
+			requireNoSteps(t, b, ep.ID)
+		})
+		t.Run("an ended grant", func(t *testing.T) {
+			t.Parallel()
+			b := newBackend(t)
+			ep, c := running(t, b, "k", "node-a")
+			require.NoError(t, b.Store.FinishEpisode(ctx(t), ep.ID, c.Token, episodes.Finish{Status: episodes.StatusDone}))
+			require.ErrorIs(t, b.Store.AppendStep(ctx(t), ep.ID, c.Token, 1, nil, time.Hour), claims.ErrLeaseLost)
+			lease := leaseOf(t, b.Store, "k")
+			require.True(t, lease.Before(time.Now().Add(30*time.Minute)), "the refused append extended a finished claim's lease to %v", lease)
+			requireNoSteps(t, b, ep.ID)
+		})
+		t.Run("an episode not started", func(t *testing.T) {
+			t.Parallel()
+			b := newBackend(t)
+			// Recovery's grant leaves the episode queued under the
+			// recoverer's name until it starts the run.
+			ep, _ := running(t, b, "k", "node-a")
+			b.ExpireClaim(t, "k")
+			_, c, err := b.Store.ClaimForRecovery(ctx(t), ep.ID, "sweeper", time.Minute, time.Millisecond)
+			require.NoError(t, err)
+			require.ErrorIs(t, b.Store.AppendStep(ctx(t), ep.ID, c.Token, 1, nil, time.Minute), claims.ErrLeaseLost,
+				"a run journals only after StartEpisode")
+			requireNoSteps(t, b, ep.ID)
+			require.Equal(t, episodes.StatusQueued, get(t, b, ep.ID).Status)
+		})
+		t.Run("another owner's episode", func(t *testing.T) {
+			t.Parallel()
+			b := newBackend(t)
+			_, mine := running(t, b, "mine", "node-a")
+			theirs, _ := running(t, b, "theirs", "node-b")
+			require.ErrorIs(t, b.Store.AppendStep(ctx(t), theirs.ID, mine.Token, 1, nil, time.Minute), claims.ErrLeaseLost)
+			requireNoSteps(t, b, theirs.ID)
+		})
+	})
+
 	t.Run("StepNumbersAreUnique", func(t *testing.T) {
 		t.Parallel()
 		b := newBackend(t)
@@ -606,6 +657,36 @@ func get(t testing.TB, b EpisodesBackend, id int64) episodes.Episode {
 	ep, err := b.Store.GetEpisode(ctx(t), id)
 	require.NoError(t, err)
 	return ep
+}
+
+// requireNoSteps requires that episode id's journal is empty.
+func requireNoSteps(t testing.TB, b EpisodesBackend, id int64) {
+	t.Helper()
+	steps, err := b.Store.ListSteps(ctx(t), id)
+	require.NoError(t, err)
+	require.Empty(t, steps)
+}
+
+// leaseOf reads key's lease_until through the operator read ListClaims
+// (leasehold claims ls), which every SQL adapter has; a store without it
+// skips the calling scenario, loudly.
+func leaseOf(t testing.TB, store any, key string) time.Time {
+	t.Helper()
+	lister, ok := store.(interface {
+		ListClaims(ctx context.Context, q claims.ListQuery) ([]claims.Claim, error)
+	})
+	if !ok {
+		t.Skipf("SKIPPED: %T has no ListClaims (the operator read of leasehold claims ls) to read a lease with", store)
+	}
+	list, err := lister.ListClaims(ctx(t), claims.ListQuery{Limit: 1000})
+	require.NoError(t, err)
+	for _, c := range list {
+		if c.Token.Key == key {
+			return c.LeaseUntil
+		}
+	}
+	require.FailNow(t, "no claim", "key %q has no claim row", key)
+	return time.Time{}
 }
 
 // orphans lists the orphans in the default scope and checks their number.

@@ -522,7 +522,7 @@ const endedStatesAlreadyAdmitted = "'claimed' sorts before every other state the
 
 // leaseEndingNowIsConservative: a '<=' against now() made '<'.
 const leaseEndingNowIsConservative = "the mutant differs only when the stored time equals the statement's now() to " +
-	"the microsecond, and then it waits one microsecond longer: a lease, a poller's claim or a due time counts as " +
+	"the clock's resolution (the microsecond on Postgres, the millisecond on SQLite), and then it waits one tick longer: a lease, a poller's claim or a due time counts as " +
 	"ended (or due) no earlier than before, so nothing is taken, listed or expired early and nothing that was " +
 	"taken is lost (the next sweep or poll takes it); the boundary is held where it matters, a lease ending at the " +
 	"statement's now() is over for every fenced write (TestStartEpisodeTreatsALeaseEndingNowAsOver)"
@@ -644,3 +644,73 @@ const liveAtItsLastInstant = "the mutant differs only when the claim's lease end
 	"to the microsecond, and then treats it as held for that instant: the request still expires and the episode " +
 	"stays queued under a claim whose lease has ended, which recovery lists and requeues (ListOrphanedEpisodes' " +
 	"queued branch), so no episode is canceled early and none is left behind"
+
+// appendStepCheckedTwice: SQLite's AppendStep is three statements in one
+// transaction, the last two with the same conditions.
+const appendStepCheckedTwice = "AppendStepEpisode and AppendStep, second and third in AppendStep's BEGIN IMMEDIATE " +
+	"transaction, check the same conditions: the episode running under the caller's owner, and the claim's key, " +
+	"owner, fence and state 'claimed' (which AppendStepLease, first, checks too); the adapter rolls the whole append " +
+	"back with ErrLeaseLost when any of them matches nothing, no other writer runs between them (the transaction " +
+	"holds the file's write lock), and neither earlier statement writes a column these conditions read (only " +
+	"lease_until, last_heartbeat_at and last_step_at), so a mutant that weakens one copy is decided by the other, unchanged"
+
+// cancelTargetChecked: SQLite's CancelEpisode reads its target under the
+// write lock first.
+const cancelTargetChecked = "CancelEpisodeTarget, first in the same BEGIN IMMEDIATE transaction, returned the " +
+	"episode only if it is queued or running and unarchived (no row: ErrNotLive before this statement runs), and no " +
+	"other writer runs in between, so this statement's own copy of those conditions re-reads values already proven"
+
+// cancelHeldWasRead: SQLite's cancel fence-out after the target's read.
+const cancelHeldWasRead = "CancelEpisodeFence runs only for an episode the cancel ended, that is with held = 0 " +
+	"as CancelEpisodeTarget read it earlier in the same BEGIN IMMEDIATE transaction: a claimed row then had " +
+	"lease_until <= that statement's now, which is no later than this one's, so the lease condition is implied " +
+	"(removed) or differs only when both statements ran in the very millisecond the lease ends ('<'); the grant is " +
+	"then left claimed, but its episode is already canceled, and every fenced write of its holder is conditioned on " +
+	"the episode being open (AppendStepEpisode, FinishEpisodeClaim), so none lands"
+
+// cancelRequestAfterTheEnd: SQLite's CancelEpisodeRequest runs only for
+// an episode the cancel ended.
+const cancelRequestAfterTheEnd = "the adapter runs CancelEpisodeRequest only after CancelEpisode returned the " +
+	"episode canceled, in the same BEGIN IMMEDIATE transaction, so the EXISTS (episode @episode_id canceled) always " +
+	"holds for the episode it names: loosening it changes nothing"
+
+// closedRequestStaysClosed: SQLite's CancelEpisodeRequest without its
+// status condition.
+const closedRequestStaysClosed = "a request that is neither pending nor claimed is already closed (completed or " +
+	"expired): no poller claims it, no hand-over or expiry reads it (each requires pending or claimed), so closing " +
+	"it again as completed, with a new finished_at, changes no decision; only an operator's listing shows the " +
+	"other word"
+
+// endedClaimEndedItsLease: a claim out of state 'claimed' has no live
+// lease.
+const endedClaimEndedItsLease = "every statement that moves a claim out of state 'claimed' (done, failed or " +
+	"released) sets its lease_until to that statement's now, so such a row's lease_until is at or before any later " +
+	"now and never passes lease_until > now: the state condition beside the live-lease test is implied by it"
+
+// cancelAtTheLeasesLastInstant: CancelEpisodeTarget's live-lease test
+// made '>='.
+const cancelAtTheLeasesLastInstant = "the mutant differs only when the claim's lease ends exactly at the cancel's " +
+	"now (the millisecond), and then counts it held for that instant: the cancel is recorded (cancel_requested_at) " +
+	"instead of ending the episode at once; the lease has ended, so recovery lists the episode and RequeueOrphan, " +
+	"which honours cancel_requested_at, ends it canceled: it ends canceled either way and never runs again"
+
+// startStatusIsQueuedOrRunning: CreateEpisode's s.status is one of two.
+const startStatusIsQueuedOrRunning = "s.status is the subquery's CASE, 'running' or 'queued', and 'queued' sorts " +
+	"before 'running', so s.status >= 'running' holds exactly when s.status = 'running'"
+
+// createStartsUnderItsGrant: CreateEpisode's live-claim test made '>='.
+const createStartsUnderItsGrant = "the mutant differs only when the key's claim lease ends exactly at this " +
+	"statement's now (the millisecond): the episode is then created queued rather than running, CreateEpisodeGrant, " +
+	"next in the transaction, still grants the claim (its lease is over), and the caller starts the queued episode " +
+	"under that grant with StartEpisode, the path the statement's comment names for a lease that ends between the " +
+	"two statements: it runs once, under the grant"
+
+// expiredListIsCandidates: ListExpiredClaims made '<='.
+const expiredListIsCandidates = "ListExpiredClaims only lists candidates and writes nothing; the mutant lists a " +
+	"lease ending exactly at the listing's now one instant early, and taking it over is AcquireClaim's decision, which " +
+	"re-checks the lease under its own statement and clock (state <> 'claimed' OR lease_until <= now)"
+
+// operatorReadAtAnInstant: ListClaims' expired test made '<'.
+const operatorReadAtAnInstant = "ListClaims is an operator read (leasehold claims ls) that no decision reads; the " +
+	"mutant leaves out of -expired only a lease ending exactly at the listing's now, which the next listing shows " +
+	"(ListClaimsFiltersByOwnerAndExpiry holds every other row of the filter)"
