@@ -344,9 +344,20 @@ func runFlow(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		items = append(items, episodes.FinishItem{ID: released.Episode.ID, Token: released.Claim.Token,
 			Finish: episodes.Finish{Status: episodes.StatusDone, StepNo: 1, StepData: []byte(`{}`)}})
 
+		// A fence never granted (above the key's current one) finishes
+		// nothing either: the fence is matched exactly.
+		ahead := start("event:a:e:g7", "node-a")
+		aheadToken := ahead.Claim.Token
+		aheadToken.Fence++
+		items = append(items, episodes.FinishItem{ID: ahead.Episode.ID, Token: aheadToken,
+			Finish: episodes.Finish{Status: episodes.StatusDone, StepNo: 1, StepData: []byte(`{}`)}})
+
 		finished, err = b.Store.FinishEpisodes(ctx(t), "node-a", items)
 		require.NoError(t, err)
 		require.ElementsMatch(t, []int64{ok1.Episode.ID, ok2.Episode.ID}, finished, "only the rows whose grant is current")
+		_, err = b.Store.Renew(ctx(t), ahead.Claim.Token, time.Minute)
+		require.NoError(t, err, "a fence never granted ended the grant it is above")
+		require.Equal(t, episodes.StatusRunning, get(t, EpisodesBackend{Store: b.Store}, ahead.Episode.ID).Status)
 		require.Equal(t, episodes.StatusRunning, get(t, EpisodesBackend{Store: b.Store}, released.Episode.ID).Status, "a released grant wrote nothing")
 
 		e := EpisodesBackend{Store: b.Store}
