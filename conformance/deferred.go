@@ -49,6 +49,8 @@ type DeferredBackend struct {
 	Age func(t testing.TB, id int64, d time.Duration)
 	// ExpireClaim makes key's lease past on the database clock.
 	ExpireClaim func(t testing.TB, key string)
+	// Archive sets the episode's archived_at.
+	Archive func(t testing.TB, id int64)
 }
 
 // RunDeferred runs the trigger-request scenarios: atomic creation, one
@@ -480,6 +482,26 @@ func RunDeferred(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		require.NoError(t, err)
 		require.Equal(t, claims.Token{Key: "reused", Owner: "later", Fence: 2}, next.Token, "the cancel fenced out a finished claim")
 		require.EqualValues(t, 1, next.Attempt, "the finished claim was rewritten as failed")
+	})
+
+	// An operator's requeue is the one way back from a terminal status, and
+	// it refuses an archived episode: archiving is for good, which is what
+	// lets every other statement treat "queued or running" as "not archived".
+	t.Run("RequeueRefusesAnArchivedEpisode", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		n := newEpisode("archived")
+		n.Owner, n.Lease, n.Start = "node-a", time.Minute, true
+		o, err := b.Store.CreateEpisode(ctx(t), n)
+		require.NoError(t, err)
+		require.NoError(t, b.Store.FinishEpisode(ctx(t), o.Episode.ID, o.Claim.Token, episodes.Finish{Status: episodes.StatusFailed, ErrorClass: "error"}))
+		b.Archive(t, o.Episode.ID)
+		_, err = b.Store.RequeueEpisode(ctx(t), o.Episode.ID, "operator")
+		require.Error(t, err, "an archived episode was requeued")
+		got := get(t, EpisodesBackend{Store: b.Store}, o.Episode.ID)
+		require.Equal(t, episodes.StatusFailed, got.Status)
+		require.Equal(t, o.Episode.Attempts, got.Attempts)
+		require.Empty(t, claimRequests(t, b, "poller", "", "", 10), "no request was reopened")
 	})
 
 	t.Run("DelayedRequestIsClaimedOnlyWhenDue", func(t *testing.T) {

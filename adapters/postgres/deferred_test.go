@@ -23,6 +23,9 @@ func TestConformanceDeferred(t *testing.T) {
 					run_after = run_after - $2::interval WHERE id = $1`, id, d)
 			},
 			ExpireClaim: func(t testing.TB, key string) { pgtest.ExpireClaim(t, pool, key) },
+			Archive: func(t testing.TB, id int64) {
+				pgtest.Exec(t, pool, `UPDATE leasehold_episodes SET archived_at = now() WHERE id = $1`, id)
+			},
 			Age: func(t testing.TB, id int64, d time.Duration) {
 				pgtest.Exec(t, pool, `UPDATE leasehold_episodes SET created_at = created_at - $2::interval,
 					started_at = started_at - $2::interval, last_step_at = last_step_at - $2::interval WHERE id = $1`, id, d)

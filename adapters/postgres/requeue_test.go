@@ -140,22 +140,3 @@ func TestRequeueOrphansSkipLockedOrphansAtOnce(t *testing.T) {
 		require.Equal(t, episodes.StatusQueued, r.Status, "orphan %d requeued", i)
 	}
 }
-
-// An operator's requeue is the one way back from a terminal status, and it
-// refuses an archived episode: archiving is for good, which is what lets
-// every other statement treat "queued or running" as "not archived".
-func TestRequeueEpisodeRefusesAnArchivedEpisode(t *testing.T) {
-	t.Parallel()
-	pool := pgtest.Schema(t)
-	s := postgres.New(pool)
-	o := grantedEpisode(t, s, "archived", "node-a")
-	_, err := pool.Exec(t.Context(), `UPDATE leasehold_episodes
-		SET status = 'failed', finished_at = now(), archived_at = now() WHERE id = $1`, o.Episode.ID)
-	require.NoError(t, err)
-	_, err = s.RequeueEpisode(t.Context(), o.Episode.ID, "operator")
-	require.Error(t, err, "an archived episode was requeued")
-	got, err := s.GetEpisode(t.Context(), o.Episode.ID)
-	require.NoError(t, err)
-	require.Equal(t, episodes.StatusFailed, got.Status)
-	require.Equal(t, o.Episode.Attempts, got.Attempts)
-}

@@ -24,6 +24,9 @@ func TestConformanceDeferred(t *testing.T) {
 			},
 			ExpireClaim: func(t testing.TB, key string) { sqlitetest.ExpireClaim(t, db, key) },
 			Age:         func(t testing.TB, id int64, d time.Duration) { ageEpisode(t, db, id, d) },
+			Archive: func(t testing.TB, id int64) {
+				sqlitetest.Exec(t, db, `UPDATE leasehold_episodes SET archived_at = `+sqlitetest.Now+` WHERE id = ?`, id)
+			},
 		}
 	})
 }

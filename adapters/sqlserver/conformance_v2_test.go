@@ -48,6 +48,9 @@ func TestConformanceDeferred(t *testing.T) {
 					},
 					Age:         func(t testing.TB, id int64, d time.Duration) { ageEpisode(t, db, id, d) },
 					ExpireClaim: func(t testing.TB, key string) { expireClaim(t, db, key) },
+					Archive: func(t testing.TB, id int64) {
+						exec(t, `UPDATE leasehold_episodes SET archived_at = SYSUTCDATETIME() WHERE id = @id`, sql.Named("id", id))
+					},
 				}
 			})
 		})

@@ -12,7 +12,7 @@ import "strings"
 // written for one mutant can never excuse another.
 // archivedIsTerminal is why a removed "archived_at IS NULL" beside a status
 // condition on queued or running episodes cannot change an outcome
-// (TestRequeueEpisodeRefusesAnArchivedEpisode holds the premise).
+// (conformance RequeueRefusesAnArchivedEpisode holds the premise).
 const archivedIsTerminal = "archived_at IS NULL is implied by the status condition in the same statement " +
 	"(status queued or running): only ArchiveEpisodes sets archived_at, and only on terminal episodes, and " +
 	"RequeueEpisode, the one way back from a terminal status, refuses archived ones, so an archived episode is " +
