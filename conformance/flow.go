@@ -169,6 +169,57 @@ func runFlow(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		require.Empty(t, claimRequests(t, b, "poller", "", "", 10))
 	})
 
+	// A holder lists the cancel requests of the runs it holds, and no
+	// other's: not another node's (whatever their names' order), not one
+	// whose grant it gave back.
+	t.Run("CancelRequestsAreListedOnlyToTheirHolder", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		requested := func(key, owner string) episodes.Created {
+			t.Helper()
+			n := flowEpisode(key)
+			n.Owner, n.Lease, n.Start = owner, time.Minute, true
+			res, err := b.Store.CreateEpisode(ctx(t), n)
+			require.NoError(t, err)
+			c, err := b.Store.CancelEpisode(ctx(t), res.Episode.ID, nil)
+			require.NoError(t, err)
+			require.False(t, c.Ended, "held live: asked, not ended")
+			return res
+		}
+		mine := requested("event:a:e:mine", "node-a")
+		theirs := requested("event:a:e:theirs", "node-b")
+		given := requested("event:a:e:given-back", "node-a")
+		require.NoError(t, b.Store.Release(ctx(t), given.Claim.Token))
+
+		reqs, err := b.Store.ListCancelRequests(ctx(t), "node-a")
+		require.NoError(t, err)
+		require.Equal(t, []episodes.CancelRequest{{EpisodeID: mine.Episode.ID, Fence: mine.Claim.Fence}}, reqs)
+		reqs, err = b.Store.ListCancelRequests(ctx(t), "node-b")
+		require.NoError(t, err)
+		require.Equal(t, []episodes.CancelRequest{{EpisodeID: theirs.Episode.ID, Fence: theirs.Claim.Fence}}, reqs)
+	})
+
+	// A group of one finishes its run: each row's re-checks find its own
+	// claim, never rely on another row's.
+	t.Run("AGroupOfOneFinishes", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		n := flowEpisode("event:a:e:one")
+		n.Owner, n.Lease, n.Start = "node-a", time.Minute, true
+		one, err := b.Store.CreateEpisode(ctx(t), n)
+		require.NoError(t, err)
+		finished, err := b.Store.FinishEpisodes(ctx(t), "node-a", []episodes.FinishItem{{ID: one.Episode.ID, Token: one.Claim.Token,
+			Finish: episodes.Finish{Status: episodes.StatusDone, StepNo: 1, StepData: []byte(`{"last":true}`)}}})
+		require.NoError(t, err)
+		require.Equal(t, []int64{one.Episode.ID}, finished)
+		require.Equal(t, episodes.StatusDone, get(t, EpisodesBackend{Store: b.Store}, one.Episode.ID).Status)
+		steps, err := b.Store.ListSteps(ctx(t), one.Episode.ID)
+		require.NoError(t, err)
+		require.Len(t, steps, 1)
+		_, err = b.Store.Renew(ctx(t), one.Claim.Token, time.Minute)
+		require.ErrorIs(t, err, claims.ErrNotOwner, "the claim ended with its episode")
+	})
+
 	t.Run("RequeueRunsFailedOrCanceledAgain", func(t *testing.T) {
 		t.Parallel()
 		b := newBackend(t)
