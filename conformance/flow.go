@@ -28,6 +28,7 @@ func runFlow(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		require.Equal(t, episodes.StatusRunning, got.Status)
 		require.Equal(t, "node-a", got.OwnerNode)
 		require.NotNil(t, got.StartedAt)
+		require.NotNil(t, got.LastStepAt, "started now: staleness counts from the start")
 		// The run writes under its grant as after StartEpisode.
 		require.NoError(t, b.Store.AppendStep(ctx(t), res.Episode.ID, res.Claim.Token, 1, nil, time.Minute))
 		require.NoError(t, b.Store.FinishEpisode(ctx(t), res.Episode.ID, res.Claim.Token, episodes.Finish{Status: episodes.StatusDone}))
@@ -42,7 +43,11 @@ func runFlow(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		require.True(t, busy.Created)
 		require.Zero(t, busy.Claim.Fence)
 		require.False(t, busy.Started, "no grant, no start")
-		require.Equal(t, episodes.StatusQueued, get(t, EpisodesBackend{Store: b.Store}, busy.Episode.ID).Status)
+		queued := get(t, EpisodesBackend{Store: b.Store}, busy.Episode.ID)
+		require.Equal(t, episodes.StatusQueued, queued.Status)
+		require.Empty(t, queued.OwnerNode)
+		require.Nil(t, queued.StartedAt)
+		require.Nil(t, queued.LastStepAt)
 		require.NoError(t, b.Store.Release(ctx(t), held.Token))
 
 		// Without start, created queued as before.

@@ -468,6 +468,298 @@ var equivalents = map[string]equivalent{
 		what: `ExpireTriggerRequests: ">" -> ">=" in "AND c.lease_until > now())"`,
 		why:  liveAtItsLastInstant,
 	},
+	"sqlite:FinishEpisode:cmp-strict#1": {
+		what: `FinishEpisode: "=" -> ">=" in "AND c.owner_node = CAST(?8 AS TEXT)"`,
+		why:  rechecksWhatItsClaimMatched,
+	},
+	"sqlite:FinishEpisode:drop#2": {
+		what: `FinishEpisode: predicate removed: "AND c.owner_node = CAST(?8 AS TEXT)"`,
+		why:  rechecksWhatItsClaimMatched,
+	},
+	"sqlite:FinishEpisode:cmp-strict#2": {
+		what: `FinishEpisode: "=" -> ">=" in "AND c.fence = CAST(?9 AS INTEGER))"`,
+		why:  rechecksWhatItsClaimMatched,
+	},
+	"sqlite:RetryEpisode:cmp-strict#1": {
+		what: `RetryEpisode: "=" -> ">=" in "AND c.owner_node = CAST(?5 AS TEXT)"`,
+		why:  rechecksWhatItsClaimMatched,
+	},
+	"sqlite:RetryEpisode:cmp-strict#2": {
+		what: `RetryEpisode: "=" -> ">=" in "AND c.fence = CAST(?6 AS INTEGER))"`,
+		why:  rechecksWhatItsClaimMatched,
+	},
+	"sqlite:FinishEpisodeClaim:cmp-strict#1": {
+		what: `FinishEpisodeClaim: "=" -> ">=" in "AND owner_node = CAST(?4 AS TEXT)"`,
+		why:  claimWriteRecheckedByTheEpisodeWrite,
+	},
+	"sqlite:FinishEpisodeClaim:drop#1": {
+		what: `FinishEpisodeClaim: predicate removed: "AND owner_node = CAST(?4 AS TEXT)"`,
+		why:  claimWriteRecheckedByTheEpisodeWrite,
+	},
+	"sqlite:FinishEpisodeClaim:cmp-strict#2": {
+		what: `FinishEpisodeClaim: "=" -> ">=" in "AND fence = CAST(?5 AS INTEGER)"`,
+		why:  claimWriteRecheckedByTheEpisodeWrite,
+	},
+	"sqlite:FinishEpisodeClaim:drop#2": {
+		what: `FinishEpisodeClaim: predicate removed: "AND fence = CAST(?5 AS INTEGER)"`,
+		why:  claimWriteRecheckedByTheEpisodeWrite,
+	},
+	"sqlite:RetryEpisodeClaim:cmp-strict#1": {
+		what: `RetryEpisodeClaim: "=" -> ">=" in "AND owner_node = CAST(?3 AS TEXT)"`,
+		why:  claimWriteRecheckedByTheEpisodeWrite,
+	},
+	"sqlite:RetryEpisodeClaim:drop#1": {
+		what: `RetryEpisodeClaim: predicate removed: "AND owner_node = CAST(?3 AS TEXT)"`,
+		why:  claimWriteRecheckedByTheEpisodeWrite,
+	},
+	"sqlite:RetryEpisodeClaim:cmp-strict#2": {
+		what: `RetryEpisodeClaim: "=" -> ">=" in "AND fence = CAST(?4 AS INTEGER)"`,
+		why:  claimWriteRecheckedByTheEpisodeWrite,
+	},
+	"sqlite:RetryEpisodeClaim:cmp-strict#4": {
+		what: `RetryEpisodeClaim: "=" -> ">=" in "WHERE r.id = CAST(?5 AS INTEGER) AND r.status IN ('queued', 'running'))"`,
+		why:  finishEpisodeNamesItsOwn,
+	},
+	"sqlite:RetryEpisode:drop#1": {
+		what: `RetryEpisode: predicate removed: "AND status IN ('queued', 'running')"`,
+		why:  retryClaimCheckedTheEpisode,
+	},
+	"sqlite:FinishEpisodes:drop#1": {
+		what: `FinishEpisodes: predicate removed: "AND status IN ('queued', 'running')"`,
+		why:  groupFinishRechecked,
+	},
+	"sqlite:FinishEpisodes:cmp-strict#2": {
+		what: `FinishEpisodes: "=" -> ">=" in "ON c.dedupe_key = f.value ->> '$.claim_key' AND c.fence = f.value ->> '$.fence'"`,
+		why:  groupFinishRechecked,
+	},
+	"sqlite:FinishEpisodes:cmp-strict#3": {
+		what: `FinishEpisodes: "=" -> ">=" in "ON c.dedupe_key = f.value ->> '$.claim_key' AND c.fence = f.value ->> '$.fence'"`,
+		why:  groupFinishRechecked,
+	},
+	"sqlite:FinishEpisodes:cmp-strict#4": {
+		what: `FinishEpisodes: "=" -> ">=" in "AND c.owner_node = CAST(?2 AS TEXT))"`,
+		why:  groupFinishRechecked,
+	},
+	"sqlite:FinishEpisodesSteps:cmp-strict#1": {
+		what: `FinishEpisodesSteps: "=" -> ">=" in "AND c.owner_node = CAST(?2 AS TEXT)"`,
+		why:  groupFinishRechecked,
+	},
+	"sqlite:FinishEpisodesSteps:drop#1": {
+		what: `FinishEpisodesSteps: predicate removed: "AND c.owner_node = CAST(?2 AS TEXT)"`,
+		why:  groupFinishRechecked,
+	},
+	"sqlite:FinishEpisodesSteps:cmp-strict#2": {
+		what: `FinishEpisodesSteps: "=" -> ">=" in "AND c.fence = f.value ->> '$.fence')"`,
+		why:  groupFinishRechecked,
+	},
+	"sqlite:FinishEpisodesClaims:cmp-strict#1": {
+		what: `FinishEpisodesClaims: "=" -> ">=" in "AND f.value ->> '$.fence' = leasehold_work_claims.fence),"`,
+		why:  groupRowsNameDistinctClaims,
+	},
+	"sqlite:FinishEpisodesClaims:cmp-strict#4": {
+		what: `FinishEpisodesClaims: "=" -> ">=" in "AND f.value ->> '$.fence' = leasehold_work_claims.fence)"`,
+		why:  groupRowsNameDistinctClaims,
+	},
+	"sqlite:FinishEpisodesClaims:cmp-neg#4": {
+		what: `FinishEpisodesClaims: "=" -> "<>" in "AND f.value ->> '$.fence' = leasehold_work_claims.fence)"`,
+		why:  claimErrorDetailIsForOperators,
+	},
+	"sqlite:AppendStep:cmp-strict#1": {
+		what: `AppendStep: "=" -> ">=" in "AND e.status = 'running'"`,
+		why:  appendStepCheckedTwice,
+	},
+	"sqlite:AppendStep:drop#1": {
+		what: `AppendStep: predicate removed: "AND e.status = 'running'"`,
+		why:  appendStepCheckedTwice,
+	},
+	"sqlite:AppendStep:cmp-strict#2": {
+		what: `AppendStep: "=" -> ">=" in "AND e.owner_node = CAST(?5 AS TEXT)"`,
+		why:  appendStepCheckedTwice,
+	},
+	"sqlite:AppendStep:drop#2": {
+		what: `AppendStep: predicate removed: "AND e.owner_node = CAST(?5 AS TEXT)"`,
+		why:  appendStepCheckedTwice,
+	},
+	"sqlite:AppendStep:cmp-strict#3": {
+		what: `AppendStep: "=" -> ">=" in "AND c.owner_node = CAST(?5 AS TEXT)"`,
+		why:  appendStepCheckedTwice,
+	},
+	"sqlite:AppendStep:drop#3": {
+		what: `AppendStep: predicate removed: "AND c.owner_node = CAST(?5 AS TEXT)"`,
+		why:  appendStepCheckedTwice,
+	},
+	"sqlite:AppendStep:cmp-strict#4": {
+		what: `AppendStep: "=" -> ">=" in "AND c.fence = CAST(?2 AS INTEGER)"`,
+		why:  appendStepCheckedTwice,
+	},
+	"sqlite:AppendStep:drop#4": {
+		what: `AppendStep: predicate removed: "AND c.fence = CAST(?2 AS INTEGER)"`,
+		why:  appendStepCheckedTwice,
+	},
+	"sqlite:AppendStep:cmp-strict#5": {
+		what: `AppendStep: "=" -> ">=" in "AND c.state = 'claimed')"`,
+		why:  appendStepCheckedTwice,
+	},
+	"sqlite:AppendStepEpisode:cmp-strict#1": {
+		what: `AppendStepEpisode: "=" -> ">=" in "AND status = 'running'"`,
+		why:  appendStepCheckedTwice,
+	},
+	"sqlite:AppendStepEpisode:drop#1": {
+		what: `AppendStepEpisode: predicate removed: "AND status = 'running'"`,
+		why:  appendStepCheckedTwice,
+	},
+	"sqlite:AppendStepEpisode:cmp-strict#2": {
+		what: `AppendStepEpisode: "=" -> ">=" in "AND owner_node = CAST(?2 AS TEXT)"`,
+		why:  appendStepCheckedTwice,
+	},
+	"sqlite:AppendStepEpisode:drop#2": {
+		what: `AppendStepEpisode: predicate removed: "AND owner_node = CAST(?2 AS TEXT)"`,
+		why:  appendStepCheckedTwice,
+	},
+	"sqlite:AppendStepEpisode:cmp-strict#3": {
+		what: `AppendStepEpisode: "=" -> ">=" in "AND c.owner_node = CAST(?2 AS TEXT)"`,
+		why:  appendStepCheckedTwice,
+	},
+	"sqlite:AppendStepEpisode:drop#3": {
+		what: `AppendStepEpisode: predicate removed: "AND c.owner_node = CAST(?2 AS TEXT)"`,
+		why:  appendStepCheckedTwice,
+	},
+	"sqlite:AppendStepEpisode:cmp-strict#4": {
+		what: `AppendStepEpisode: "=" -> ">=" in "AND c.fence = CAST(?4 AS INTEGER)"`,
+		why:  appendStepCheckedTwice,
+	},
+	"sqlite:AppendStepEpisode:drop#4": {
+		what: `AppendStepEpisode: predicate removed: "AND c.fence = CAST(?4 AS INTEGER)"`,
+		why:  appendStepCheckedTwice,
+	},
+	"sqlite:AppendStepEpisode:cmp-strict#5": {
+		what: `AppendStepEpisode: "=" -> ">=" in "AND c.state = 'claimed')"`,
+		why:  appendStepCheckedTwice,
+	},
+	"sqlite:CancelEpisode:drop#1": {
+		what: `CancelEpisode: predicate removed: "AND status IN ('queued', 'running')"`,
+		why:  cancelTargetChecked,
+	},
+	"sqlite:CancelEpisode:drop#2": {
+		what: `CancelEpisode: predicate removed: "AND archived_at IS NULL"`,
+		why:  cancelTargetChecked,
+	},
+	"sqlite:CancelEpisodeFence:cmp-strict#2": {
+		what: `CancelEpisodeFence: "<=" -> "<" in "AND lease_until <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER)"`,
+		why:  cancelHeldWasRead,
+	},
+	"sqlite:CancelEpisodeFence:drop#2": {
+		what: `CancelEpisodeFence: predicate removed: "AND lease_until <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER)"`,
+		why:  cancelHeldWasRead,
+	},
+	"sqlite:CancelEpisodeRequest:cmp-strict#1": {
+		what: `CancelEpisodeRequest: "=" -> ">=" in "WHERE e.id = CAST(?1 AS INTEGER) AND e.status = 'canceled')"`,
+		why:  cancelRequestAfterTheEnd,
+	},
+	"sqlite:CancelEpisodeRequest:cmp-strict#2": {
+		what: `CancelEpisodeRequest: "=" -> ">=" in "WHERE e.id = CAST(?1 AS INTEGER) AND e.status = 'canceled')"`,
+		why:  cancelRequestAfterTheEnd,
+	},
+	"sqlite:CancelEpisodeRequest:drop#1": {
+		what: `CancelEpisodeRequest: predicate removed: "AND status IN ('pending', 'claimed')"`,
+		why:  closedRequestStaysClosed,
+	},
+	"sqlite:CancelEpisodeTarget:cmp-strict#1": {
+		what: `CancelEpisodeTarget: "=" -> ">=" in "AND x.state = 'claimed'"`,
+		why:  endedClaimEndedItsLease,
+	},
+	"sqlite:CancelEpisodeTarget:drop#1": {
+		what: `CancelEpisodeTarget: predicate removed: "AND x.state = 'claimed'"`,
+		why:  endedClaimEndedItsLease,
+	},
+	"sqlite:StartEpisode:cmp-strict#3": {
+		what: `StartEpisode: "=" -> ">=" in "AND c.state = 'claimed'"`,
+		why:  endedClaimEndedItsLease,
+	},
+	"sqlite:CancelEpisodeTarget:cmp-strict#2": {
+		what: `CancelEpisodeTarget: ">" -> ">=" in "AND x.lease_until > CAST(round(unixepoch('subsec') * 1000) AS INTEGER)) AS held"`,
+		why:  cancelAtTheLeasesLastInstant,
+	},
+	"sqlite:CancelEpisodeTarget:drop#3": {
+		what: `CancelEpisodeTarget: predicate removed: "AND e.archived_at IS NULL"`,
+		why:  archivedIsTerminal,
+	},
+	"sqlite:StartEpisode:drop#2": {
+		what: `StartEpisode: predicate removed: "AND archived_at IS NULL"`,
+		why:  archivedIsTerminal,
+	},
+	"sqlite:CreateEpisode:cmp-strict#1": {
+		what: `CreateEpisode: "=" -> ">=" in "CASE WHEN s.status = 'running' THEN CAST(?12 AS TEXT) END,"`,
+		why:  startStatusIsQueuedOrRunning,
+	},
+	"sqlite:CreateEpisode:cmp-strict#2": {
+		what: `CreateEpisode: "=" -> ">=" in "CASE WHEN s.status = 'running' THEN CAST(round(unixepoch('subsec') * 1000) AS INTEGER) END,"`,
+		why:  startStatusIsQueuedOrRunning,
+	},
+	"sqlite:CreateEpisode:cmp-strict#3": {
+		what: `CreateEpisode: "=" -> ">=" in "CASE WHEN s.status = 'running' THEN CAST(round(unixepoch('subsec') * 1000) AS INTEGER) END"`,
+		why:  startStatusIsQueuedOrRunning,
+	},
+	"sqlite:CreateEpisode:cmp-strict#5": {
+		what: `CreateEpisode: ">" -> ">=" in "AND x.lease_until > CAST(round(unixepoch('subsec') * 1000) AS INTEGER))"`,
+		why:  createStartsUnderItsGrant,
+	},
+	"sqlite:AcquireClaim:cmp-strict#1": {
+		what: `AcquireClaim: "<=" -> "<" in "WHERE c.state <> 'claimed' OR c.lease_until <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER)"`,
+		why:  leaseEndingNowIsConservative,
+	},
+	"sqlite:CreateEpisodeGrant:cmp-strict#1": {
+		what: `CreateEpisodeGrant: "<=" -> "<" in "WHERE c.state <> 'claimed' OR c.lease_until <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER)"`,
+		why:  leaseEndingNowIsConservative,
+	},
+	"sqlite:ListExpiredClaims:cmp-strict#2": {
+		what: `ListExpiredClaims: "<" -> "<=" in "AND lease_until < CAST(round(unixepoch('subsec') * 1000) AS INTEGER)"`,
+		why:  expiredListIsCandidates,
+	},
+	"postgres:ListExpiredClaims:cmp-strict#2": {
+		what: `ListExpiredClaims: "<" -> "<=" in "AND lease_until < now()"`,
+		why:  expiredListIsCandidates,
+	},
+	"sqlite:ListClaims:cmp-strict#4": {
+		what: `ListClaims: "<=" -> "<" in "OR (state = 'claimed' AND lease_until <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER)))"`,
+		why:  operatorReadAtAnInstant,
+	},
+	"postgres:ListClaims:cmp-strict#4": {
+		what: `ListClaims: "<=" -> "<" in "OR (state = 'claimed' AND lease_until <= now()))"`,
+		why:  operatorReadAtAnInstant,
+	},
+	"sqlite:ReopenTriggerRequest:cmp-strict#1": {
+		what: `ReopenTriggerRequest: "=" -> ">=" in "AND e.status = 'queued'"`,
+		why:  reopenAfterItsEpisodeWrite,
+	},
+	"sqlite:ReopenTriggerRequest:drop#1": {
+		what: `ReopenTriggerRequest: predicate removed: "AND e.status = 'queued'"`,
+		why:  reopenAfterItsEpisodeWrite,
+	},
+	"sqlite:ReopenTriggerRequest:drop#2": {
+		what: `ReopenTriggerRequest: predicate removed: "AND e.archived_at IS NULL"`,
+		why:  reopenAfterItsEpisodeWrite,
+	},
+	"sqlite:RequeueEpisode:drop#2": {
+		what: `RequeueEpisode: predicate removed: "AND archived_at IS NULL"`,
+		why:  reopenAfterItsEpisodeWrite,
+	},
+	"postgres:CreateEpisode:cmp-strict#1": {
+		what: `CreateEpisode: "=" -> ">=" in "CASE WHEN s.status = 'running' THEN $12::text END,"`,
+		why:  startStatusIsQueuedOrRunning,
+	},
+	"postgres:CreateEpisode:cmp-strict#2": {
+		what: `CreateEpisode: "=" -> ">=" in "CASE WHEN s.status = 'running' THEN now() END,"`,
+		why:  startStatusIsQueuedOrRunning,
+	},
+	"postgres:CreateEpisode:cmp-strict#3": {
+		what: `CreateEpisode: "=" -> ">=" in "CASE WHEN s.status = 'running' THEN now() END"`,
+		why:  startStatusIsQueuedOrRunning,
+	},
+	"postgres:AppendStep:cmp-strict#4": {
+		what: `AppendStep: "=" -> ">=" in "AND e.status = 'running'"`,
+		why:  runningIsTheLastStatus,
+	},
 }
 
 // equivalent is one listed survivor: its description as the generator
@@ -714,3 +1006,54 @@ const expiredListIsCandidates = "ListExpiredClaims only lists candidates and wri
 const operatorReadAtAnInstant = "ListClaims is an operator read (leasehold claims ls) that no decision reads; the " +
 	"mutant leaves out of -expired only a lease ending exactly at the listing's now, which the next listing shows " +
 	"(ListClaimsFiltersByOwnerAndExpiry holds every other row of the filter)"
+
+// rechecksWhatItsClaimMatched: SQLite's FinishEpisode and RetryEpisode,
+// the episode write after the claim's.
+const rechecksWhatItsClaimMatched = "the episode statement runs only after the same BEGIN IMMEDIATE transaction's " +
+	"claim statement (FinishEpisodeClaim or RetryEpisodeClaim) matched the claim's key, owner, fence and state " +
+	"'claimed' exactly (no row: ErrLeaseLost and a rollback before this statement runs); that write keeps owner and " +
+	"fence, and no other writer runs in between, so this statement's owner and fence conditions re-read values " +
+	"already proven equal to the caller's"
+
+// claimWriteRecheckedByTheEpisodeWrite: SQLite's FinishEpisodeClaim and
+// RetryEpisodeClaim, whose owner and fence the episode write re-checks.
+const claimWriteRecheckedByTheEpisodeWrite = "the episode statement last in the same BEGIN IMMEDIATE transaction " +
+	"(FinishEpisode, RetryEpisode) requires a claim with the caller's key, owner and fence exactly (its EXISTS), and " +
+	"the claim statement keeps owner and fence: when the weakened claim statement ends or releases another grant " +
+	"(another owner's at the same fence, or the same owner's later fence), that EXISTS matches nothing, and the " +
+	"adapter returns ErrLeaseLost and rolls the claim write back, so it never commits (conformance " +
+	"ZombieOfTheSameNodeIsRejectedByItsFence holds the outcome)"
+
+// retryClaimCheckedTheEpisode: SQLite's RetryEpisode, claim first.
+const retryClaimCheckedTheEpisode = "RetryEpisodeClaim, first in the same BEGIN IMMEDIATE transaction, matched only " +
+	"if this episode (r.id = @id) is queued or running, and the adapter stops with ErrLeaseLost when it did not; no " +
+	"other writer runs in between, so the episode statement's own status check re-reads a status already proven"
+
+// groupFinishRechecked: SQLite's FinishEpisodes, the steps and episodes
+// after the claims.
+const groupFinishRechecked = "FinishEpisodesSteps and FinishEpisodes are sent, in the same BEGIN IMMEDIATE " +
+	"transaction, with only the rows whose claim FinishEpisodesClaims ended, matched by the adapter on the exact " +
+	"(key, fence) it returned; that statement required each row's claim owned by the sender, in state 'claimed', " +
+	"and its episode (r.id = the row's id) queued or running, and wrote neither owner nor fence; no other writer runs " +
+	"in between, so each row's claim with its exact key, owner and fence exists and its episode is open: a re-check " +
+	"removed or made '>=' still admits exactly that row and its own claim, which a row already has"
+
+// groupRowsNameDistinctClaims: FinishEpisodesClaims' SET subqueries.
+const groupRowsNameDistinctClaims = "the subquery picks the row of rows naming this claim's key; episodes.FinishRows " +
+	"refuses a group that names a claim twice, so there is one such row, and the statement's EXISTS already required " +
+	"its fence equal to the claim's: the fence test in the subquery made '>=' picks the same row"
+
+// claimErrorDetailIsForOperators: FinishEpisodesClaims' error_detail.
+const claimErrorDetailIsForOperators = "the claim's error_detail is a copy of the run's error for operators (the " +
+	"dashboard's episode page shows it); no statement reads it to decide anything, and the episode's own " +
+	"error_detail, which FinishEpisodes writes, is unchanged: the mutant only leaves the claim's copy empty"
+
+// reopenAfterItsEpisodeWrite: SQLite's ReopenTriggerRequest, and
+// RequeueEpisode's archived test it backs.
+const reopenAfterItsEpisodeWrite = "ReopenTriggerRequest is sent only after the episode write of the same BEGIN " +
+	"IMMEDIATE transaction returned the episode queued (RetryEpisode not canceled, RequeueEpisode, RequeueOrphan " +
+	"with status queued); each of those writes requires the episode unarchived (RequeueEpisode: archived_at IS NULL; " +
+	"the other two: status queued or running, which only unarchived episodes have), and no writer runs in between, " +
+	"so the request's own status and archived conditions re-read what was just written; and RequeueEpisode's " +
+	"archived test is backed by this one: when either matches nothing the adapter rolls the whole requeue back " +
+	"(ErrNotRetryable; conformance RequeueRefusesAnArchivedEpisode)"
