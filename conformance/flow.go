@@ -62,6 +62,10 @@ func runFlow(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 	t.Run("DuplicatesNameTheLiveEpisode", func(t *testing.T) {
 		t.Parallel()
 		b := newBackend(t)
+		// Older live episodes whose keys sort after and before the
+		// duplicate's: a duplicate names the episode of its own key exactly.
+		deferEpisode(t, b, "event:a:e:dup~after", "", "")
+		deferEpisode(t, b, "event:a:e:dua-before", "", "")
 		first := deferEpisode(t, b, "event:a:e:dup", "", "")
 		again := deferEpisode(t, b, "event:a:e:dup", "", "")
 		require.False(t, again.Created)

@@ -760,6 +760,10 @@ var equivalents = map[string]equivalent{
 		what: `AppendStep: "=" -> ">=" in "AND e.status = 'running'"`,
 		why:  runningIsTheLastStatus,
 	},
+	"sqlite:FindLiveEpisode:cmp-strict#1": {
+		what: `FindLiveEpisode: "=" -> ">=" in "WHERE dedupe_key = CAST(?1 AS TEXT) AND archived_at IS NULL"`,
+		why:  exactKeyComesFirst,
+	},
 }
 
 // equivalent is one listed survivor: its description as the generator
@@ -1057,3 +1061,10 @@ const reopenAfterItsEpisodeWrite = "ReopenTriggerRequest is sent only after the 
 	"so the request's own status and archived conditions re-read what was just written; and RequeueEpisode's " +
 	"archived test is backed by this one: when either matches nothing the adapter rolls the whole requeue back " +
 	"(ErrNotRetryable; conformance RequeueRefusesAnArchivedEpisode)"
+
+// exactKeyComesFirst: SQLite's FindLiveEpisode made '>='.
+const exactKeyComesFirst = "FindLiveEpisode is sent only after the insert conflicted on the key, in the same " +
+	"BEGIN IMMEDIATE transaction, so a live episode with exactly that key exists; the statement searches the " +
+	"partial unique index on dedupe_key (archived_at IS NULL), which yields keys in order, and the exact key is the " +
+	"least key >= itself, so the row read is the same (DuplicatesNameTheLiveEpisode has live keys on both sides " +
+	"of the duplicate's, older than it, and fails if the plan ever reads them first)"
