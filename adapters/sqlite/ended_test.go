@@ -68,3 +68,26 @@ func endedAhead(t *testing.T, s *sqlite.Store, db *sql.DB, key, state string) {
 		    finished_at = CAST(round(unixepoch('subsec') * 1000) AS INTEGER)
 		WHERE dedupe_key = ?1`, key, state)
 }
+
+// As adapters/postgres' TestStartEpisodeTreatsALeaseEndingNowAsOver: a
+// grant whose lease ends at the start's own instant is over, so the run
+// never starts on a lease another node may take in that same millisecond.
+// SQLite's clock cannot be held still across two statements, so each try
+// sets the lease to end at the current millisecond and starts at once: the
+// start reads the clock again, the same millisecond or a later one, and
+// must refuse either way. Most tries land in the same millisecond.
+func TestStoreStartEpisodeTreatsALeaseEndingNowAsOver(t *testing.T) {
+	t.Parallel()
+	db := sqlitetest.Open(t, sqlitetest.Path(t))
+	s := sqlite.New(db)
+	o, err := s.CreateEpisode(t.Context(), episodes.New{ActorID: "a", ExpectationID: "e", TriggerType: episodes.TriggerEvent,
+		DedupeKey: "ends-now", MaxAttempts: 3, Owner: "node-a", Lease: time.Minute})
+	require.NoError(t, err)
+	require.Equal(t, episodes.StatusQueued, o.Episode.Status)
+	for try := range 50 {
+		sqlitetest.Exec(t, db, `UPDATE leasehold_work_claims
+			SET lease_until = CAST(round(unixepoch('subsec') * 1000) AS INTEGER) WHERE dedupe_key = ?1`, o.Claim.Key)
+		_, err := s.StartEpisode(t.Context(), o.Episode.ID, o.Claim.Token)
+		require.ErrorIs(t, err, episodes.ErrLeaseLost, "try %d: started on a lease that ends now", try)
+	}
+}
