@@ -273,9 +273,16 @@ func RunFindings(t *testing.T, newBackend func(t *testing.T) FindingsBackend) {
 		f.requireFenced(t, findingRun{ep: a.ep, tok: c.Token}, "k")
 		f.requireFenced(t, findingRun{ep: a.ep, tok: claims.Token{Key: c.Key, Owner: "node-a", Fence: c.Fence}}, "k")
 		f.requireFenced(t, a, "k")
+		// Then to one whose name sorts after node-a's: the same, from the
+		// other side of the comparison.
+		f.ExpireClaim(t, a.tok.Key)
+		c, err = f.Store.Acquire(ctx(t), claims.AcquireParams{Key: a.tok.Key, Owner: "node-b", Lease: time.Minute, WorkType: "episode"})
+		require.NoError(t, err)
+		f.requireFenced(t, findingRun{ep: a.ep, tok: c.Token}, "k")
+		f.requireFenced(t, findingRun{ep: a.ep, tok: claims.Token{Key: c.Key, Owner: "node-a", Fence: c.Fence}}, "k")
 		_, err = f.Store.StartEpisode(ctx(t), a.ep.ID, c.Token)
 		require.NoError(t, err)
-		fd := f.raise(t, findingRun{ep: a.ep, tok: c.Token}, findings.Raise{Key: "k", Summary: "by a-node"})
+		fd := f.raise(t, findingRun{ep: a.ep, tok: c.Token}, findings.Raise{Key: "k", Summary: "by node-b"})
 		require.Equal(t, int32(2), fd.RaiseCount)
 	})
 

@@ -764,6 +764,38 @@ var equivalents = map[string]equivalent{
 		what: `FindLiveEpisode: "=" -> ">=" in "WHERE dedupe_key = CAST(?1 AS TEXT) AND archived_at IS NULL"`,
 		why:  exactKeyComesFirst,
 	},
+	"sqlite:StartEpisode:drop#5": {
+		what: `StartEpisode: predicate removed: "AND c.state = 'claimed'"`,
+		why:  endedClaimEndedItsLease,
+	},
+	"sqlite:ClearFinding:cmp-strict#3": {
+		what: `ClearFinding: "=" -> ">=" in "AND e.status = 'running'"`,
+		why:  runningIsTheLastStatus,
+	},
+	"sqlite:FindingLeaseHeld:cmp-strict#1": {
+		what: `FindingLeaseHeld: "=" -> ">=" in "AND e.status = 'running'"`,
+		why:  runningIsTheLastStatus,
+	},
+	"sqlite:RaiseFinding:cmp-strict#1": {
+		what: `RaiseFinding: "=" -> ">=" in "AND e.status = 'running'"`,
+		why:  runningIsTheLastStatus,
+	},
+	"sqlite:UpdateFinding:cmp-strict#3": {
+		what: `UpdateFinding: "=" -> ">=" in "AND e.status = 'running'"`,
+		why:  runningIsTheLastStatus,
+	},
+	"sqlite:ClearFinding:drop#3": {
+		what: `ClearFinding: predicate removed: "AND e.archived_at IS NULL"`,
+		why:  archivedIsTerminal,
+	},
+	"sqlite:FindingLeaseHeld:drop#2": {
+		what: `FindingLeaseHeld: predicate removed: "AND e.archived_at IS NULL"`,
+		why:  archivedIsTerminal,
+	},
+	"sqlite:RaiseFinding:drop#2": {
+		what: `RaiseFinding: predicate removed: "AND e.archived_at IS NULL"`,
+		why:  archivedIsTerminal,
+	},
 }
 
 // equivalent is one listed survivor: its description as the generator
