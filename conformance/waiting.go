@@ -180,6 +180,7 @@ func RunWaitingForNode(t *testing.T, newBackend func(t *testing.T) MaintenanceBa
 		require.Zero(t, res.WaitingRaised)
 		require.EqualValues(t, 1, res.WaitingCleared, "a node that runs refund is live")
 		require.Empty(t, activeFinding(t, b, key))
+		require.Zero(t, maintain(t, b, plan).WaitingCleared, "a cleared finding is history: it is not cleared again")
 	})
 
 	t.Run("FindingClearedOnceTheWorkIsCanceled", func(t *testing.T) {

@@ -796,6 +796,34 @@ var equivalents = map[string]equivalent{
 		what: `RaiseFinding: predicate removed: "AND e.archived_at IS NULL"`,
 		why:  archivedIsTerminal,
 	},
+	"sqlite:UpdateFinding:drop#3": {
+		what: `UpdateFinding: predicate removed: "AND e.archived_at IS NULL"`,
+		why:  archivedIsTerminal,
+	},
+	"sqlite:ArchiveEpisodes:drop#1": {
+		what: `ArchiveEpisodes: predicate removed: "AND e.finished_at IS NOT NULL"`,
+		why:  finishedAtIsImplied,
+	},
+	"sqlite:ArchiveEpisodes:cmp-strict#1": {
+		what: `ArchiveEpisodes: "<" -> "<=" in "AND e.finished_at < CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - CAST(?1 AS INTEGER)"`,
+		why:  retentionInstant,
+	},
+	"sqlite:DeleteStaleNodes:cmp-strict#1": {
+		what: `DeleteStaleNodes: "<" -> "<=" in "WHERE heartbeat_at < CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - CAST(?1 AS INTEGER)"`,
+		why:  retentionInstant,
+	},
+	"sqlite:ArchiveEpisodes:drop#3": {
+		what: `ArchiveEpisodes: predicate removed: "AND e.status IN ('done', 'failed', 'partially_failed', 'canceled')"`,
+		why:  onlyTerminalEpisodesFinish,
+	},
+	"sqlite:DeleteSpentClaims:drop#4": {
+		what: `DeleteSpentClaims: predicate removed: "AND state IN ('done', 'failed', 'released')"`,
+		why:  spentClaimCandidatesOnly,
+	},
+	"sqlite:DeleteSpentClaims:drop#5": {
+		what: `DeleteSpentClaims: predicate removed: "AND max(lease_until, coalesce(finished_at, lease_until))"`,
+		why:  spentClaimCandidatesOnly,
+	},
 }
 
 // equivalent is one listed survivor: its description as the generator
@@ -1100,3 +1128,25 @@ const exactKeyComesFirst = "FindLiveEpisode is sent only after the insert confli
 	"partial unique index on dedupe_key (archived_at IS NULL), which yields keys in order, and the exact key is the " +
 	"least key >= itself, so the row read is the same (DuplicatesNameTheLiveEpisode has live keys on both sides " +
 	"of the duplicate's, older than it, and fails if the plan ever reads them first)"
+
+// onlyTerminalEpisodesFinish: ArchiveEpisodes' status test beside an old
+// finished_at.
+const onlyTerminalEpisodesFinish = "every statement that sets an episode's finished_at also sets a terminal status " +
+	"(FinishEpisode(s), CancelEpisode when it ends the episode, RetryEpisode and RequeueOrphan when a cancel was " +
+	"asked, ExpireTriggerRequests' cancel), every statement that makes an episode queued or running again clears it " +
+	"(RetryEpisode, RequeueEpisode, RequeueOrphan) or leaves it unset (creation, StartEpisode, ClaimForRecovery), and " +
+	"none sets 'blocked': an episode whose finished_at is set is terminal, so the status test beside the finished_at " +
+	"test is implied (ArchivesTerminalEpisodesPastRetention keeps a long-running episode unarchived)"
+
+// retentionInstant: ArchiveEpisodes' or DeleteStaleNodes' age test made
+// '<='.
+const retentionInstant = "the mutant differs only when the row's time is exactly now minus the retention to the " +
+	"millisecond, and then acts on it at that instant rather than a millisecond later; the retention is how long " +
+	"history (a terminal episode, a node row that stopped heartbeating) is kept for operators, far beyond any lease, " +
+	"and no coordination decision depends on that millisecond"
+
+// spentClaimCandidatesOnly: DeleteSpentClaims' re-check on the deleted
+// row removed.
+const spentClaimCandidatesOnly = "the DELETE takes only rows of the candidate list (the IN subquery), which requires " +
+	"the same state and horizon in the same statement, under the same unixepoch('subsec') and the write lock: " +
+	"removing the DELETE's own copy admits nothing the candidates did not"
