@@ -271,6 +271,32 @@ func RunMaintenance(t *testing.T, newBackend func(t *testing.T) MaintenanceBacke
 		require.Empty(t, f.nodes(t))
 	})
 
+	// nodes ls counts the live leases each node holds: its own, claimed,
+	// with a lease ahead on the database clock; not another node's, not an
+	// expired one, not a finished one.
+	t.Run("NodesListCountsEachNodesLiveLeases", func(t *testing.T) {
+		t.Parallel()
+		f := newMaintenanceFixture(t, newBackend)
+		s := f.b.Store
+		for _, id := range []string{"node-a", "node-b", "node-c"} {
+			require.NoError(t, s.RegisterNode(ctx(t), membership.Member{ID: id, Mode: "full"}))
+		}
+		acquire(t, f.eb, "a-live-1", "node-a")
+		acquire(t, f.eb, "a-live-2", "node-a")
+		acquire(t, f.eb, "a-expired", "node-a")
+		f.b.AgeClaim(t, "a-expired", time.Hour)
+		done := acquire(t, f.eb, "a-done", "node-a")
+		require.NoError(t, s.Complete(ctx(t), done.Token))
+		acquire(t, f.eb, "b-live", "node-b")
+		rows, err := s.ListNodes(ctx(t))
+		require.NoError(t, err)
+		live := map[string]int64{}
+		for _, r := range rows {
+			live[r.ID] = r.LiveLeases
+		}
+		require.Equal(t, map[string]int64{"node-a": 2, "node-b": 1, "node-c": 0}, live)
+	})
+
 	// Each kind of work alone in its database, nothing else due: a run
 	// does it. An adapter that first asks whether anything is due (SQLite's
 	// MaintenanceDue, which spares the write lock) must see each kind by

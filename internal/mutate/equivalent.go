@@ -824,6 +824,26 @@ var equivalents = map[string]equivalent{
 		what: `DeleteSpentClaims: predicate removed: "AND max(lease_until, coalesce(finished_at, lease_until))"`,
 		why:  spentClaimCandidatesOnly,
 	},
+	"sqlite:MaintenanceDue:not#4": {
+		what: `MaintenanceDue: predicate negated: "AND e.archived_at IS NULL"`,
+		why:  maintenanceDueIsWider,
+	},
+	"sqlite:ListNodes:cmp-strict#2": {
+		what: `ListNodes: "=" -> ">=" in "AND c.state = 'claimed'"`,
+		why:  endedClaimEndedItsLease,
+	},
+	"sqlite:ListNodes:cmp-strict#3": {
+		what: `ListNodes: ">" -> ">=" in "AND c.lease_until > CAST(round(unixepoch('subsec') * 1000) AS INTEGER)) AS INTEGER) AS live_leases"`,
+		why:  operatorCountAtAnInstant,
+	},
+	"sqlite:ListWaitingForNode:cmp-strict#1": {
+		what: `ListWaitingForNode: "=" -> ">=" in "AND ((r.status = 'pending' AND r.run_after <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER))"`,
+		why:  pendingIsTheLastRequestStatus,
+	},
+	"sqlite:ListWaitingForNode:cmp-strict#2": {
+		what: `ListWaitingForNode: "<=" -> "<" in "AND ((r.status = 'pending' AND r.run_after <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER))"`,
+		why:  waitingBoundInstant,
+	},
 }
 
 // equivalent is one listed survivor: its description as the generator
@@ -1150,3 +1170,13 @@ const retentionInstant = "the mutant differs only when the row's time is exactly
 const spentClaimCandidatesOnly = "the DELETE takes only rows of the candidate list (the IN subquery), which requires " +
 	"the same state and horizon in the same statement, under the same unixepoch('subsec') and the write lock: " +
 	"removing the DELETE's own copy admits nothing the candidates did not"
+
+// operatorCountAtAnInstant: ListNodes' live-lease count made '>='.
+const operatorCountAtAnInstant = "ListNodes is an operator read (leasehold nodes ls) that no decision reads; the " +
+	"mutant counts as live a lease ending exactly at the listing's now (the millisecond), which the next listing " +
+	"does not (NodesListCountsEachNodesLiveLeases holds every other case)"
+
+// waitingBoundInstant: ListWaitingForNode's due test made '<'.
+const waitingBoundInstant = "the mutant differs only for a request due exactly at the statement's now (the " +
+	"millisecond), which it counts as waiting from the next millisecond: the waiting-for-node finding is raised " +
+	"after a bound of an hour by default, which that millisecond does not move, and nothing is claimed or run by it"
