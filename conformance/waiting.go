@@ -2,11 +2,13 @@ package conformance
 
 import (
 	"encoding/json"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/leasehold/leasehold/claims"
 	"github.com/leasehold/leasehold/episodes"
 	"github.com/leasehold/leasehold/findings"
 	"github.com/leasehold/leasehold/maintenance"
@@ -135,6 +137,25 @@ func RunWaitingForNode(t *testing.T, newBackend func(t *testing.T) MaintenanceBa
 		require.NoError(t, err)
 		require.True(t, c.Ended, "a waiting episode is canceled at once: no node holds it")
 		require.Empty(t, waitingFor(t, b, 0), "a canceled episode waits for nothing")
+
+		// A request a poller holds (its claim live) is being handed over,
+		// not waiting.
+		held := deferPair(t, b, "billing", "refund", "", "")
+		reqs, err := b.Store.ClaimTriggerRequests(ctx(t), episodes.RequestQuery{Owner: "poller", Lease: time.Hour, Runnable: refund, Limit: 10})
+		require.NoError(t, err)
+		require.Len(t, reqs, 1)
+		require.Equal(t, held.RequestID, reqs[0].ID)
+		require.Empty(t, waitingFor(t, b, 0), "a request held by a poller waits for nothing")
+
+		// An episode its claim's holder started directly runs: its request,
+		// still open, waits for nothing.
+		started := deferPair(t, b, "billing", "refund", "", "")
+		grant, err := b.Store.Acquire(ctx(t), claims.AcquireParams{Key: "episode:" + strconv.FormatInt(started.Episode.ID, 10),
+			Owner: "node-x", Lease: time.Minute, WorkType: "episode"})
+		require.NoError(t, err)
+		_, err = b.Store.StartEpisode(ctx(t), started.Episode.ID, grant.Token)
+		require.NoError(t, err)
+		require.Empty(t, waitingFor(t, b, 0), "a running episode waits for nothing")
 	})
 
 	t.Run("FindingAfterTheBoundClearedByANode", func(t *testing.T) {

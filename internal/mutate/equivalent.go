@@ -844,6 +844,10 @@ var equivalents = map[string]equivalent{
 		what: `ListWaitingForNode: "<=" -> "<" in "AND ((r.status = 'pending' AND r.run_after <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER))"`,
 		why:  waitingBoundInstant,
 	},
+	"sqlite:ListWaitingForNode:cmp-strict#3": {
+		what: `ListWaitingForNode: "<=" -> "<" in "OR r.claim_until <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER))"`,
+		why:  waitingBoundInstant,
+	},
 }
 
 // equivalent is one listed survivor: its description as the generator
