@@ -51,6 +51,9 @@ type DeferredBackend struct {
 	ExpireClaim func(t testing.TB, key string)
 	// Archive sets the episode's archived_at.
 	Archive func(t testing.TB, id int64)
+	// DropClaim deletes key's claim row, as if it had never been granted
+	// (a claim-less episode: recovery's staleness branch).
+	DropClaim func(t testing.TB, key string)
 }
 
 // RunDeferred runs the trigger-request scenarios: atomic creation, one

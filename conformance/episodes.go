@@ -26,6 +26,10 @@ type EpisodeStore interface {
 	ListSteps(ctx context.Context, episodeID int64) ([]episodes.Step, error)
 	ListOrphans(ctx context.Context, q episodes.OrphanQuery) ([]episodes.Orphan, error)
 	ClaimForRecovery(ctx context.Context, id int64, owner string, lease, staleAfter time.Duration) (episodes.Episode, claims.Claim, error)
+	// The recovery policies nodes record for their expectations, which a
+	// sweeper without an actor's code applies to its orphans.
+	PutAgentDefinition(ctx context.Context, d episodes.Definition) error
+	AgentRecoveryPolicy(ctx context.Context, actorID, expectationID string) (policy string, found bool, err error)
 }
 
 // EpisodesBackend is what the episode scenarios need from one isolated backend.
@@ -334,6 +338,40 @@ func RunEpisodes(t *testing.T, newBackend func(t *testing.T) EpisodesBackend) {
 			require.ErrorIs(t, b.Store.AppendStep(ctx(t), theirs.ID, mine.Token, 1, nil, time.Minute), claims.ErrLeaseLost)
 			requireNoSteps(t, b, theirs.ID)
 		})
+	})
+
+	// A sweeper reads the policy of the orphan's own (actor, expectation)
+	// and nothing else: a pair nobody recorded has none (the orphan is left
+	// for a node that knows it), however near its names are to a recorded
+	// pair's.
+	t.Run("RecoveryPolicyIsReadForItsOwnPair", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		for _, d := range []episodes.Definition{
+			{ActorID: "billing", ExpectationID: "charge", RecoveryPolicy: "restart", MaxAttempts: 3},
+			{ActorID: "billing", ExpectationID: "refund", RecoveryPolicy: "fail"},
+			{ActorID: "zeta", ExpectationID: "audit", RecoveryPolicy: "fail"},
+		} {
+			require.NoError(t, b.Store.PutAgentDefinition(ctx(t), d))
+		}
+		policy := func(actor, expectation string) string {
+			t.Helper()
+			p, found, err := b.Store.AgentRecoveryPolicy(ctx(t), actor, expectation)
+			require.NoError(t, err)
+			if !found {
+				return "(none)"
+			}
+			return p
+		}
+		require.Equal(t, "restart", policy("billing", "charge"))
+		require.Equal(t, "fail", policy("billing", "refund"))
+		require.Equal(t, "(none)", policy("billing", "audit"), "another actor's expectation of that name")
+		require.Equal(t, "(none)", policy("alpha", "charge"), "another actor's, of an expectation billing has")
+		require.Equal(t, "(none)", policy("billing", "archive"), "an expectation billing never recorded")
+
+		require.NoError(t, b.Store.PutAgentDefinition(ctx(t),
+			episodes.Definition{ActorID: "billing", ExpectationID: "charge", RecoveryPolicy: "fail"}))
+		require.Equal(t, "fail", policy("billing", "charge"), "the last start wins")
 	})
 
 	t.Run("StepNumbersAreUnique", func(t *testing.T) {

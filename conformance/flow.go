@@ -461,6 +461,65 @@ func runFlow(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		require.Error(t, err, "rows fenced by another node are refused before sending")
 	})
 
+	// A running episode with no claim row (none was ever granted under its
+	// key, or it is gone) has no lease to expire: it is an orphan only once
+	// its last sign of life is older than StaleAfter on the database clock,
+	// for the listing, the recovery grant and the requeue alike; a queued
+	// one is never an orphan, nothing having run.
+	t.Run("AClaimlessEpisodeIsAnOrphanOnlyOnceStale", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		e := EpisodesBackend{Store: b.Store}
+		const stale = time.Minute
+		running := func(key string) episodes.Episode {
+			t.Helper()
+			n := flowEpisode(key)
+			n.Owner, n.Lease, n.Start = "node-a", time.Minute, true
+			res, err := b.Store.CreateEpisode(ctx(t), n)
+			require.NoError(t, err)
+			require.True(t, res.Started)
+			b.DropClaim(t, key)
+			b.Age(t, res.Episode.ID, stale/2)
+			return res.Episode
+		}
+		requeued, recovered := running("event:a:e:claimless-requeue"), running("event:a:e:claimless-recover")
+		n := flowEpisode("event:a:e:claimless-queued")
+		queued, err := b.Store.CreateEpisode(ctx(t), n)
+		require.NoError(t, err)
+		b.Age(t, queued.Episode.ID, time.Hour)
+
+		listed := func() []int64 {
+			t.Helper()
+			list, err := b.Store.ListOrphans(ctx(t), episodes.OrphanQuery{StaleAfter: stale, Limit: 10})
+			require.NoError(t, err)
+			ids := make([]int64, len(list))
+			for i, o := range list {
+				ids[i] = o.Episode.ID
+			}
+			return ids
+		}
+		require.Empty(t, listed(), "half of StaleAfter: not stale yet")
+		_, _, err = b.Store.ClaimForRecovery(ctx(t), recovered.ID, "sweeper", time.Minute, stale)
+		require.ErrorIs(t, err, claims.ErrBusy, "a claim-less episode not yet stale was taken over")
+		_, err = b.Store.RequeueOrphan(ctx(t), requeued.ID, requeued.Attempts, "sweeper", stale)
+		require.ErrorIs(t, err, claims.ErrBusy, "a claim-less episode not yet stale was requeued")
+		_, err = b.Store.RequeueOrphan(ctx(t), queued.Episode.ID, queued.Episode.Attempts, "sweeper", stale)
+		require.ErrorIs(t, err, claims.ErrBusy, "a queued episode nobody granted was requeued")
+
+		b.Age(t, requeued.ID, stale)
+		b.Age(t, recovered.ID, stale)
+		require.ElementsMatch(t, []int64{requeued.ID, recovered.ID}, listed())
+		_, won, err := b.Store.ClaimForRecovery(ctx(t), recovered.ID, "sweeper", time.Minute, stale)
+		require.NoError(t, err)
+		require.Equal(t, claims.Token{Key: "event:a:e:claimless-recover", Owner: "sweeper", Fence: 1}, won.Token, "a fresh grant")
+		r, err := b.Store.RequeueOrphan(ctx(t), requeued.ID, requeued.Attempts, "sweeper", stale)
+		require.NoError(t, err)
+		require.Equal(t, episodes.StatusQueued, r.Status)
+		require.Equal(t, episodes.StatusQueued, get(t, e, requeued.ID).Status)
+		require.Len(t, claimRequests(t, b, "poller", "", "", 10), 1, "requeued as available work")
+		require.Equal(t, episodes.StatusQueued, get(t, e, queued.Episode.ID).Status)
+	})
+
 	t.Run("RequeueOrphanLeavesFinishedWorkAlone", func(t *testing.T) {
 		t.Parallel()
 		b := newBackend(t)

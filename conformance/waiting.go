@@ -55,6 +55,30 @@ func RunWaitingForNode(t *testing.T, newBackend func(t *testing.T) MaintenanceBa
 		require.True(t, overdue[0].Overdue, "a minute on the database clock is over 30 s")
 	})
 
+	// A node that runs one expectation of an actor runs none of its others:
+	// each pair is matched whole, for whether it waits, which episode is its
+	// oldest and which node row last listed it.
+	t.Run("EachPairIsItsOwn", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		register(t, b, membership.Member{ID: "node-refund", Mode: "full", Runnable: refund})
+		void := deferPair(t, b, "billing", "void", "", "")
+		b.AgeRequest(t, void.RequestID, 2*time.Minute)
+		charged := deferPair(t, b, "billing", "charge", "", "")
+		b.AgeRequest(t, charged.RequestID, time.Minute)
+
+		byPair := map[string]membership.Waiting{}
+		for _, w := range waitingFor(t, b, time.Hour) {
+			byPair[w.Pair()] = w
+		}
+		require.Len(t, byPair, 2, "a node that runs billing/refund runs neither charge nor void: %+v", byPair)
+		for pair, ep := range map[string]int64{"billing/charge": charged.Episode.ID, "billing/void": void.Episode.ID} {
+			require.EqualValues(t, 1, byPair[pair].Episodes, pair)
+			require.Equal(t, ep, byPair[pair].OldestEpisodeID, "%s's oldest is its own", pair)
+			require.Empty(t, byPair[pair].LastNode, "no node row lists %s", pair)
+		}
+	})
+
 	t.Run("SilentNodeIsLastSeenButDoesNotCount", func(t *testing.T) {
 		t.Parallel()
 		b := newBackend(t)

@@ -26,6 +26,9 @@ func TestConformanceDeferred(t *testing.T) {
 			Archive: func(t testing.TB, id int64) {
 				pgtest.Exec(t, pool, `UPDATE leasehold_episodes SET archived_at = now() WHERE id = $1`, id)
 			},
+			DropClaim: func(t testing.TB, key string) {
+				pgtest.Exec(t, pool, `DELETE FROM leasehold_work_claims WHERE dedupe_key = $1`, key)
+			},
 			Age: func(t testing.TB, id int64, d time.Duration) {
 				pgtest.Exec(t, pool, `UPDATE leasehold_episodes SET created_at = created_at - $2::interval,
 					started_at = started_at - $2::interval, last_step_at = last_step_at - $2::interval WHERE id = $1`, id, d)

@@ -27,6 +27,9 @@ func TestConformanceDeferred(t *testing.T) {
 			Archive: func(t testing.TB, id int64) {
 				sqlitetest.Exec(t, db, `UPDATE leasehold_episodes SET archived_at = `+sqlitetest.Now+` WHERE id = ?`, id)
 			},
+			DropClaim: func(t testing.TB, key string) {
+				sqlitetest.Exec(t, db, `DELETE FROM leasehold_work_claims WHERE dedupe_key = ?`, key)
+			},
 		}
 	})
 }

@@ -51,6 +51,9 @@ func TestConformanceDeferred(t *testing.T) {
 					Archive: func(t testing.TB, id int64) {
 						exec(t, `UPDATE leasehold_episodes SET archived_at = SYSUTCDATETIME() WHERE id = @id`, sql.Named("id", id))
 					},
+					DropClaim: func(t testing.TB, key string) {
+						exec(t, `DELETE FROM leasehold_work_claims WHERE dedupe_key = @key`, sql.Named("key", key))
+					},
 				}
 			})
 		})

@@ -848,6 +848,146 @@ var equivalents = map[string]equivalent{
 		what: `ListWaitingForNode: "<=" -> "<" in "OR r.claim_until <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER))"`,
 		why:  waitingBoundInstant,
 	},
+	"sqlite:ClaimForRecovery:drop#1": {
+		what: `ClaimForRecovery: predicate removed: "AND status IN ('running', 'queued')"`,
+		why:  claimForRecoveryGrantChecked,
+	},
+	"sqlite:ClaimForRecovery:drop#2": {
+		what: `ClaimForRecovery: predicate removed: "AND archived_at IS NULL"`,
+		why:  claimForRecoveryGrantChecked,
+	},
+	"sqlite:ClaimForRecovery:cmp-strict#1": {
+		what: `ClaimForRecovery: "=" -> ">=" in "AND c.owner_node = CAST(?1 AS TEXT)"`,
+		why:  recoveryWriteUnderItsOwnGrant,
+	},
+	"sqlite:ClaimForRecovery:drop#3": {
+		what: `ClaimForRecovery: predicate removed: "AND c.owner_node = CAST(?1 AS TEXT)"`,
+		why:  recoveryWriteUnderItsOwnGrant,
+	},
+	"sqlite:ClaimForRecovery:cmp-strict#2": {
+		what: `ClaimForRecovery: "=" -> ">=" in "AND c.fence = CAST(?4 AS INTEGER)"`,
+		why:  recoveryWriteUnderItsOwnGrant,
+	},
+	"sqlite:ClaimForRecovery:drop#4": {
+		what: `ClaimForRecovery: predicate removed: "AND c.fence = CAST(?4 AS INTEGER)"`,
+		why:  recoveryWriteUnderItsOwnGrant,
+	},
+	"sqlite:ClaimForRecovery:cmp-strict#3": {
+		what: `ClaimForRecovery: "=" -> ">=" in "AND c.state = 'claimed')"`,
+		why:  recoveryWriteUnderItsOwnGrant,
+	},
+	"sqlite:ClaimForRecoveryGrant:drop#2": {
+		what: `ClaimForRecoveryGrant: predicate removed: "AND e.status IN ('running', 'queued')"`,
+		why:  recoveryGrantBackedByItsEpisodeWrite,
+	},
+	"sqlite:ClaimForRecoveryGrant:cmp-strict#1": {
+		what: `ClaimForRecoveryGrant: "=" -> ">=" in "OR (e.status = 'running'"`,
+		why:  runningIsTheLastStatus,
+	},
+	"sqlite:ListOrphanedEpisodes:cmp-strict#3": {
+		what: `ListOrphanedEpisodes: "=" -> ">=" in "WHERE e.status = 'running'"`,
+		why:  runningIsTheLastStatus,
+	},
+	"sqlite:RequeueOrphanTarget:cmp-strict#9": {
+		what: `RequeueOrphanTarget: "=" -> ">=" in "OR (e.status = 'running'"`,
+		why:  runningIsTheLastStatus,
+	},
+	"sqlite:ClaimForRecoveryGrant:cmp-strict#2": {
+		what: `ClaimForRecoveryGrant: "<" -> "<=" in "< CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - CAST(?4 AS INTEGER))"`,
+		why:  staleInstant,
+	},
+	"sqlite:ListOrphanedEpisodes:cmp-strict#4": {
+		what: `ListOrphanedEpisodes: "<" -> "<=" in "< CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - CAST(?4 AS INTEGER)"`,
+		why:  staleInstant,
+	},
+	"sqlite:RequeueOrphanTarget:cmp-strict#10": {
+		what: `RequeueOrphanTarget: "<" -> "<=" in "< CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - CAST(?3 AS INTEGER))"`,
+		why:  staleInstant,
+	},
+	"sqlite:ClaimForRecoveryGrant:cmp-strict#4": {
+		what: `ClaimForRecoveryGrant: "=" -> ">=" in "WHERE (c.state = 'claimed' AND c.lease_until <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER))"`,
+		why:  endedStatesAlreadyAdmitted,
+	},
+	"sqlite:ListOrphanedEpisodes:cmp-strict#5": {
+		what: `ListOrphanedEpisodes: "=" -> ">=" in "ELSE (c.state = 'claimed' AND c.lease_until <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER))"`,
+		why:  endedStatesAlreadyAdmitted,
+	},
+	"sqlite:ListOrphanedEpisodes:cmp-strict#10": {
+		what: `ListOrphanedEpisodes: "=" -> ">=" in "AND ((c.state = 'claimed' AND c.lease_until <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER))"`,
+		why:  endedStatesAlreadyAdmitted,
+	},
+	"sqlite:RequeueOrphanFence:cmp-strict#1": {
+		what: `RequeueOrphanFence: "=" -> ">=" in "AND ((state = 'claimed' AND lease_until <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER))"`,
+		why:  endedStatesAlreadyAdmitted,
+	},
+	"sqlite:ClaimForRecoveryGrant:cmp-strict#5": {
+		what: `ClaimForRecoveryGrant: "<=" -> "<" in "WHERE (c.state = 'claimed' AND c.lease_until <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER))"`,
+		why:  leaseEndingNowIsConservative,
+	},
+	"sqlite:ListOrphanedEpisodes:cmp-strict#6": {
+		what: `ListOrphanedEpisodes: "<=" -> "<" in "ELSE (c.state = 'claimed' AND c.lease_until <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER))"`,
+		why:  leaseEndingNowIsConservative,
+	},
+	"sqlite:ListOrphanedEpisodes:cmp-strict#11": {
+		what: `ListOrphanedEpisodes: "<=" -> "<" in "AND ((c.state = 'claimed' AND c.lease_until <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER))"`,
+		why:  leaseEndingNowIsConservative,
+	},
+	"sqlite:RequeueOrphanFence:cmp-strict#2": {
+		what: `RequeueOrphanFence: "<=" -> "<" in "AND ((state = 'claimed' AND lease_until <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER))"`,
+		why:  leaseEndingNowIsConservative,
+	},
+	"sqlite:ListOrphanedEpisodes:drop#1": {
+		what: `ListOrphanedEpisodes: predicate removed: "AND e.archived_at IS NULL"`,
+		why:  archivedIsTerminal,
+	},
+	"sqlite:ListOrphanedEpisodes:drop#3": {
+		what: `ListOrphanedEpisodes: predicate removed: "AND e.archived_at IS NULL"`,
+		why:  archivedIsTerminal,
+	},
+	"sqlite:RequeueOrphanTarget:drop#2": {
+		what: `RequeueOrphanTarget: predicate removed: "AND e.archived_at IS NULL"`,
+		why:  archivedIsTerminal,
+	},
+	"sqlite:ListWaitingForNode:drop#2": {
+		what: `ListWaitingForNode: predicate removed: "AND e.archived_at IS NULL"`,
+		why:  archivedIsTerminal,
+	},
+	"sqlite:RequeueOrphan:cmp-strict#1": {
+		what: `RequeueOrphan: "=" -> ">=" in "AND attempts = CAST(?3 AS INTEGER)"`,
+		why:  requeueOrphanTargetChecked,
+	},
+	"sqlite:RequeueOrphan:drop#1": {
+		what: `RequeueOrphan: predicate removed: "AND attempts = CAST(?3 AS INTEGER)"`,
+		why:  requeueOrphanTargetChecked,
+	},
+	"sqlite:RequeueOrphan:drop#2": {
+		what: `RequeueOrphan: predicate removed: "AND status IN ('running', 'queued')"`,
+		why:  requeueOrphanTargetChecked,
+	},
+	"sqlite:RequeueOrphan:drop#3": {
+		what: `RequeueOrphan: predicate removed: "AND archived_at IS NULL"`,
+		why:  requeueOrphanTargetChecked,
+	},
+	"sqlite:RequeueOrphanTarget:cmp-strict#4": {
+		what: `RequeueOrphanTarget: "=" -> ">=" in "AND e.attempts = CAST(?2 AS INTEGER)"`,
+		why:  requeueOrphanRechecked,
+	},
+	"sqlite:RequeueOrphanTarget:drop#4": {
+		what: `RequeueOrphanTarget: predicate removed: "AND e.attempts = CAST(?2 AS INTEGER)"`,
+		why:  requeueOrphanRechecked,
+	},
+	"sqlite:ClaimTriggerRequests:cmp-strict#1": {
+		what: `ClaimTriggerRequests: "=" -> ">=" in "AND ((r.status = 'pending' AND r.run_after <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER))"`,
+		why:  pendingIsTheLastRequestStatus,
+	},
+	"sqlite:ListWaitingForNode:cmp-strict#5": {
+		what: `ListWaitingForNode: ">" -> ">=" in "AND n.heartbeat_at > CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - CAST(?2 AS INTEGER)"`,
+		why:  readBoundInstant,
+	},
+	"sqlite:ListWaitingForNode:cmp-strict#8": {
+		what: `ListWaitingForNode: "<" -> "<=" in "CAST(p.waiting_since < CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - CAST(?1 AS INTEGER)"`,
+		why:  readBoundInstant,
+	},
 }
 
 // equivalent is one listed survivor: its description as the generator
@@ -1184,3 +1324,44 @@ const operatorCountAtAnInstant = "ListNodes is an operator read (leasehold nodes
 const waitingBoundInstant = "the mutant differs only for a request due exactly at the statement's now (the " +
 	"millisecond), which it counts as waiting from the next millisecond: the waiting-for-node finding is raised " +
 	"after a bound of an hour by default, which that millisecond does not move, and nothing is claimed or run by it"
+
+// claimForRecoveryGrantChecked: SQLite's ClaimForRecovery episode write
+// after its grant.
+const claimForRecoveryGrantChecked = "ClaimForRecoveryGrant, first in the same BEGIN IMMEDIATE transaction, granted " +
+	"only for an episode running or queued and unarchived (no row: ErrBusy before this statement runs); it writes " +
+	"only the claim row and no other writer runs in between, so the episode write's own status and archived " +
+	"conditions re-read values already proven"
+
+// recoveryWriteUnderItsOwnGrant: SQLite's ClaimForRecovery episode write,
+// conditioned on the grant just made.
+const recoveryWriteUnderItsOwnGrant = "the adapter passes the key, owner and fence that ClaimForRecoveryGrant " +
+	"returned from the claim it wrote (state 'claimed'), earlier in the same BEGIN IMMEDIATE transaction, and no " +
+	"other writer runs in between, so the claim conditions of the episode write re-read values the grant just " +
+	"established: loosening one admits no other row"
+
+// recoveryGrantBackedByItsEpisodeWrite: ClaimForRecoveryGrant's status
+// test, which the episode write repeats.
+const recoveryGrantBackedByItsEpisodeWrite = "ClaimForRecovery (the episode write), next in the same BEGIN " +
+	"IMMEDIATE transaction, requires the episode running or queued and unarchived; when the weakened grant matched " +
+	"a terminal episode, it matches nothing and the adapter returns ErrBusy and rolls the grant back, so it never " +
+	"commits (conformance RecoveryLeavesLiveAndFinishedWorkAlone holds the outcome)"
+
+// requeueOrphanTargetChecked: SQLite's RequeueOrphan episode write after
+// its target read.
+const requeueOrphanTargetChecked = "RequeueOrphanTarget, first in the same BEGIN IMMEDIATE transaction, matched the " +
+	"episode running or queued, unarchived, with the attempts the sweeper listed (no row: ErrBusy before this " +
+	"statement runs); RequeueOrphanFence, between them, writes only the claim row, and no other writer runs, so the " +
+	"episode write's own copy of those conditions re-reads values already proven"
+
+// staleInstant: the claim-less staleness test made '<='.
+const staleInstant = "the mutant differs only when a claim-less running episode's last sign of life is exactly " +
+	"now minus StaleAfter to the millisecond, and then takes it an instant early; StaleAfter is the operator's " +
+	"margin over any run's silence, and a claim-less episode has no lease and no holder whose grant could be " +
+	"overlapped (a holder would have a claim row); the next sweep takes it either way " +
+	"(AClaimlessEpisodeIsAnOrphanOnlyOnceStale holds the bound on both sides)"
+
+// readBoundInstant: a bound of ListWaitingForNode, a read, made '>=' or
+// '<='.
+const readBoundInstant = "the mutant differs only when a time equals the read's bound exactly, to the " +
+	"millisecond; ListWaitingForNode decides nothing (the pollers' claim decides who runs the work), and a read a " +
+	"millisecond later sees it the other way: a silent node's row, or a waiting pair's overdue flag, one tick early"
