@@ -988,6 +988,22 @@ var equivalents = map[string]equivalent{
 		what: `ListWaitingForNode: "<" -> "<=" in "CAST(p.waiting_since < CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - CAST(?1 AS INTEGER)"`,
 		why:  readBoundInstant,
 	},
+	"sqlite:ClaimTriggerRequests:cmp-strict#5": {
+		what: `ClaimTriggerRequests: "=" -> ">=" in "AND ((status = 'pending' AND run_after <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER))"`,
+		why:  requestCandidatesDecide,
+	},
+	"sqlite:ClaimTriggerRequests:cmp-strict#6": {
+		what: `ClaimTriggerRequests: "<=" -> "<" in "AND ((status = 'pending' AND run_after <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER))"`,
+		why:  requestCandidatesDecide,
+	},
+	"sqlite:ClaimTriggerRequests:cmp-strict#7": {
+		what: `ClaimTriggerRequests: "=" -> ">=" in "OR (status = 'claimed' AND claim_until <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER)))"`,
+		why:  requestCandidatesDecide,
+	},
+	"sqlite:ClaimTriggerRequests:cmp-strict#8": {
+		what: `ClaimTriggerRequests: "<=" -> "<" in "OR (status = 'claimed' AND claim_until <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER)))"`,
+		why:  requestCandidatesDecide,
+	},
 }
 
 // equivalent is one listed survivor: its description as the generator
@@ -1365,3 +1381,12 @@ const staleInstant = "the mutant differs only when a claim-less running episode'
 const readBoundInstant = "the mutant differs only when a time equals the read's bound exactly, to the " +
 	"millisecond; ListWaitingForNode decides nothing (the pollers' claim decides who runs the work), and a read a " +
 	"millisecond later sees it the other way: a silent node's row, or a waiting pair's overdue flag, one tick early"
+
+// requestCandidatesDecide: SQLite's ClaimTriggerRequests, the UPDATE's
+// re-check of its candidate list.
+const requestCandidatesDecide = "the UPDATE takes only rows of its candidate list (the IN subquery), read in the " +
+	"same statement under the write lock and the same unixepoch('subsec'): each is pending and due, or has a poller " +
+	"claim that lapsed; a pending request's claim_until is always NULL (created so; ReopenTriggerRequest and " +
+	"ReleaseTriggerRequests clear it), so 'claimed' made >= 'claimed' admits no pending row the due test refused, " +
+	"'pending' made >= 'pending' is 'pending' among the two statuses a candidate has, and a '<=' made '<' only " +
+	"leaves a row whose time is exactly now to the next poll"
