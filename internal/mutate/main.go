@@ -167,7 +167,7 @@ func runListed(ctx context.Context, scratch string) error {
 	if err := buildPkg(ctx, scratch, sqlserverChecks.pkg, bin); err != nil {
 		return fmt.Errorf("building the checks on the unmutated copy: %w", err)
 	}
-	baseline, err := failingPkg(ctx, scratch, sqlserverChecks, bin, sqlserverChecks.run)
+	baseline, err := failingPkg(ctx, scratch, sqlserverChecks, bin, sqlserverChecks.run, nil)
 	if err != nil {
 		return err
 	}
@@ -202,7 +202,7 @@ func runListed(ctx context.Context, scratch string) error {
 		}
 		var fails map[string]bool
 		if by == "" {
-			fails, err = failingPkg(ctx, scratch, sqlserverChecks, runBin, sqlserverChecks.run)
+			fails, err = failingPkg(ctx, scratch, sqlserverChecks, runBin, sqlserverChecks.run, baseline)
 		}
 		if werr := os.WriteFile(path, orig, 0o644); werr != nil {
 			return werr

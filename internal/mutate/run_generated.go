@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"math/rand/v2"
 	"os"
@@ -68,7 +70,7 @@ func runGenerated(ctx context.Context, scratch string, t target, n int, seed uin
 	if err := buildPkg(ctx, scratch, t.pkg, bin); err != nil {
 		return tl, fmt.Errorf("building %s's tests on the unmutated copy: %w", t.pkg, err)
 	}
-	baseline, err := failingPkg(ctx, scratch, t, bin, t.run)
+	baseline, err := failingPkg(ctx, scratch, t, bin, t.run, nil)
 	if err != nil {
 		return tl, err
 	}
@@ -129,7 +131,7 @@ func runGenerated(ctx context.Context, scratch string, t target, n int, seed uin
 				break
 			}
 			var f map[string]bool
-			if f, err = failingPkg(ctx, scratch, t, runBin, run, env...); err == nil {
+			if f, err = failingPkg(ctx, scratch, t, runBin, run, baseline, env...); err == nil {
 				maps.Copy(fails, f)
 			}
 		}
@@ -237,8 +239,12 @@ func buildPkg(ctx context.Context, dir, pkg, out string) error {
 }
 
 // failingPkg runs t's tests that run selects from bin and returns the
-// tests that failed.
-func failingPkg(ctx context.Context, dir string, t target, bin, run string, env ...string) (map[string]bool, error) {
+// tests that failed. With stopAt (the baseline), it stops the binary at the
+// first failing test stopAt does not hold: that is all a mutant's run needs
+// to know, and a mutant often also makes some other test wait until the
+// binary's timeout (a grant never given, a lock never released), which
+// would cost minutes per mutant for nothing.
+func failingPkg(ctx context.Context, dir string, t target, bin, run string, stopAt map[string]bool, env ...string) (map[string]bool, error) {
 	args := []string{"-test.count=1", "-test.v", "-test.failfast", "-test.timeout=" + mutantTimeout.String()}
 	if run != "" {
 		args = append(args, "-test.run", run)
@@ -249,17 +255,43 @@ func failingPkg(ctx context.Context, dir string, t target, bin, run string, env 
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Dir = filepath.Join(dir, filepath.FromSlash(t.pkg))
 	cmd.Env = append(append(os.Environ(), "MSSQL_URL="), env...)
-	out, err := cmd.CombinedOutput()
-	fails := map[string]bool{}
-	for _, m := range failRE.FindAllStringSubmatch(string(out), -1) {
-		fails[m[1]] = true
+	cmd.WaitDelay = 10 * time.Second // a child the binary started may hold its output open
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		return nil, err
 	}
+	fails := map[string]bool{}
+	var out strings.Builder
+	scanned := make(chan struct{})
+	go func() {
+		defer close(scanned)
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 64*1024), 4*1024*1024)
+		stopped := false
+		for sc.Scan() {
+			line := sc.Text()
+			out.WriteString(line)
+			out.WriteByte('\n')
+			if m := failRE.FindStringSubmatch(line); m != nil {
+				fails[m[1]] = true
+				if stopAt != nil && !stopAt[m[1]] && !stopped {
+					stopped = true
+					_ = cmd.Process.Kill()
+				}
+			}
+		}
+		_, _ = io.Copy(io.Discard, pr)
+	}()
+	err := cmd.Wait()
+	_ = pw.Close()
+	<-scanned
 	var exit *exec.ExitError
-	if err != nil && !errors.As(err, &exit) {
+	if err != nil && !errors.As(err, &exit) && !errors.Is(err, exec.ErrWaitDelay) {
 		return nil, err
 	}
 	if err != nil && len(fails) == 0 { // a panic or a timeout: count it
-		fails["(test binary failed: "+strings.TrimSpace(lastLine(string(out)))+")"] = true
+		fails["(test binary failed: "+strings.TrimSpace(lastLine(out.String()))+")"] = true
 	}
 	return fails, nil
 }
