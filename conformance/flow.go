@@ -66,7 +66,14 @@ func runFlow(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		// duplicate's: a duplicate names the episode of its own key exactly.
 		deferEpisode(t, b, "event:a:e:dup~after", "", "")
 		deferEpisode(t, b, "event:a:e:dua-before", "", "")
+		// And an earlier episode of the key itself, archived: history, which
+		// a duplicate never names.
+		archived := deferEpisode(t, b, "event:a:e:dup", "", "")
+		_, err := b.Store.CancelEpisode(ctx(t), archived.Episode.ID, nil)
+		require.NoError(t, err)
+		b.Archive(t, archived.Episode.ID)
 		first := deferEpisode(t, b, "event:a:e:dup", "", "")
+		require.True(t, first.Created, "the archived episode freed its key")
 		again := deferEpisode(t, b, "event:a:e:dup", "", "")
 		require.False(t, again.Created)
 		require.Equal(t, first.Episode.ID, again.ExistingID)

@@ -348,3 +348,35 @@ func TestHandOverRechecksTheEpisodeItStarts(t *testing.T) {
 		}
 	}
 }
+
+// CreateEpisode against a competing creation of the same key that commits
+// while the statement waits on the unique index: the statement's snapshot
+// predates the winner, so its own read of the live episode finds nothing,
+// and the duplicate is named by FindLiveEpisode, which must read the
+// winner (its key exactly), whatever other live episodes exist.
+func TestCreateNamesTheWinnerOfARace(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Schema(t)
+	s := postgres.New(pool)
+	for _, key := range []string{"race-a", "race-z"} { // live keys on both sides
+		_, err := s.CreateEpisode(t.Context(), episodes.New{ActorID: "a", ExpectationID: "e", TriggerType: episodes.TriggerEvent,
+			DedupeKey: key, MaxAttempts: 3})
+		require.NoError(t, err)
+	}
+	var winner int64
+	var got episodes.Created
+	waited, err := interleave(t, pool, func(tx pgx.Tx) {
+		require.NoError(t, tx.QueryRow(t.Context(), `INSERT INTO leasehold_episodes
+			(actor_id, expectation_id, trigger_type, dedupe_key, status, max_attempts, source_stack, source_env)
+			VALUES ('a', 'e', 'event', 'race-m', 'queued', 3, '', '') RETURNING id`).Scan(&winner))
+	}, func() (err error) {
+		got, err = s.CreateEpisode(t.Context(), episodes.New{ActorID: "a", ExpectationID: "e", TriggerType: episodes.TriggerEvent,
+			DedupeKey: "race-m", MaxAttempts: 3, Owner: "node-a", Lease: time.Minute, Start: true})
+		return err
+	})
+	require.True(t, waited, "the create did not wait for the competing insert")
+	require.NoError(t, err)
+	require.False(t, got.Created)
+	require.Equal(t, winner, got.ExistingID, "the duplicate names the episode that won the key")
+	require.Zero(t, got.Claim.Fence, "a duplicate grants nothing")
+}

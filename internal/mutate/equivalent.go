@@ -1004,6 +1004,18 @@ var equivalents = map[string]equivalent{
 		what: `ClaimTriggerRequests: "<=" -> "<" in "OR (status = 'claimed' AND claim_until <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER)))"`,
 		why:  requestCandidatesDecide,
 	},
+	"postgres:CreateEpisode:cmp-strict#5": {
+		what: `CreateEpisode: ">" -> ">=" in "AND x.state = 'claimed' AND x.lease_until > now())"`,
+		why:  createStartsUnderItsGrant,
+	},
+	"postgres:CreateEpisode:cmp-strict#6": {
+		what: `CreateEpisode: "<=" -> "<" in "WHERE c.state <> 'claimed' OR c.lease_until <= now()"`,
+		why:  leaseEndingNowIsConservative,
+	},
+	"postgres:FindLiveEpisode:cmp-strict#1": {
+		what: `FindLiveEpisode: "=" -> ">=" in "WHERE dedupe_key = $1::text AND archived_at IS NULL"`,
+		why:  raceWinnerIsTheLeastKey,
+	},
 }
 
 // equivalent is one listed survivor: its description as the generator
@@ -1236,8 +1248,9 @@ const startStatusIsQueuedOrRunning = "s.status is the subquery's CASE, 'running'
 
 // createStartsUnderItsGrant: CreateEpisode's live-claim test made '>='.
 const createStartsUnderItsGrant = "the mutant differs only when the key's claim lease ends exactly at this " +
-	"statement's now (the millisecond): the episode is then created queued rather than running, CreateEpisodeGrant, " +
-	"next in the transaction, still grants the claim (its lease is over), and the caller starts the queued episode " +
+	"statement's now (to the clock's resolution): the episode is then created queued rather than running, the grant " +
+	"(the granted CTE on Postgres, CreateEpisodeGrant next in the transaction on SQLite) still grants the claim (its " +
+	"lease is over), and the caller starts the queued episode " +
 	"under that grant with StartEpisode, the path the statement's comment names for a lease that ends between the " +
 	"two statements: it runs once, under the grant"
 
@@ -1390,3 +1403,9 @@ const requestCandidatesDecide = "the UPDATE takes only rows of its candidate lis
 	"ReleaseTriggerRequests clear it), so 'claimed' made >= 'claimed' admits no pending row the due test refused, " +
 	"'pending' made >= 'pending' is 'pending' among the two statuses a candidate has, and a '<=' made '<' only " +
 	"leaves a row whose time is exactly now to the next poll"
+
+// raceWinnerIsTheLeastKey: Postgres's FindLiveEpisode made '>='.
+const raceWinnerIsTheLeastKey = "FindLiveEpisode is sent only after the creating statement conflicted on the key " +
+	"with an episode that committed meanwhile (TestCreateNamesTheWinnerOfARace), so a live episode with exactly that " +
+	"key exists; the read searches the partial unique index on dedupe_key (archived_at IS NULL), which yields keys in " +
+	"order, and the exact key is the least key >= itself (the test has live keys on both sides of the raced one)"
