@@ -448,10 +448,7 @@ func RunDeferred(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		b := newBackend(t)
 		// The key's claim was finished by an earlier grant; the deferred
 		// episode waits for a poller, not for recovery.
-		c, err := b.Store.Acquire(ctx(t), claims.AcquireParams{Key: "reused", Owner: "earlier", Lease: time.Minute})
-		require.NoError(t, err)
-		require.NoError(t, b.Store.Complete(ctx(t), c.Token))
-		d := deferEpisode(t, b, "reused", "", "")
+		d := onAFinishedKey(t, b, "reused")
 		list, err := b.Store.ListOrphans(ctx(t), episodes.OrphanQuery{StaleAfter: time.Minute, Limit: 10})
 		require.NoError(t, err)
 		require.Empty(t, list)
@@ -474,10 +471,7 @@ func RunDeferred(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 	t.Run("CancelLeavesTheKeysFinishedClaimAlone", func(t *testing.T) {
 		t.Parallel()
 		b := newBackend(t)
-		c, err := b.Store.Acquire(ctx(t), claims.AcquireParams{Key: "reused", Owner: "earlier", Lease: time.Minute})
-		require.NoError(t, err)
-		require.NoError(t, b.Store.Complete(ctx(t), c.Token))
-		d := deferEpisode(t, b, "reused", "", "")
+		d := onAFinishedKey(t, b, "reused")
 		canceled, err := b.Store.CancelEpisode(ctx(t), d.Episode.ID, nil)
 		require.NoError(t, err)
 		require.True(t, canceled.Ended, "nobody holds the queued episode: it ends at once")
@@ -493,13 +487,10 @@ func RunDeferred(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 	t.Run("RequeueRefusesAnArchivedEpisode", func(t *testing.T) {
 		t.Parallel()
 		b := newBackend(t)
-		n := newEpisode("archived")
-		n.Owner, n.Lease, n.Start = "node-a", time.Minute, true
-		o, err := b.Store.CreateEpisode(ctx(t), n)
-		require.NoError(t, err)
+		o := startedFlow(t, b, "archived", "node-a")
 		require.NoError(t, b.Store.FinishEpisode(ctx(t), o.Episode.ID, o.Claim.Token, episodes.Finish{Status: episodes.StatusFailed, ErrorClass: "error"}))
 		b.Archive(t, o.Episode.ID)
-		_, err = b.Store.RequeueEpisode(ctx(t), o.Episode.ID, "operator")
+		_, err := b.Store.RequeueEpisode(ctx(t), o.Episode.ID, "operator")
 		require.Error(t, err, "an archived episode was requeued")
 		got := get(t, EpisodesBackend{Store: b.Store}, o.Episode.ID)
 		require.Equal(t, episodes.StatusFailed, got.Status)
@@ -762,4 +753,14 @@ func listRequests(t *testing.T, b DeferredBackend, env, status string) []episode
 	reqs, err := b.Store.ListTriggerRequests(ctx(t), episodes.RequestListQuery{Env: env, Status: status, Limit: 1000})
 	require.NoError(t, err)
 	return reqs
+}
+
+// onAFinishedKey defers an episode of key after an earlier grant of key
+// ("earlier") finished: the key's claim row is done, fence 1.
+func onAFinishedKey(t *testing.T, b DeferredBackend, key string) episodes.DeferredCreated {
+	t.Helper()
+	c, err := b.Store.Acquire(ctx(t), claims.AcquireParams{Key: key, Owner: "earlier", Lease: time.Minute})
+	require.NoError(t, err)
+	require.NoError(t, b.Store.Complete(ctx(t), c.Token))
+	return deferEpisode(t, b, key, "", "")
 }

@@ -193,10 +193,7 @@ func runFlow(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		b := newBackend(t)
 		requested := func(key, owner string) episodes.Created {
 			t.Helper()
-			n := flowEpisode(key)
-			n.Owner, n.Lease, n.Start = owner, time.Minute, true
-			res, err := b.Store.CreateEpisode(ctx(t), n)
-			require.NoError(t, err)
+			res := startedFlow(t, b, key, owner)
 			c, err := b.Store.CancelEpisode(ctx(t), res.Episode.ID, nil)
 			require.NoError(t, err)
 			require.False(t, c.Ended, "held live: asked, not ended")
@@ -220,10 +217,7 @@ func runFlow(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 	t.Run("AGroupOfOneFinishes", func(t *testing.T) {
 		t.Parallel()
 		b := newBackend(t)
-		n := flowEpisode("event:a:e:one")
-		n.Owner, n.Lease, n.Start = "node-a", time.Minute, true
-		one, err := b.Store.CreateEpisode(ctx(t), n)
-		require.NoError(t, err)
+		one := startedFlow(t, b, "event:a:e:one", "node-a")
 		finished, err := b.Store.FinishEpisodes(ctx(t), "node-a", []episodes.FinishItem{{ID: one.Episode.ID, Token: one.Claim.Token,
 			Finish: episodes.Finish{Status: episodes.StatusDone, StepNo: 1, StepData: []byte(`{"last":true}`)}}})
 		require.NoError(t, err)
@@ -364,13 +358,7 @@ func runFlow(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 	t.Run("GroupedFinishIsFencedRowByRow", func(t *testing.T) {
 		t.Parallel()
 		b := newBackend(t)
-		start := func(key, owner string) episodes.Created {
-			n := flowEpisode(key)
-			n.Owner, n.Lease, n.Start = owner, time.Minute, true
-			res, err := b.Store.CreateEpisode(ctx(t), n)
-			require.NoError(t, err)
-			return res
-		}
+		start := func(key, owner string) episodes.Created { return startedFlow(t, b, key, owner) }
 		ok1, ok2 := start("event:a:e:g1", "node-a"), start("event:a:e:g2", "node-a")
 		stolen := start("event:a:e:g3", "node-a")
 		b.ExpireClaim(t, "event:a:e:g3")
@@ -480,10 +468,7 @@ func runFlow(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		const stale = time.Minute
 		running := func(key string) episodes.Episode {
 			t.Helper()
-			n := flowEpisode(key)
-			n.Owner, n.Lease, n.Start = "node-a", time.Minute, true
-			res, err := b.Store.CreateEpisode(ctx(t), n)
-			require.NoError(t, err)
+			res := startedFlow(t, b, key, "node-a")
 			require.True(t, res.Started)
 			b.DropClaim(t, key)
 			b.Age(t, res.Episode.ID, stale/2)
@@ -646,4 +631,15 @@ func flowEpisode(key string) episodes.New {
 	n := newEpisode(key)
 	n.ActorID, n.ExpectationID = "a", "e"
 	return n
+}
+
+// startedFlow creates an episode of key started by owner under a minute's
+// lease.
+func startedFlow(t testing.TB, b DeferredBackend, key, owner string) episodes.Created {
+	t.Helper()
+	n := flowEpisode(key)
+	n.Owner, n.Lease, n.Start = owner, time.Minute, true
+	res, err := b.Store.CreateEpisode(ctx(t), n)
+	require.NoError(t, err)
+	return res
 }
