@@ -249,9 +249,7 @@ func RunMaintenance(t *testing.T, newBackend func(t *testing.T) MaintenanceBacke
 		t.Parallel()
 		f := newMaintenanceFixture(t, newBackend)
 		s := f.b.Store
-		for _, id := range []string{"node-gone", "node-up", "node-slow"} {
-			require.NoError(t, s.RegisterNode(ctx(t), membership.Member{ID: id, Mode: "full"}))
-		}
+		registerFull(t, f.b, "node-gone", "node-up", "node-slow")
 		f.b.AgeNode(t, "node-gone", f.plan.NodeStaleAfter+time.Hour)
 		f.b.AgeNode(t, "node-slow", f.plan.NodeStaleAfter-time.Hour)
 
@@ -278,9 +276,7 @@ func RunMaintenance(t *testing.T, newBackend func(t *testing.T) MaintenanceBacke
 		t.Parallel()
 		f := newMaintenanceFixture(t, newBackend)
 		s := f.b.Store
-		for _, id := range []string{"node-a", "node-b", "node-c"} {
-			require.NoError(t, s.RegisterNode(ctx(t), membership.Member{ID: id, Mode: "full"}))
-		}
+		registerFull(t, f.b, "node-a", "node-b", "node-c")
 		acquire(t, f.eb, "a-live-1", "node-a")
 		acquire(t, f.eb, "a-live-2", "node-a")
 		acquire(t, f.eb, "a-expired", "node-a")

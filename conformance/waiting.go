@@ -252,6 +252,14 @@ func register(t testing.TB, b MaintenanceBackend, m membership.Member) {
 	require.NoError(t, b.Store.RegisterNode(ctx(t), m))
 }
 
+// registerFull registers a full node of each id, with no runnable pairs.
+func registerFull(t testing.TB, b MaintenanceBackend, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		register(t, b, membership.Member{ID: id, Mode: "full"})
+	}
+}
+
 // deferPair writes a deferred episode of actor/expectation, due at once.
 func deferPair(t testing.TB, b MaintenanceBackend, actor, expectation, stack, env string) episodes.DeferredCreated {
 	t.Helper()
