@@ -1016,6 +1016,18 @@ var equivalents = map[string]equivalent{
 		what: `FindLiveEpisode: "=" -> ">=" in "WHERE dedupe_key = $1::text AND archived_at IS NULL"`,
 		why:  raceWinnerIsTheLeastKey,
 	},
+	"sqlite:ClaimTriggerRequests:cmp-strict#2": {
+		what: `ClaimTriggerRequests: "<=" -> "<" in "AND ((r.status = 'pending' AND r.run_after <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER))"`,
+		why:  leaseEndingNowIsConservative,
+	},
+	"sqlite:DispatchTriggerRequestGrant:cmp-strict#2": {
+		what: `DispatchTriggerRequestGrant: "<=" -> "<" in "WHERE c.state <> 'claimed' OR c.lease_until <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER)"`,
+		why:  leaseEndingNowIsConservative,
+	},
+	"sqlite:DispatchTriggerRequestGrant:drop#2": {
+		what: `DispatchTriggerRequestGrant: predicate removed: "AND e.archived_at IS NULL"`,
+		why:  archivedIsTerminal,
+	},
 }
 
 // equivalent is one listed survivor: its description as the generator
