@@ -211,6 +211,48 @@ func RunDeferred(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		}
 	})
 
+	// The episode a hand-over returns is the episode as it now stands, field
+	// for field (the runner hands it to the strategy): a retried run with a
+	// stack, a payload and the error of its last attempt, alone and, where
+	// the adapter has it, in a batch.
+	t.Run("AHandOverReturnsTheEpisodeAsStored", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		for _, key := range []string{"retried-alone", "retried-batch"} {
+			n := flowEpisode(key)
+			n.Owner, n.Lease, n.Start, n.SourceStack = "node-a", time.Minute, true, "blue"
+			n.TriggerRef = []byte(`{"ref":"` + key + `"}`)
+			res, err := b.Store.CreateEpisode(ctx(t), n)
+			require.NoError(t, err)
+			_, err = b.Store.RetryEpisode(ctx(t), res.Episode.ID, res.Claim.Token,
+				episodes.Retry{ErrorClass: "timeout", ErrorDetail: []byte(`{"after":"` + key + `"}`)})
+			require.NoError(t, err)
+		}
+		reqs := claimRequests(t, b, "poller", "", "", 10)
+		require.Len(t, reqs, 2)
+		e := EpisodesBackend{Store: b.Store}
+		for _, r := range reqs {
+			var d episodes.Dispatched
+			if ep := get(t, e, r.EpisodeID); ep.DedupeKey == "retried-alone" {
+				var err error
+				d, err = b.Store.DispatchTriggerRequest(ctx(t), r, time.Minute)
+				require.NoError(t, err)
+			} else if bd, ok := b.Store.(BatchDispatcher); ok {
+				ds, err := bd.DispatchTriggerRequests(ctx(t), "poller", []episodes.TriggerRequest{r}, time.Minute)
+				require.NoError(t, err)
+				require.Len(t, ds, 1)
+				d = ds[0]
+			} else {
+				continue
+			}
+			require.True(t, d.Started)
+			stored := get(t, e, r.EpisodeID)
+			require.Equal(t, "blue", stored.SourceStack)
+			require.Equal(t, "timeout", stored.ErrorClass)
+			requireSameEpisode(t, stored, d.Episode)
+		}
+	})
+
 	t.Run("OnlyThePollerThatClaimedARequestHandsItOver", func(t *testing.T) {
 		t.Parallel()
 		b := newBackend(t)

@@ -1028,6 +1028,14 @@ var equivalents = map[string]equivalent{
 		what: `DispatchTriggerRequestGrant: predicate removed: "AND e.archived_at IS NULL"`,
 		why:  archivedIsTerminal,
 	},
+	"postgres:ClearFinding:cmp-strict#4": {
+		what: `ClearFinding: "=" -> ">=" in "AND e.status = 'running'"`,
+		why:  runningIsTheLastStatus,
+	},
+	"postgres:ClearFinding:drop#5": {
+		what: `ClearFinding: predicate removed: "AND e.archived_at IS NULL"`,
+		why:  archivedIsTerminal,
+	},
 }
 
 // equivalent is one listed survivor: its description as the generator
