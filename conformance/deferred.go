@@ -220,10 +220,17 @@ func RunDeferred(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		b := newBackend(t)
 		for _, key := range []string{"retried-alone", "retried-batch"} {
 			n := flowEpisode(key)
-			n.Owner, n.Lease, n.Start, n.SourceStack = "node-a", time.Minute, true, "blue"
+			n.Owner, n.Lease, n.SourceStack = "node-a", time.Minute, "blue"
 			n.TriggerRef = []byte(`{"ref":"` + key + `"}`)
+			n.TraceParent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 			res, err := b.Store.CreateEpisode(ctx(t), n)
 			require.NoError(t, err)
+			// Created an hour before its first start, which is its own
+			// instant, apart from its last step's.
+			b.Age(t, res.Episode.ID, time.Hour)
+			_, err = b.Store.StartEpisode(ctx(t), res.Episode.ID, res.Claim.Token)
+			require.NoError(t, err)
+			b.Age(t, res.Episode.ID, time.Minute)
 			_, err = b.Store.RetryEpisode(ctx(t), res.Episode.ID, res.Claim.Token,
 				episodes.Retry{ErrorClass: "timeout", ErrorDetail: []byte(`{"after":"` + key + `"}`)})
 			require.NoError(t, err)
@@ -250,6 +257,31 @@ func RunDeferred(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 			require.Equal(t, "blue", stored.SourceStack)
 			require.Equal(t, "timeout", stored.ErrorClass)
 			requireSameEpisode(t, stored, d.Episode)
+		}
+	})
+
+	// A poller's request claim is matched on its fence exactly: one never
+	// granted (above the request's current fence) hands nothing over, alone
+	// or batched.
+	t.Run("AHandOverNamingAFenceNeverGrantedDoesNothing", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		deferEpisode(t, b, "ahead-alone", "", "")
+		deferEpisode(t, b, "ahead-batch", "", "")
+		reqs := claimRequests(t, b, "poller", "", "", 10)
+		require.Len(t, reqs, 2)
+		for i := range reqs {
+			reqs[i].Fence++
+		}
+		_, err := b.Store.DispatchTriggerRequest(ctx(t), reqs[0], time.Minute)
+		require.ErrorIs(t, err, claims.ErrLeaseLost, "a fence never granted handed a request over")
+		if bd, ok := b.Store.(BatchDispatcher); ok {
+			ds, err := bd.DispatchTriggerRequests(ctx(t), "poller", reqs[1:], time.Minute)
+			require.NoError(t, err)
+			require.Empty(t, ds, "a fence never granted handed a request over in a batch")
+		}
+		for _, r := range listRequests(t, b, "", "") {
+			require.Equal(t, episodes.RequestClaimed, r.Status, "request %d", r.ID)
 		}
 	})
 
