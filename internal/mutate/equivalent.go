@@ -1036,6 +1036,30 @@ var equivalents = map[string]equivalent{
 		what: `ClearFinding: predicate removed: "AND e.archived_at IS NULL"`,
 		why:  archivedIsTerminal,
 	},
+	"sqlite:ExpireTriggerRequests:cmp-strict#1": {
+		what: `ExpireTriggerRequests: "=" -> ">=" in "AND (status = 'pending' OR claim_until <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER))"`,
+		why:  pendingIsTheLastRequestStatus,
+	},
+	"sqlite:ExpireTriggerRequests:cmp-strict#2": {
+		what: `ExpireTriggerRequests: "<=" -> "<" in "AND (status = 'pending' OR claim_until <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER))"`,
+		why:  leaseEndingNowIsConservative,
+	},
+	"sqlite:ExpireTriggerRequests:cmp-strict#3": {
+		what: `ExpireTriggerRequests: "<" -> "<=" in "AND run_after < CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - CAST(?4 AS INTEGER)"`,
+		why:  expiryInstant,
+	},
+	"sqlite:ExpireTriggerRequestsCancel:cmp-strict#3": {
+		what: `ExpireTriggerRequestsCancel: ">" -> ">=" in "AND c.lease_until > CAST(round(unixepoch('subsec') * 1000) AS INTEGER))"`,
+		why:  liveAtItsLastInstant,
+	},
+	"postgres:RaiseFinding:cmp-strict#4": {
+		what: `RaiseFinding: "=" -> ">=" in "AND e.status = 'running'"`,
+		why:  runningIsTheLastStatus,
+	},
+	"postgres:RaiseFinding:drop#5": {
+		what: `RaiseFinding: predicate removed: "AND e.archived_at IS NULL"`,
+		why:  archivedIsTerminal,
+	},
 }
 
 // equivalent is one listed survivor: its description as the generator
@@ -1114,7 +1138,7 @@ const pickedRowsDecide = "the UPDATE's condition repeats picked's, on rows picke
 	"removing or loosening it changes nothing"
 
 // expiryInstant: ExpireTriggerRequests' run_after < now() - ttl made <=.
-const expiryInstant = "the mutant differs only when run_after is exactly now() - ttl to the microsecond; now() is " +
+const expiryInstant = "the mutant differs only when run_after is exactly now() - ttl to the clock's resolution; now() is " +
 	"the expiring transaction's start, which no caller knows or controls, and the TTL bounds how long a request may " +
 	"wait, which expiring at that instant rather than a microsecond after does not change"
 
