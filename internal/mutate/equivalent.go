@@ -1060,6 +1060,10 @@ var equivalents = map[string]equivalent{
 		what: `RaiseFinding: predicate removed: "AND e.archived_at IS NULL"`,
 		why:  archivedIsTerminal,
 	},
+	"sqlite:NextTriggerRequestDue:cmp-strict#1": {
+		what: `NextTriggerRequestDue: "=" -> ">=" in "WHERE r.status = 'pending'"`,
+		why:  pendingIsTheLastRequestStatus,
+	},
 }
 
 // equivalent is one listed survivor: its description as the generator
