@@ -280,6 +280,9 @@ func RunDeferred(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 			require.NoError(t, err)
 			require.Empty(t, ds, "a fence never granted handed a request over in a batch")
 		}
+		released, err := b.Store.ReleaseTriggerRequests(ctx(t), "poller", reqs)
+		require.NoError(t, err)
+		require.Empty(t, released, "a fence never granted released a request")
 		for _, r := range listRequests(t, b, "", "") {
 			require.Equal(t, episodes.RequestClaimed, r.Status, "request %d", r.ID)
 		}

@@ -369,6 +369,21 @@ func RunEpisodes(t *testing.T, newBackend func(t *testing.T) EpisodesBackend) {
 		require.Equal(t, "(none)", policy("alpha", "charge"), "another actor's, of an expectation billing has")
 		require.Equal(t, "(none)", policy("billing", "archive"), "an expectation billing never recorded")
 
+		// The workflow engine reads the max attempts the same way.
+		if r, ok := b.Store.(interface {
+			GetAgentMaxAttempts(ctx context.Context, actorID, expectationID string) (int32, bool, error)
+		}); ok {
+			n, found, err := r.GetAgentMaxAttempts(ctx(t), "billing", "charge")
+			require.NoError(t, err)
+			require.True(t, found)
+			require.EqualValues(t, 3, n)
+			for _, p := range [][2]string{{"billing", "audit"}, {"alpha", "charge"}, {"billing", "archive"}} {
+				_, found, err := r.GetAgentMaxAttempts(ctx(t), p[0], p[1])
+				require.NoError(t, err)
+				require.False(t, found, "%s/%s recorded no max attempts", p[0], p[1])
+			}
+		}
+
 		require.NoError(t, b.Store.PutAgentDefinition(ctx(t),
 			episodes.Definition{ActorID: "billing", ExpectationID: "charge", RecoveryPolicy: "fail"}))
 		require.Equal(t, "fail", policy("billing", "charge"), "the last start wins")

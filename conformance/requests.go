@@ -141,6 +141,13 @@ func runRequestGiveBack(t *testing.T, newBackend func(t *testing.T) DeferredBack
 		require.True(t, ok)
 		require.LessOrEqual(t, w, time.Minute)
 		require.Greater(t, w, time.Minute-time.Since(start)-time.Second)
+		// Once lapsed, it is claimable now: the poll's, not the wait's.
+		b.LapseRequestClaim(t, claimed[0].ID)
+		w, ok = due("", "a")
+		require.True(t, ok)
+		require.Greater(t, w, time.Hour-time.Since(start)-time.Second, "a lapsed claim is due now, not waited for")
+		claimed = claimRequests(t, b, "poller", "", "", 10)
+		require.Len(t, claimed, 1)
 		_, err := b.Store.DispatchTriggerRequest(ctx(t), claimed[0], time.Minute)
 		require.NoError(t, err)
 		w, ok = due("", "a")

@@ -1064,6 +1064,34 @@ var equivalents = map[string]equivalent{
 		what: `NextTriggerRequestDue: "=" -> ">=" in "WHERE r.status = 'pending'"`,
 		why:  pendingIsTheLastRequestStatus,
 	},
+	"postgres:UpdateFinding:cmp-strict#4": {
+		what: `UpdateFinding: "=" -> ">=" in "AND e.status = 'running'"`,
+		why:  runningIsTheLastStatus,
+	},
+	"postgres:UpdateFinding:drop#5": {
+		what: `UpdateFinding: predicate removed: "AND e.archived_at IS NULL"`,
+		why:  archivedIsTerminal,
+	},
+	"postgres:ArchiveEpisodes:drop#1": {
+		what: `ArchiveEpisodes: predicate removed: "AND e.finished_at IS NOT NULL"`,
+		why:  finishedAtIsImplied,
+	},
+	"postgres:ArchiveEpisodes:cmp-strict#1": {
+		what: `ArchiveEpisodes: "<" -> "<=" in "AND e.finished_at < now() - ($1::bigint * interval '1 millisecond')"`,
+		why:  retentionInstant,
+	},
+	"sqlite:FinishWorkflowInstance:cmp-strict#1": {
+		what: `FinishWorkflowInstance: "=" -> ">=" in "AND status = 'running'"`,
+		why:  instanceRunningIsTheLastStatus,
+	},
+	"sqlite:NextTriggerRequestDue:cmp-strict#2": {
+		what: `NextTriggerRequestDue: ">" -> ">=" in "AND r.run_after > CAST(round(unixepoch('subsec') * 1000) AS INTEGER)"`,
+		why:  sleepHintInstant,
+	},
+	"sqlite:NextTriggerRequestDue:cmp-strict#5": {
+		what: `NextTriggerRequestDue: ">" -> ">=" in "AND r.claim_until > CAST(round(unixepoch('subsec') * 1000) AS INTEGER)"`,
+		why:  sleepHintInstant,
+	},
 }
 
 // equivalent is one listed survivor: its description as the generator
@@ -1382,7 +1410,7 @@ const onlyTerminalEpisodesFinish = "every statement that sets an episode's finis
 // retentionInstant: ArchiveEpisodes' or DeleteStaleNodes' age test made
 // '<='.
 const retentionInstant = "the mutant differs only when the row's time is exactly now minus the retention to the " +
-	"millisecond, and then acts on it at that instant rather than a millisecond later; the retention is how long " +
+	"clock's resolution, and then acts on it at that instant rather than a millisecond later; the retention is how long " +
 	"history (a terminal episode, a node row that stopped heartbeating) is kept for operators, far beyond any lease, " +
 	"and no coordination decision depends on that millisecond"
 
@@ -1457,3 +1485,12 @@ const raceWinnerIsTheLeastKey = "FindLiveEpisode is sent only after the creating
 	"with an episode that committed meanwhile (TestCreateNamesTheWinnerOfARace), so a live episode with exactly that " +
 	"key exists; the read searches the partial unique index on dedupe_key (archived_at IS NULL), which yields keys in " +
 	"order, and the exact key is the least key >= itself (the test has live keys on both sides of the raced one)"
+
+// instanceRunningIsTheLastStatus: a workflow instance's status >= 'running'.
+const instanceRunningIsTheLastStatus = "status >= 'running' is status = 'running': 'running' sorts after every other " +
+	"value the workflow instances table's CHECK admits ('done', 'failed', 'canceled')"
+
+// sleepHintInstant: NextTriggerRequestDue's future test made '>='.
+const sleepHintInstant = "NextTriggerRequestDue only tells an idle poller how long to sleep; the mutant counts a " +
+	"request due (or a poller claim lapsing) exactly at the statement's now, the millisecond, as due in 0 ms rather " +
+	"than leaving it to the poll that follows: the poller polls at once either way, and the claim decides"
