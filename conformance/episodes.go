@@ -377,7 +377,7 @@ func RunEpisodes(t *testing.T, newBackend func(t *testing.T) EpisodesBackend) {
 			require.NoError(t, err)
 			require.True(t, found)
 			require.EqualValues(t, 3, n)
-			for _, p := range [][2]string{{"billing", "audit"}, {"alpha", "charge"}, {"billing", "archive"}} {
+			for _, p := range [][2]string{{"billing", "audit"}, {"alpha", "charge"}, {"billing", "archive"}, {"billing", "refund"}} {
 				_, found, err := r.GetAgentMaxAttempts(ctx(t), p[0], p[1])
 				require.NoError(t, err)
 				require.False(t, found, "%s/%s recorded no max attempts", p[0], p[1])

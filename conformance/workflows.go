@@ -62,9 +62,33 @@ func RunWorkflows(t *testing.T, newBackend func(t *testing.T) WorkflowsBackend) 
 		ok, err = s.FinishWorkflowInstance(ctx(t), id, workflows.InstanceFailed, nil)
 		require.NoError(t, err)
 		require.False(t, ok, "an ended instance stays ended")
-		_, created, err = s.CreateWorkflowInstance(ctx(t), n)
+		ok, err = s.SetWorkflowDefinitionVersion(ctx(t), id, "v2")
+		require.NoError(t, err)
+		require.False(t, ok, "an ended instance keeps the definition it ran")
+		_, err = s.GetRunningWorkflowInstance(ctx(t), "report", "c-42", "")
+		require.ErrorIs(t, err, workflows.ErrNoInstance, "an ended instance is not the running one")
+		again, created, err := s.CreateWorkflowInstance(ctx(t), n)
 		require.NoError(t, err)
 		require.True(t, created, "an ended instance frees the key")
+		got, err = s.GetRunningWorkflowInstance(ctx(t), "report", "c-42", "")
+		require.NoError(t, err)
+		require.Equal(t, again, got.ID, "the running instance, not the ended one")
+
+		// Listed by status: exactly the instances in it.
+		listed := func(status string) []int64 {
+			t.Helper()
+			list, err := s.ListWorkflowInstances(ctx(t), workflows.ListQuery{WorkflowID: "report", Status: status, Limit: 100})
+			require.NoError(t, err)
+			ids := make([]int64, len(list))
+			for i, in := range list {
+				ids[i] = in.ID
+			}
+			return ids
+		}
+		require.ElementsMatch(t, []int64{id}, listed(workflows.InstanceDone))
+		require.Len(t, listed(workflows.InstanceRunning), 2, "the new instance and rc's")
+		require.NotContains(t, listed(workflows.InstanceRunning), id)
+		require.Len(t, listed(""), 3, "no status: every instance")
 	})
 
 	t.Run("TransactionsRollBack", func(t *testing.T) {
@@ -101,6 +125,9 @@ func RunWorkflows(t *testing.T, newBackend func(t *testing.T) WorkflowsBackend) 
 			}
 			if err == nil {
 				err = tx.InsertWorkflowStep(ctx(t), id, "b", 1)
+			}
+			if err == nil {
+				err = tx.InsertWorkflowStep(ctx(t), id, "c", 1)
 			}
 			if err == nil {
 				_, err = tx.LockWorkflowInstance(ctx(t), id)
@@ -141,15 +168,31 @@ func RunWorkflows(t *testing.T, newBackend func(t *testing.T) WorkflowsBackend) 
 		require.NoError(t, err)
 		require.False(t, ok, "a duplicate end advances nothing")
 
+		ok, err = s.StartWorkflowStep(ctx(t), id, "a", workflows.StepRunning, ep2, ep1)
+		require.NoError(t, err)
+		require.False(t, ok, "a done step is never started again, whatever state its caller saw")
+		ep3 := mustCreate(t, b, "workflow:1:c:1")
+		ok, err = s.StartWorkflowStep(ctx(t), id, "c", workflows.StepPending, 0, ep3)
+		require.NoError(t, err)
+		require.True(t, ok)
+
 		n, err := s.SkipPendingWorkflowSteps(ctx(t), id)
 		require.NoError(t, err)
-		require.EqualValues(t, 1, n)
+		require.EqualValues(t, 1, n, "only the pending step: never a running one")
 		steps, err := s.ListWorkflowSteps(ctx(t), id)
 		require.NoError(t, err)
-		require.Len(t, steps, 2)
+		require.Len(t, steps, 3)
 		require.Equal(t, workflows.StepDone, steps[0].Status)
 		require.EqualValues(t, 2, steps[0].Attempts)
 		require.Equal(t, workflows.StepSkipped, steps[1].Status)
+		require.Equal(t, workflows.StepRunning, steps[2].Status)
+		// A skipped step is neither started nor moved as if it were pending.
+		ok, err = s.StartWorkflowStep(ctx(t), id, "b", workflows.StepPending, 0, ep1)
+		require.NoError(t, err)
+		require.False(t, ok, "a skipped step was started")
+		ok, err = s.MoveWorkflowStep(ctx(t), id, "b", "b2", 1, workflows.StepPending, 0)
+		require.NoError(t, err)
+		require.False(t, ok, "a skipped step was moved")
 		_, found, err = s.GetWorkflowStepByEpisode(ctx(t), 999_999)
 		require.NoError(t, err)
 		require.False(t, found)

@@ -1092,6 +1092,30 @@ var equivalents = map[string]equivalent{
 		what: `NextTriggerRequestDue: ">" -> ">=" in "AND r.claim_until > CAST(round(unixepoch('subsec') * 1000) AS INTEGER)"`,
 		why:  sleepHintInstant,
 	},
+	"sqlite:GetRunningWorkflowInstance:cmp-strict#1": {
+		what: `GetRunningWorkflowInstance: "=" -> ">=" in "AND status = 'running'"`,
+		why:  instanceRunningIsTheLastStatus,
+	},
+	"sqlite:ListStalledWorkflowSteps:cmp-strict#1": {
+		what: `ListStalledWorkflowSteps: "=" -> ">=" in "WHERE i.status = 'running'"`,
+		why:  instanceRunningIsTheLastStatus,
+	},
+	"sqlite:ParkWorkflowInstance:cmp-strict#1": {
+		what: `ParkWorkflowInstance: "=" -> ">=" in "AND status = 'running'"`,
+		why:  instanceRunningIsTheLastStatus,
+	},
+	"sqlite:SetWorkflowDefinitionVersion:cmp-strict#1": {
+		what: `SetWorkflowDefinitionVersion: "=" -> ">=" in "AND status = 'running'"`,
+		why:  instanceRunningIsTheLastStatus,
+	},
+	"sqlite:ListStalledWorkflowSteps:cmp-strict#2": {
+		what: `ListStalledWorkflowSteps: "=" -> ">=" in "AND s.status = 'running'"`,
+		why:  skippedStepHasNoEpisode,
+	},
+	"postgres:ArchiveEpisodes:drop#3": {
+		what: `ArchiveEpisodes: predicate removed: "AND e.status IN ('done', 'failed', 'partially_failed', 'canceled')"`,
+		why:  onlyTerminalEpisodesFinish,
+	},
 }
 
 // equivalent is one listed survivor: its description as the generator
@@ -1410,7 +1434,7 @@ const onlyTerminalEpisodesFinish = "every statement that sets an episode's finis
 // retentionInstant: ArchiveEpisodes' or DeleteStaleNodes' age test made
 // '<='.
 const retentionInstant = "the mutant differs only when the row's time is exactly now minus the retention to the " +
-	"clock's resolution, and then acts on it at that instant rather than a millisecond later; the retention is how long " +
+	"clock's resolution, and then acts on it at that instant rather than a tick later; the retention is how long " +
 	"history (a terminal episode, a node row that stopped heartbeating) is kept for operators, far beyond any lease, " +
 	"and no coordination decision depends on that millisecond"
 
