@@ -1116,6 +1116,18 @@ var equivalents = map[string]equivalent{
 		what: `ArchiveEpisodes: predicate removed: "AND e.status IN ('done', 'failed', 'partially_failed', 'canceled')"`,
 		why:  onlyTerminalEpisodesFinish,
 	},
+	"postgres:DeleteSpentClaims:drop#2": {
+		what: `DeleteSpentClaims: predicate removed: "AND e.archived_at IS NULL"`,
+		why:  archivedIsNotLive,
+	},
+	"postgres:DeleteSpentClaims:drop#3": {
+		what: `DeleteSpentClaims: predicate removed: "AND e.archived_at IS NULL"`,
+		why:  archivedIsNotLive,
+	},
+	"postgres:DeleteSpentClaims:drop#4": {
+		what: `DeleteSpentClaims: predicate removed: "AND c.state IN ('done', 'failed', 'released')"`,
+		why:  regrantMovesTheHorizon,
+	},
 }
 
 // equivalent is one listed survivor: its description as the generator
@@ -1518,3 +1530,10 @@ const instanceRunningIsTheLastStatus = "status >= 'running' is status = 'running
 const sleepHintInstant = "NextTriggerRequestDue only tells an idle poller how long to sleep; the mutant counts a " +
 	"request due (or a poller claim lapsing) exactly at the statement's now, the millisecond, as due in 0 ms rather " +
 	"than leaving it to the poll that follows: the poller polls at once either way, and the claim decides"
+
+// regrantMovesTheHorizon: Postgres's DeleteSpentClaims without its state
+// re-check on the locked row.
+const regrantMovesTheHorizon = "the candidate list already required the state; a row that changed between the " +
+	"snapshot and the DELETE's row lock went back to 'claimed' only by a grant, which set its lease_until to that " +
+	"grant's now plus a lease, so the horizon re-check beside this one (greatest(lease_until, finished_at) < now - " +
+	"horizon, re-evaluated on the locked row version) excludes it: removing the state re-check admits nothing"
