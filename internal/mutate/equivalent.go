@@ -1128,6 +1128,30 @@ var equivalents = map[string]equivalent{
 		what: `DeleteSpentClaims: predicate removed: "AND c.state IN ('done', 'failed', 'released')"`,
 		why:  regrantMovesTheHorizon,
 	},
+	"postgres:ListNodes:cmp-strict#2": {
+		what: `ListNodes: "=" -> ">=" in "AND c.state = 'claimed'"`,
+		why:  endedClaimEndedItsLease,
+	},
+	"postgres:ListNodes:drop#1": {
+		what: `ListNodes: predicate removed: "AND c.state = 'claimed'"`,
+		why:  endedClaimEndedItsLease,
+	},
+	"postgres:ListNodes:cmp-strict#3": {
+		what: `ListNodes: ">" -> ">=" in "AND c.lease_until > now())::bigint AS live_leases"`,
+		why:  operatorCountAtAnInstant,
+	},
+	"postgres:ListWaitingForNode:cmp-strict#1": {
+		what: `ListWaitingForNode: "=" -> ">=" in "AND ((r.status = 'pending' AND r.run_after <= now()) OR r.claim_until <= now())"`,
+		why:  pendingIsTheLastRequestStatus,
+	},
+	"postgres:ListWaitingForNode:cmp-strict#2": {
+		what: `ListWaitingForNode: "<=" -> "<" in "AND ((r.status = 'pending' AND r.run_after <= now()) OR r.claim_until <= now())"`,
+		why:  waitingBoundInstant,
+	},
+	"postgres:ListWaitingForNode:cmp-strict#3": {
+		what: `ListWaitingForNode: "<=" -> "<" in "AND ((r.status = 'pending' AND r.run_after <= now()) OR r.claim_until <= now())"`,
+		why:  waitingBoundInstant,
+	},
 }
 
 // equivalent is one listed survivor: its description as the generator
@@ -1458,12 +1482,12 @@ const spentClaimCandidatesOnly = "the DELETE takes only rows of the candidate li
 
 // operatorCountAtAnInstant: ListNodes' live-lease count made '>='.
 const operatorCountAtAnInstant = "ListNodes is an operator read (leasehold nodes ls) that no decision reads; the " +
-	"mutant counts as live a lease ending exactly at the listing's now (the millisecond), which the next listing " +
+	"mutant counts as live a lease ending exactly at the listing's now (to the clock's resolution), which the next listing " +
 	"does not (NodesListCountsEachNodesLiveLeases holds every other case)"
 
 // waitingBoundInstant: ListWaitingForNode's due test made '<'.
-const waitingBoundInstant = "the mutant differs only for a request due exactly at the statement's now (the " +
-	"millisecond), which it counts as waiting from the next millisecond: the waiting-for-node finding is raised " +
+const waitingBoundInstant = "the mutant differs only for a request due, or a poller claim lapsing, exactly at the " +
+	"statement's now (to the clock's resolution), which it counts as waiting from the next tick: the waiting-for-node finding is raised " +
 	"after a bound of an hour by default, which that millisecond does not move, and nothing is claimed or run by it"
 
 // claimForRecoveryGrantChecked: SQLite's ClaimForRecovery episode write
