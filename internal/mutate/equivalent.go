@@ -1152,6 +1152,10 @@ var equivalents = map[string]equivalent{
 		what: `ListWaitingForNode: "<=" -> "<" in "AND ((r.status = 'pending' AND r.run_after <= now()) OR r.claim_until <= now())"`,
 		why:  waitingBoundInstant,
 	},
+	"postgres:ListWaitingForNode:drop#3": {
+		what: `ListWaitingForNode: predicate removed: "AND e.archived_at IS NULL"`,
+		why:  archivedIsTerminal,
+	},
 }
 
 // equivalent is one listed survivor: its description as the generator
