@@ -228,6 +228,11 @@ func (tl *tally) record(g generated, by string, verbose bool, note string, start
 // caught by it. The unmutated adapters/postgres tests take about 30 s.
 const mutantTimeout = 3 * time.Minute
 
+// baselineTimeout bounds the unmutated run of a package's whole suite,
+// which a loaded 2-core host (other runs beside it) can stretch past
+// mutantTimeout: measured over 3 minutes at a load average of 8.
+const baselineTimeout = 15 * time.Minute
+
 func buildPkg(ctx context.Context, dir, pkg, out string) error {
 	cmd := exec.CommandContext(ctx, "go", "test", "-c", "-o", out, "./"+pkg)
 	cmd.Dir = dir
@@ -245,7 +250,11 @@ func buildPkg(ctx context.Context, dir, pkg, out string) error {
 // binary's timeout (a grant never given, a lock never released), which
 // would cost minutes per mutant for nothing.
 func failingPkg(ctx context.Context, dir string, t target, bin, run string, stopAt map[string]bool, env ...string) (map[string]bool, error) {
-	args := []string{"-test.count=1", "-test.v", "-test.failfast", "-test.timeout=" + mutantTimeout.String()}
+	timeout := mutantTimeout
+	if stopAt == nil { // the unmutated baseline: every test of the package, on a loaded host
+		timeout = baselineTimeout
+	}
+	args := []string{"-test.count=1", "-test.v", "-test.failfast", "-test.timeout=" + timeout.String()}
 	if run != "" {
 		args = append(args, "-test.run", run)
 	}
