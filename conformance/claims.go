@@ -388,12 +388,7 @@ func RunClaims(t *testing.T, newBackend func(t *testing.T) ClaimsBackend) {
 	t.Run("ListClaimsFiltersByOwnerAndExpiry", func(t *testing.T) {
 		t.Parallel()
 		b := newBackend(t)
-		lister, ok := b.Store.(interface {
-			ListClaims(ctx context.Context, q claims.ListQuery) ([]claims.Claim, error)
-		})
-		if !ok {
-			t.Skipf("SKIPPED: %T has no ListClaims (the operator read of leasehold claims ls)", b.Store)
-		}
+		lister := claimListerOf(t, b.Store)
 		for _, c := range []struct{ key, owner string }{{"a-expired", "node-a"}, {"a-live", "node-a"}, {"a-done", "node-a"}, {"b-expired", "node-b"}} {
 			mustAcquire(t, b, c.key, c.owner)
 		}
@@ -516,4 +511,21 @@ func keys(cs []claims.Claim) []string {
 		out[i] = c.Key
 	}
 	return out
+}
+
+// ClaimLister is the operator read of leasehold claims ls, which every SQL
+// adapter has.
+type ClaimLister interface {
+	ListClaims(ctx context.Context, q claims.ListQuery) ([]claims.Claim, error)
+}
+
+// claimListerOf returns store's ListClaims, or skips the calling scenario,
+// loudly, for a store without it.
+func claimListerOf(t testing.TB, store any) ClaimLister {
+	t.Helper()
+	lister, ok := store.(ClaimLister)
+	if !ok {
+		t.Skipf("SKIPPED: %T has no ListClaims (the operator read of leasehold claims ls)", store)
+	}
+	return lister
 }

@@ -725,13 +725,7 @@ func requireNoSteps(t testing.TB, b EpisodesBackend, id int64) {
 // skips the calling scenario, loudly.
 func leaseOf(t testing.TB, store any, key string) time.Time {
 	t.Helper()
-	lister, ok := store.(interface {
-		ListClaims(ctx context.Context, q claims.ListQuery) ([]claims.Claim, error)
-	})
-	if !ok {
-		t.Skipf("SKIPPED: %T has no ListClaims (the operator read of leasehold claims ls) to read a lease with", store)
-	}
-	list, err := lister.ListClaims(ctx(t), claims.ListQuery{Limit: 1000})
+	list, err := claimListerOf(t, store).ListClaims(ctx(t), claims.ListQuery{Limit: 1000})
 	require.NoError(t, err)
 	for _, c := range list {
 		if c.Token.Key == key {

@@ -101,16 +101,20 @@ func runGenerated(ctx context.Context, scratch string, t target, n int, seed uin
 		if err != nil {
 			return tl, err
 		}
+		// A mutant the override cannot express rewrites its file, and the
+		// file is put back after its run; an overridden one leaves it alone.
+		restore := func() error { return nil }
 		if env == nil {
 			if err := os.WriteFile(path, []byte(mutated), 0o644); err != nil {
 				return tl, err
 			}
+			restore = func() error { return os.WriteFile(path, orig, 0o644) }
 		}
 		runs := []string{t.run}
 		if traced != nil {
 			var all bool
 			if runs, all = traced.testsFor(t, g.Statement); len(runs) == 0 && !all {
-				if werr := os.WriteFile(path, orig, 0o644); werr != nil {
+				if werr := restore(); werr != nil {
 					return tl, werr
 				}
 				tl.record(g, "", *flagVerbose, "no test executes "+g.Statement, start)
@@ -135,7 +139,7 @@ func runGenerated(ctx context.Context, scratch string, t target, n int, seed uin
 				maps.Copy(fails, f)
 			}
 		}
-		if werr := os.WriteFile(path, orig, 0o644); werr != nil {
+		if werr := restore(); werr != nil {
 			return tl, werr
 		}
 		if err != nil {
