@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -108,6 +109,10 @@ func TestFrozenTransactionDoesNotBlockTakeover(t *testing.T) {
 	const bound = 300 * time.Millisecond
 	finished := make(chan struct{})
 	resume := make(chan struct{})
+	// A failed assertion must still thaw the holder: its pool's Close
+	// waits for the connection the holder keeps.
+	thaw := sync.OnceFunc(func() { close(resume) })
+	t.Cleanup(thaw)
 	txDone := make(chan error, 1)
 	go func() {
 		ctx := claims.WithTxBound(context.Background(), bound)
@@ -120,7 +125,11 @@ func TestFrozenTransactionDoesNotBlockTakeover(t *testing.T) {
 			return nil
 		})
 	}()
-	<-finished
+	select {
+	case <-finished:
+	case err := <-txDone:
+		t.Fatalf("the holder's transaction ended before its finish: %v", err)
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -128,6 +137,7 @@ func TestFrozenTransactionDoesNotBlockTakeover(t *testing.T) {
 	// Retried as the sweeper would on its next pass.
 	var rc claims.Claim
 	for {
+		require.NoError(t, ctx.Err(), "the takeover never completed")
 		var err error
 		_, rc, err = postgres.New(pool).ClaimForRecovery(ctx, ep.ID, "sweeper", time.Minute, time.Minute)
 		if err == nil {
@@ -142,7 +152,7 @@ func TestFrozenTransactionDoesNotBlockTakeover(t *testing.T) {
 	require.Less(t, took, 2*bound+testbound.Margin, "takeover blocked behind the frozen transaction")
 	require.EqualValues(t, 2, rc.Fence)
 
-	close(resume)
+	thaw()
 	err := <-txDone
 	require.Error(t, err, "the frozen holder's commit must fail: the server ended its transaction")
 	require.False(t, errors.Is(err, context.Canceled))
