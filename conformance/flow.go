@@ -345,14 +345,31 @@ func runFlow(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		reqs := claimRequests(t, b, "poller", "", "", 10)
 		require.Len(t, reqs, 3, "the two new ones and the first, all available")
 
+		// Fired again with every key live: each duplicate names its own
+		// key's episode, never another live one of the batch.
 		again, err := b.Store.CreateDeferredEpisodes(ctx(t), batch)
 		require.NoError(t, err)
-		for i, r := range again {
-			require.False(t, r.Created, "item %d", i)
-			require.Positive(t, r.ExistingID, "item %d names its episode", i)
+		require.Len(t, again, 3)
+		for i, want := range []int64{first.Episode.ID, res[1].Episode.ID, res[2].Episode.ID} {
+			require.False(t, again[i].Created, "item %d", i)
+			require.Equal(t, want, again[i].ExistingID, "item %d names its own key's episode", i)
 		}
 		_, err = b.Store.CreateDeferredEpisodes(ctx(t), episodes.DeferredBatch{New: flowEpisode(""), Items: []episodes.BatchItem{{}}})
 		require.Error(t, err, "an item without a key is refused")
+	})
+
+	t.Run("BatchRequestsKeepTheirScope", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		n := flowEpisode("")
+		n.SourceStack, n.SourceEnv = "blue", "prod"
+		res, err := b.Store.CreateDeferredEpisodes(ctx(t), episodes.DeferredBatch{New: n, SourceNode: "trigger-node",
+			Items: []episodes.BatchItem{{DedupeKey: "event:a:e:s1"}, {DedupeKey: "event:a:e:s2"}}})
+		require.NoError(t, err)
+		require.Len(t, res, 2)
+		require.Empty(t, claimRequests(t, b, "poller", "prod", "blue", 10), "stack and env are not each other's")
+		reqs := claimRequests(t, b, "poller", "blue", "prod", 10)
+		require.Len(t, reqs, 2, "each request carries the batch's stack and env")
 	})
 
 	t.Run("GroupedFinishIsFencedRowByRow", func(t *testing.T) {

@@ -1156,6 +1156,16 @@ var equivalents = map[string]equivalent{
 		what: `ListWaitingForNode: predicate removed: "AND e.archived_at IS NULL"`,
 		why:  archivedIsTerminal,
 	},
+	"postgres:FinishWorkflowInstance:cmp-strict#1":       {what: `FinishWorkflowInstance: "=" -> ">=" in "AND status = 'running'"`, why: instanceRunningIsTheLastStatus},
+	"postgres:GetRunningWorkflowInstance:cmp-strict#1":   {what: `GetRunningWorkflowInstance: "=" -> ">=" in "AND status = 'running'"`, why: instanceRunningIsTheLastStatus},
+	"postgres:ListStalledWorkflowSteps:cmp-strict#1":     {what: `ListStalledWorkflowSteps: "=" -> ">=" in "WHERE i.status = 'running'"`, why: instanceRunningIsTheLastStatus},
+	"postgres:ParkWorkflowInstance:cmp-strict#1":         {what: `ParkWorkflowInstance: "=" -> ">=" in "AND status = 'running'"`, why: instanceRunningIsTheLastStatus},
+	"postgres:SetWorkflowDefinitionVersion:cmp-strict#1": {what: `SetWorkflowDefinitionVersion: "=" -> ">=" in "AND status = 'running'"`, why: instanceRunningIsTheLastStatus},
+	"postgres:EndWorkflowStep:cmp-strict#1":              {what: `EndWorkflowStep: "=" -> ">=" in "AND status = 'running'"`, why: skippedStepHasNoEpisode},
+	"postgres:ListStalledWorkflowSteps:cmp-strict#2":     {what: `ListStalledWorkflowSteps: "=" -> ">=" in "AND s.status = 'running'"`, why: skippedStepHasNoEpisode},
+	"postgres:NextTriggerRequestDue:cmp-strict#1":        {what: `NextTriggerRequestDue: "=" -> ">=" in "WHERE r.status = 'pending'"`, why: pendingIsTheLastRequestStatus},
+	"postgres:NextTriggerRequestDue:cmp-strict#2":        {what: `NextTriggerRequestDue: ">" -> ">=" in "AND r.run_after > now()"`, why: sleepHintInstant},
+	"postgres:NextTriggerRequestDue:cmp-strict#5":        {what: `NextTriggerRequestDue: ">" -> ">=" in "AND r.claim_until > now()"`, why: sleepHintInstant},
 }
 
 // equivalent is one listed survivor: its description as the generator
@@ -1556,7 +1566,7 @@ const instanceRunningIsTheLastStatus = "status >= 'running' is status = 'running
 
 // sleepHintInstant: NextTriggerRequestDue's future test made '>='.
 const sleepHintInstant = "NextTriggerRequestDue only tells an idle poller how long to sleep; the mutant counts a " +
-	"request due (or a poller claim lapsing) exactly at the statement's now, the millisecond, as due in 0 ms rather " +
+	"request due (or a poller claim lapsing) exactly at the statement's now (to the clock's resolution) as due in 0 ms rather " +
 	"than leaving it to the poll that follows: the poller polls at once either way, and the claim decides"
 
 // regrantMovesTheHorizon: Postgres's DeleteSpentClaims without its state

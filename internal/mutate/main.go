@@ -59,6 +59,7 @@ var (
 	flagVerbose  = flag.Bool("v", false, "name the test that caught each mutant")
 	flagMatch    = flag.String("match", "", "run only the generated mutants whose ID matches this regular expression")
 	flagWhat     = flag.String("what", "", "run only the generated mutants whose description matches this regular expression")
+	flagWorkers  = flag.Int("workers", 1, "run this many generated mutants at once, each in its own scratch copy of the module")
 )
 
 func run() error {
@@ -102,8 +103,22 @@ func run() error {
 		return err
 	}
 	defer os.RemoveAll(scratch)
-	if err := copyModule(root, scratch); err != nil {
-		return err
+	if *flagWorkers < 1 {
+		return fmt.Errorf("-workers %d: want at least 1", *flagWorkers)
+	}
+	scratches := []string{scratch}
+	for range *flagWorkers - 1 {
+		dir, err := os.MkdirTemp("", "leasehold-mutate-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		scratches = append(scratches, dir)
+	}
+	for _, dir := range scratches {
+		if err := copyModule(root, dir); err != nil {
+			return err
+		}
 	}
 	var failed []string
 	results := map[string]tally{}
@@ -118,7 +133,7 @@ func run() error {
 		if i < 0 {
 			return fmt.Errorf("-dialects: %q is not listed, sqlserver, sqlite or postgres", d)
 		}
-		tl, err := runGenerated(ctx, scratch, targets[i], samples[d], seed, *flagVerbose)
+		tl, err := runGenerated(ctx, scratches, targets[i], samples[d], seed, *flagVerbose)
 		if err != nil {
 			return err
 		}

@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -24,10 +25,12 @@ type tally struct {
 }
 
 // runGenerated runs target t's generated mutants (a sample of n of them
-// when n > 0, chosen by seed) against its package's tests in the scratch
-// copy of the module, and returns what they caught.
-func runGenerated(ctx context.Context, scratch string, t target, n int, seed uint64, verbose bool) (tally, error) {
+// when n > 0, chosen by seed) against its package's tests, spread over the
+// scratch copies of the module (one worker each; scratches[0] also runs the
+// baseline and the tracing), and returns what they caught.
+func runGenerated(ctx context.Context, scratches []string, t target, n int, seed uint64, verbose bool) (tally, error) {
 	var tl tally
+	scratch := scratches[0]
 	all, err := mutantsOf(scratch, t)
 	if err != nil {
 		return tl, err
@@ -56,21 +59,26 @@ func runGenerated(ctx context.Context, scratch string, t target, n int, seed uin
 		picked = picked[:n]
 		slices.SortFunc(picked, func(a, b generated) int { return strings.Compare(a.ID, b.ID) })
 	}
-	fmt.Printf("\n== %s: %d generated mutants, running %d against go test ./%s (-run %q)\n", t.dialect, len(all), len(picked), t.pkg, t.run)
+	fmt.Printf("\n== %s: %d generated mutants, running %d against go test ./%s (-run %q), %d at a time\n",
+		t.dialect, len(all), len(picked), t.pkg, t.run, min(len(scratches), max(len(picked), 1)))
 	if len(picked) == 0 {
 		return tl, nil
 	}
-	var vars statementVars
-	if strings.HasSuffix(t.files, ".go") {
-		if vars, err = prepareOverride(scratch, t.files); err != nil {
-			return tl, err
+	workers := make([]worker, min(len(scratches), len(picked)))
+	for i := range workers {
+		w := &workers[i]
+		w.dir, w.t = scratches[i], t
+		if strings.HasSuffix(t.files, ".go") {
+			if w.vars, err = prepareOverride(w.dir, t.files); err != nil {
+				return tl, err
+			}
+		}
+		w.bin = filepath.Join(w.dir, t.dialect+".test")
+		if err := buildPkg(ctx, w.dir, t.pkg, w.bin); err != nil {
+			return tl, fmt.Errorf("building %s's tests on the unmutated copy: %w", t.pkg, err)
 		}
 	}
-	bin := filepath.Join(scratch, t.dialect+".test")
-	if err := buildPkg(ctx, scratch, t.pkg, bin); err != nil {
-		return tl, fmt.Errorf("building %s's tests on the unmutated copy: %w", t.pkg, err)
-	}
-	baseline, err := failingPkg(ctx, scratch, t, bin, t.run, nil)
+	baseline, err := failingPkg(ctx, scratch, t, workers[0].bin, t.run, nil)
 	if err != nil {
 		return tl, err
 	}
@@ -78,81 +86,154 @@ func runGenerated(ctx context.Context, scratch string, t target, n int, seed uin
 		fmt.Printf("note: %d test(s) fail on the unmutated tree and are ignored: %s\n", len(baseline), strings.Join(sortedKeys(baseline), ", "))
 	}
 	var traced statementTests
-	if strings.HasSuffix(t.files, ".go") && len(picked) > 0 {
+	if strings.HasSuffix(t.files, ".go") {
 		if traced, err = traceStatements(ctx, scratch, t); err != nil {
 			return tl, err
 		}
 	}
-	for _, g := range picked {
-		if ctx.Err() != nil {
-			return tl, ctx.Err()
-		}
-		start := time.Now()
-		path := filepath.Join(scratch, filepath.FromSlash(g.File))
-		orig, err := os.ReadFile(path)
-		if err != nil {
-			return tl, err
-		}
-		mutated, err := applyGenerated(string(orig), g)
-		if err != nil {
-			return tl, err
-		}
-		env, err := vars.overrideOf(scratch, g)
-		if err != nil {
-			return tl, err
-		}
-		// A mutant the override cannot express rewrites its file, and the
-		// file is put back after its run; an overridden one leaves it alone.
-		restore := func() error { return nil }
-		if env == nil {
-			if err := os.WriteFile(path, []byte(mutated), 0o644); err != nil {
-				return tl, err
-			}
-			restore = func() error { return os.WriteFile(path, orig, 0o644) }
-		}
-		runs := []string{t.run}
-		if traced != nil {
-			var all bool
-			if runs, all = traced.testsFor(t, g.Statement); len(runs) == 0 && !all {
-				if werr := restore(); werr != nil {
-					return tl, werr
-				}
-				tl.record(g, "", *flagVerbose, "no test executes "+g.Statement, start)
-				continue
-			}
-		}
-		by := ""
-		runBin := bin
-		if env == nil && (strings.HasSuffix(g.File, ".go") || strings.HasPrefix(g.File, "sql/schema/")) { // compiled or embedded
-			runBin = filepath.Join(scratch, t.dialect+"-mutant.test")
-			if err := buildPkg(ctx, scratch, t.pkg, runBin); err != nil {
-				by = "build failed"
-			}
-		}
-		fails := map[string]bool{}
-		for _, run := range runs {
-			if by != "" || err != nil || newFailure(fails, baseline) {
-				break
-			}
-			var f map[string]bool
-			if f, err = failingPkg(ctx, scratch, t, runBin, run, baseline, env...); err == nil {
-				maps.Copy(fails, f)
-			}
-		}
-		if werr := restore(); werr != nil {
-			return tl, werr
-		}
-		if err != nil {
-			return tl, fmt.Errorf("%s: %w", g.ID, err)
-		}
-		for name := range fails {
-			if !baseline[name] && (by == "" || len(name) < len(by)) {
-				by = name
-			}
-		}
-		tl.record(g, by, verbose, "", start)
+	for i := range workers {
+		workers[i].baseline, workers[i].traced = baseline, traced
 	}
-	return tl, nil
+
+	// Each worker takes the next mutant; outcomes are printed in the
+	// mutants' order as soon as every earlier one is known.
+	next := make(chan int)
+	done := make(chan outcome)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range workers {
+		wg.Go(func() {
+			for j := range next {
+				o := workers[i].run(wctx, picked[j])
+				o.index = j
+				done <- o
+			}
+		})
+	}
+	go func() {
+		defer close(next)
+		for j := range picked {
+			select {
+			case next <- j:
+			case <-wctx.Done():
+				return
+			}
+		}
+	}()
+	go func() { wg.Wait(); close(done) }()
+	got := make([]*outcome, len(picked))
+	printed := 0
+	var firstErr error
+	for o := range done {
+		if firstErr != nil {
+			continue // draining after a failed run
+		}
+		if o.err != nil {
+			firstErr = fmt.Errorf("%s: %w", picked[o.index].ID, o.err)
+			cancel()
+			continue
+		}
+		got[o.index] = &o
+		for printed < len(picked) && got[printed] != nil {
+			tl.record(picked[printed], got[printed].by, verbose, got[printed].note, got[printed].took)
+			printed++
+		}
+	}
+	if firstErr != nil {
+		return tl, firstErr
+	}
+	return tl, ctx.Err()
+}
+
+// A worker runs mutants in its own scratch copy of the module, so a mutant
+// that rewrites a file (T-SQL, a routine, what the override cannot
+// express) never meets another's.
+type worker struct {
+	dir, bin string
+	t        target
+	vars     statementVars
+	baseline map[string]bool
+	traced   statementTests
+}
+
+// outcome is one mutant's run: the test that caught it ("" when none), a
+// note on why when it was not run, and its duration.
+type outcome struct {
+	index int
+	by    string
+	note  string
+	took  time.Duration
+	err   error
+}
+
+// run runs mutant g against the worker's copy and puts the copy back.
+func (w *worker) run(ctx context.Context, g generated) outcome {
+	start := time.Now()
+	t := w.t
+	path := filepath.Join(w.dir, filepath.FromSlash(g.File))
+	orig, err := os.ReadFile(path)
+	if err != nil {
+		return outcome{err: err}
+	}
+	mutated, err := applyGenerated(string(orig), g)
+	if err != nil {
+		return outcome{err: err}
+	}
+	env, err := w.vars.overrideOf(w.dir, g)
+	if err != nil {
+		return outcome{err: err}
+	}
+	// A mutant the override cannot express rewrites its file, and the
+	// file is put back after its run; an overridden one leaves it alone.
+	if env == nil {
+		if err := os.WriteFile(path, []byte(mutated), 0o644); err != nil {
+			return outcome{err: err}
+		}
+		defer func() {
+			if werr := os.WriteFile(path, orig, 0o644); werr != nil {
+				panic(fmt.Sprintf("internal/mutate: putting %s back: %v", path, werr)) // the copy is unusable
+			}
+		}()
+	}
+	runs := []string{t.run}
+	if w.traced != nil {
+		var all bool
+		if runs, all = w.traced.testsFor(t, g.Statement); len(runs) == 0 && !all {
+			return outcome{note: "no test executes " + g.Statement, took: time.Since(start)}
+		}
+	}
+	by := ""
+	runBin := w.bin
+	if env == nil && (strings.HasSuffix(g.File, ".go") || strings.HasPrefix(g.File, "sql/schema/")) { // compiled or embedded
+		runBin = filepath.Join(w.dir, t.dialect+"-mutant.test")
+		if err := buildPkg(ctx, w.dir, t.pkg, runBin); err != nil {
+			if ctx.Err() != nil {
+				return outcome{err: ctx.Err()}
+			}
+			by = "build failed"
+		}
+	}
+	fails := map[string]bool{}
+	for _, run := range runs {
+		if by != "" || newFailure(fails, w.baseline) {
+			break
+		}
+		f, err := failingPkg(ctx, w.dir, t, runBin, run, w.baseline, env...)
+		if err != nil {
+			return outcome{err: err}
+		}
+		maps.Copy(fails, f)
+	}
+	if ctx.Err() != nil {
+		return outcome{err: ctx.Err()}
+	}
+	for name := range fails {
+		if !w.baseline[name] && (by == "" || len(name) < len(by)) {
+			by = name
+		}
+	}
+	return outcome{by: by, took: time.Since(start)}
 }
 
 // checkEquivalents refuses an entry of equivalents for t's dialect whose ID
@@ -193,7 +274,7 @@ func newFailure(fails, baseline map[string]bool) bool {
 
 // record counts mutant g, caught by test by ("" when it survived; note
 // says why, when known), and prints its line.
-func (tl *tally) record(g generated, by string, verbose bool, note string, start time.Time) {
+func (tl *tally) record(g generated, by string, verbose bool, note string, took time.Duration) {
 	eq, isEq := equivalentOf(g)
 	breaks := !isEq
 	tl.total++
@@ -215,7 +296,7 @@ func (tl *tally) record(g generated, by string, verbose bool, note string, start
 	if isEq {
 		label = "equiv   "
 	}
-	fmt.Printf("%s%s%-58s %s (%s)\n", mark, label, g.ID, g.What, time.Since(start).Round(100*time.Millisecond))
+	fmt.Printf("%s%s%-58s %s (%s)\n", mark, label, g.ID, g.What, took.Round(100*time.Millisecond))
 	if by != "" && verbose {
 		fmt.Printf("                by %s\n", by)
 	}

@@ -225,9 +225,8 @@ WITH request AS (
       AND e.status = 'queued'
       AND e.archived_at IS NULL
     RETURNING e.id, e.actor_id, e.expectation_id, e.trigger_type, e.trigger_ref, e.dedupe_key,
-        e.status, e.phase, e.attempts, e.max_attempts, e.budget, e.source_stack, e.source_env,
-        e.owner_node, e.payload, e.result, e.error_class, e.error_detail, e.queued_at,
-        e.started_at, e.finished_at, e.last_step_at, e.archived_at, e.created_at, e.trace_parent
+        e.attempts, e.max_attempts, e.source_stack, e.source_env, e.payload, e.result,
+        e.error_class, e.error_detail, e.created_at, e.started_at, e.last_step_at, e.trace_parent
 )
 SELECT request.id AS request_id, request.episode_id,
     coalesce(granted.dedupe_key, '')::text AS claim_key,
