@@ -59,6 +59,7 @@ var (
 	flagVerbose  = flag.Bool("v", false, "name the test that caught each mutant")
 	flagMatch    = flag.String("match", "", "run only the generated mutants whose ID matches this regular expression")
 	flagWhat     = flag.String("what", "", "run only the generated mutants whose description matches this regular expression")
+	flagAlways   = flag.String("always", "", "with -sample, also run every generated mutant whose ID and description (\"ID What\") match this regular expression")
 	flagWorkers  = flag.Int("workers", 1, "run this many generated mutants at once, each in its own scratch copy of the module")
 )
 

@@ -54,9 +54,20 @@ func runGenerated(ctx context.Context, scratches []string, t target, n int, seed
 	}
 	picked := all
 	if n > 0 && n < len(all) {
-		picked = slices.Clone(all)
-		rand.New(rand.NewPCG(seed, 0x6d757461)).Shuffle(len(picked), func(i, j int) { picked[i], picked[j] = picked[j], picked[i] })
-		picked = picked[:n]
+		shuffled := slices.Clone(all)
+		rand.New(rand.NewPCG(seed, 0x6d757461)).Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+		picked = slices.Clone(shuffled[:n])
+		if *flagAlways != "" { // the classes a run must never leave out, beside the sample
+			re, err := regexp.Compile(*flagAlways)
+			if err != nil {
+				return tl, fmt.Errorf("-always: %w", err)
+			}
+			for _, g := range shuffled[n:] {
+				if re.MatchString(g.ID + " " + g.What) {
+					picked = append(picked, g)
+				}
+			}
+		}
 		slices.SortFunc(picked, func(a, b generated) int { return strings.Compare(a.ID, b.ID) })
 	}
 	fmt.Printf("\n== %s: %d generated mutants, running %d against go test ./%s (-run %q), %d at a time\n",
