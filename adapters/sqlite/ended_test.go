@@ -1,9 +1,15 @@
 package sqlite_test
 
 import (
+	"context"
 	"database/sql"
+	"database/sql/driver"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	msqlite "modernc.org/sqlite"
 
 	"github.com/stretchr/testify/require"
 
@@ -72,35 +78,62 @@ func endedAhead(t *testing.T, s *sqlite.Store, db *sql.DB, key, state string) {
 // As adapters/postgres' TestStartEpisodeTreatsALeaseEndingNowAsOver: a
 // grant whose lease ends at the start's own instant is over, so the run
 // never starts on a lease another node may take in that same millisecond.
-// SQLite's clock cannot be held still across two statements, so each try
-// sets the lease to end at the current millisecond, starts at once, and
-// reads the clock again: every start must be refused, and a try whose
-// second reading is still the lease's millisecond proves the start read
-// that millisecond too (the clock does not go back). A loaded host lands
-// fewer tries in one millisecond, so the test tries until three have, or
-// fails after its bound without one.
+// SQLite's clock cannot be held still across two statements, so the test
+// holds it still instead: its pool's driver overrides unixepoch('subsec')
+// with a clock the test sets (SQLite lets an application function replace
+// a built-in one of the same name and arity), an hour behind the real one.
+// A lease ending at that instant must refuse the start; one ending a
+// millisecond later must allow it, which also proves the statement read
+// the held clock (the real one is an hour past both).
 func TestStoreStartEpisodeTreatsALeaseEndingNowAsOver(t *testing.T) {
 	t.Parallel()
-	db := sqlitetest.Open(t, sqlitetest.Path(t))
+	var frozenMs atomic.Int64
+	frozenMs.Store(time.Now().Add(-time.Hour).UnixMilli())
+	db := openWithClock(t, sqlitetest.Path(t), func() float64 { return float64(frozenMs.Load()) / 1000 })
 	s := sqlite.New(db)
 	o, err := s.CreateEpisode(t.Context(), episodes.New{ActorID: "a", ExpectationID: "e", TriggerType: episodes.TriggerEvent,
 		DedupeKey: "ends-now", MaxAttempts: 3, Owner: "node-a", Lease: time.Minute})
 	require.NoError(t, err)
 	require.Equal(t, episodes.StatusQueued, o.Episode.Status)
-	deadline := time.Now().Add(30 * time.Second)
-	landed, tries := 0, 0
-	for ; landed < 3 && time.Now().Before(deadline); tries++ {
-		var leaseEnd, after int64
-		require.NoError(t, db.QueryRowContext(t.Context(), `UPDATE leasehold_work_claims
-			SET lease_until = CAST(round(unixepoch('subsec') * 1000) AS INTEGER) WHERE dedupe_key = ?1
-			RETURNING lease_until`, o.Claim.Key).Scan(&leaseEnd))
-		_, err := s.StartEpisode(t.Context(), o.Episode.ID, o.Claim.Token)
-		require.NoError(t, db.QueryRowContext(t.Context(), `SELECT CAST(round(unixepoch('subsec') * 1000) AS INTEGER)`).Scan(&after))
-		require.ErrorIs(t, err, episodes.ErrLeaseLost, "try %d: started on a lease that ends now (or ended)", tries)
-		if after == leaseEnd {
-			landed++
-		}
-	}
-	require.Equal(t, 3, landed, "only %d of %d tries started within the lease's own millisecond in 30 s", landed, tries)
-	t.Logf("%d tries, %d within one millisecond", tries, landed)
+
+	now := frozenMs.Load()
+	sqlitetest.Exec(t, db, `UPDATE leasehold_work_claims SET lease_until = ?2 WHERE dedupe_key = ?1`, o.Claim.Key, now)
+	_, err = s.StartEpisode(t.Context(), o.Episode.ID, o.Claim.Token)
+	require.ErrorIs(t, err, episodes.ErrLeaseLost, "started on a lease that ends at the start's own instant")
+
+	sqlitetest.Exec(t, db, `UPDATE leasehold_work_claims SET lease_until = ?2 WHERE dedupe_key = ?1`, o.Claim.Key, now+1)
+	_, err = s.StartEpisode(t.Context(), o.Episode.ID, o.Claim.Token)
+	require.NoError(t, err, "a lease ending a millisecond after the held clock is live")
 }
+
+// openWithClock opens a migrated database at path through a driver of its
+// own whose unixepoch('subsec') reads clock (seconds since the epoch)
+// instead of the system's, on a one-connection pool.
+func openWithClock(t *testing.T, path string, clock func() float64) *sql.DB {
+	t.Helper()
+	drv := &msqlite.Driver{}
+	require.NoError(t, drv.RegisterScalarFunction("unixepoch", 1, func(_ *msqlite.FunctionContext, args []driver.Value) (driver.Value, error) {
+		if m, _ := args[0].(string); m != "subsec" {
+			return nil, fmt.Errorf("openWithClock: unixepoch(%v) is not held", args[0])
+		}
+		return clock(), nil
+	}))
+	full, err := sqlite.DSN(path)
+	require.NoError(t, err)
+	db := sql.OpenDB(connectorFunc{drv: drv, dsn: full})
+	db.SetMaxOpenConns(1)
+	t.Cleanup(func() { _ = db.Close() })
+	require.NoError(t, sqlite.Migrate(t.Context(), db))
+	require.NoError(t, sqlitetest.OffsetIdentities(t.Context(), db))
+	return db
+}
+
+// connectorFunc opens dsn with drv, so a test's driver (and its functions)
+// serves only its own pool.
+type connectorFunc struct {
+	drv *msqlite.Driver
+	dsn string
+}
+
+func (c connectorFunc) Connect(context.Context) (driver.Conn, error) { return c.drv.Open(c.dsn) }
+func (c connectorFunc) Driver() driver.Driver                        { return c.drv }
