@@ -51,7 +51,8 @@ func IntervalWindow(t time.Time, every time.Duration) time.Time {
 
 // EventKey is event:{actor}:{expectation}:{hash}. hash is the caller's event
 // id when given (the producer knows best what "the same event" means), else
-// the hex SHA-256 of the payload's canonical JSON.
+// the hex SHA-256 of the payload's canonical JSON in KeyV1's form
+// (EventKeyAt and EventKeysOf give the others).
 func EventKey(actorID, expectationID, eventID string, payload any) (string, error) {
 	if eventID == "" {
 		h, err := PayloadHash(payload)
@@ -63,7 +64,7 @@ func EventKey(actorID, expectationID, eventID string, payload any) (string, erro
 	return build("event", actorID, expectationID, eventID)
 }
 
-// PayloadHash is the hex SHA-256 of payload's canonical JSON.
+// PayloadHash is the hex SHA-256 of payload's canonical JSON (KeyV1).
 func PayloadHash(payload any) (string, error) {
 	b, err := Canonical(payload)
 	if err != nil {
@@ -92,6 +93,17 @@ func PayloadHash(payload any) (string, error) {
 // producers could mean different payloads by one text, or one payload by
 // two texts.
 func Canonical(v any) ([]byte, error) {
+	tree, err := parse(v)
+	if err != nil {
+		return nil, err
+	}
+	return encodeV1(tree)
+}
+
+// parse reads v (a json.RawMessage as JSON, anything else through
+// encoding/json) into the tree both versions encode, with Canonical's
+// refusals.
+func parse(v any) (any, error) {
 	var raw []byte
 	switch x := v.(type) {
 	case json.RawMessage:
@@ -133,6 +145,11 @@ func Canonical(v any) ([]byte, error) {
 	if err := checkEscapes(raw); err != nil {
 		return nil, err
 	}
+	return tree, nil
+}
+
+// encodeV1 writes tree in KeyV1's form.
+func encodeV1(tree any) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
