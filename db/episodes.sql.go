@@ -163,16 +163,17 @@ WITH created AS (
     INSERT INTO leasehold_episodes (
         actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status,
         max_attempts, budget, source_stack, source_env, payload, queued_at,
-        trace_parent, owner_node, started_at, last_step_at
+        trace_parent, key_version, owner_node, started_at, last_step_at
     )
     SELECT $1, $2, $3,
         $4, $5, s.status,
         $6, $7, $8,
         $9, $10, now(), $11::text,
-        CASE WHEN s.status = 'running' THEN $12::text END,
+        $12::smallint,
+        CASE WHEN s.status = 'running' THEN $13::text END,
         CASE WHEN s.status = 'running' THEN now() END,
         CASE WHEN s.status = 'running' THEN now() END
-    FROM (SELECT CASE WHEN $13::boolean AND $12::text <> ''
+    FROM (SELECT CASE WHEN $14::boolean AND $13::text <> ''
                        AND NOT EXISTS (SELECT 1 FROM leasehold_work_claims AS x
                                        WHERE x.dedupe_key = $5::text
                                          AND x.state = 'claimed' AND x.lease_until > now())
@@ -185,11 +186,11 @@ WITH created AS (
         dedupe_key, state, owner_node, lease_until, claimed_at, last_heartbeat_at,
         attempt, fence, grant_kind, work_type
     )
-    SELECT created.claim_key, 'claimed', $12::text,
-        now() + ($14::bigint * interval '1 millisecond'),
+    SELECT created.claim_key, 'claimed', $13::text,
+        now() + ($15::bigint * interval '1 millisecond'),
         now(), now(), 1, 1, 'fresh', 'episode'
     FROM created
-    WHERE $12::text <> ''
+    WHERE $13::text <> ''
     ON CONFLICT (dedupe_key) DO UPDATE SET
         state             = 'claimed',
         owner_node        = excluded.owner_node,
@@ -238,6 +239,7 @@ type CreateEpisodeParams struct {
 	SourceEnv     string
 	Payload       []byte
 	TraceParent   *string
+	KeyVersion    int16
 	OwnerNode     string
 	Start         bool
 	LeaseMs       int64
@@ -293,6 +295,10 @@ type CreateEpisodeRow struct {
 // A duplicate's id is read in the same statement, from its snapshot; a key
 // whose live episode committed after that snapshot began reports no id
 // here (existing_id 0), and the adapter reads it by FindLiveEpisode.
+//
+// key_version is the dedupe key version dedupe_key is a key of (migration
+// 00014): the insert trigger refuses a version 1 key once the database
+// uses version 2 (SQLSTATE LH002), and the statement writes nothing.
 func (q *Queries) CreateEpisode(ctx context.Context, db DBTX, arg CreateEpisodeParams) (CreateEpisodeRow, error) {
 	row := db.QueryRow(ctx, createEpisode,
 		arg.ActorID,
@@ -306,6 +312,7 @@ func (q *Queries) CreateEpisode(ctx context.Context, db DBTX, arg CreateEpisodeP
 		arg.SourceEnv,
 		arg.Payload,
 		arg.TraceParent,
+		arg.KeyVersion,
 		arg.OwnerNode,
 		arg.Start,
 		arg.LeaseMs,

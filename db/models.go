@@ -45,6 +45,7 @@ type LeaseholdEpisode struct {
 	JournalPurged     bool
 	CancelRequestedAt *time.Time
 	TraceParent       *string
+	KeyVersion        *int16
 }
 
 type LeaseholdEpisodeStep struct {
@@ -76,6 +77,12 @@ type LeaseholdFinding struct {
 	ClearedAt        *time.Time
 }
 
+type LeaseholdKeyVersion struct {
+	Singleton  bool
+	Version    int16
+	SwitchedAt *time.Time
+}
+
 type LeaseholdNode struct {
 	NodeID      string
 	Stack       string
@@ -85,6 +92,7 @@ type LeaseholdNode struct {
 	StartedAt   time.Time
 	HeartbeatAt time.Time
 	Runnable    []byte
+	KeyVersion  *int16
 }
 
 type LeaseholdTriggerRequest struct {

@@ -21,23 +21,25 @@ func (q *Queries) DeregisterNode(ctx context.Context, db DBTX, nodeID string) er
 }
 
 const heartbeatNode = `-- name: HeartbeatNode :exec
-INSERT INTO leasehold_nodes AS n (node_id, stack, env, mode, draining, started_at, heartbeat_at, runnable)
+INSERT INTO leasehold_nodes AS n (node_id, stack, env, mode, draining, started_at, heartbeat_at, runnable, key_version)
 VALUES ($1, $2, $3, $4, $5, now(), now(),
-    $6::text::jsonb)
+    $6::text::jsonb, $7::smallint)
 ON CONFLICT (node_id) DO UPDATE SET
     mode         = excluded.mode,
     runnable     = excluded.runnable,
+    key_version  = excluded.key_version,
     draining     = excluded.draining,
     heartbeat_at = excluded.heartbeat_at
 `
 
 type HeartbeatNodeParams struct {
-	NodeID   string
-	Stack    string
-	Env      string
-	Mode     string
-	Draining bool
-	Runnable string
+	NodeID     string
+	Stack      string
+	Env        string
+	Mode       string
+	Draining   bool
+	Runnable   string
+	KeyVersion int16
 }
 
 // Refreshes the node's row with its current mode, drain state and runnable
@@ -51,6 +53,7 @@ func (q *Queries) HeartbeatNode(ctx context.Context, db DBTX, arg HeartbeatNodeP
 		arg.Mode,
 		arg.Draining,
 		arg.Runnable,
+		arg.KeyVersion,
 	)
 	return err
 }
@@ -241,25 +244,27 @@ func (q *Queries) ListWaitingForNode(ctx context.Context, db DBTX, arg ListWaiti
 
 const registerNode = `-- name: RegisterNode :exec
 
-INSERT INTO leasehold_nodes AS n (node_id, stack, env, mode, draining, started_at, heartbeat_at, runnable)
+INSERT INTO leasehold_nodes AS n (node_id, stack, env, mode, draining, started_at, heartbeat_at, runnable, key_version)
 VALUES ($1, $2, $3, $4, false, now(), now(),
-    $5::text::jsonb)
+    $5::text::jsonb, $6::smallint)
 ON CONFLICT (node_id) DO UPDATE SET
     stack        = excluded.stack,
     env          = excluded.env,
     mode         = excluded.mode,
     runnable     = excluded.runnable,
+    key_version  = excluded.key_version,
     draining     = false,
     started_at   = excluded.started_at,
     heartbeat_at = excluded.heartbeat_at
 `
 
 type RegisterNodeParams struct {
-	NodeID   string
-	Stack    string
-	Env      string
-	Mode     string
-	Runnable string
+	NodeID     string
+	Stack      string
+	Env        string
+	Mode       string
+	Runnable   string
+	KeyVersion int16
 }
 
 // Membership: advisory rows describing the nodes that share this database.
@@ -268,7 +273,8 @@ type RegisterNodeParams struct {
 // A node announces itself on start: a restarted node with the same
 // identity replaces its old row (started_at is reset). runnable is the
 // (actor, expectation) pairs its poller asks work for, the JSON array of
-// ClaimTriggerRequests' runnable (episodes.RunnableJSON), passed as text.
+// ClaimTriggerRequests' runnable (episodes.RunnableJSON), passed as text;
+// key_version the newest dedupe key version it computes (migration 00014).
 func (q *Queries) RegisterNode(ctx context.Context, db DBTX, arg RegisterNodeParams) error {
 	_, err := db.Exec(ctx, registerNode,
 		arg.NodeID,
@@ -276,6 +282,7 @@ func (q *Queries) RegisterNode(ctx context.Context, db DBTX, arg RegisterNodePar
 		arg.Env,
 		arg.Mode,
 		arg.Runnable,
+		arg.KeyVersion,
 	)
 	return err
 }

@@ -121,12 +121,13 @@ WITH created AS (
     INSERT INTO leasehold_episodes (
         actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status,
         max_attempts, budget, source_stack, source_env, payload, queued_at,
-        trace_parent
+        trace_parent, key_version
     ) VALUES (
         $1, $2, $3,
         $4, $5, 'queued',
         $6, $7, $8,
-        $9, $10, now(), $11::text
+        $9, $10, now(), $11::text,
+        $12::smallint
     )
     ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL AND archived_at IS NULL
     DO NOTHING
@@ -137,9 +138,9 @@ WITH created AS (
         source_env, opts, status, created_at, run_after
     )
     SELECT created.id, created.actor_id, created.expectation_id,
-        $12::text, created.source_stack, created.source_env,
-        $13::jsonb, 'pending', created.created_at,
-        created.created_at + ($14::bigint * interval '1 millisecond')
+        $13::text, created.source_stack, created.source_env,
+        $14::jsonb, 'pending', created.created_at,
+        created.created_at + ($15::bigint * interval '1 millisecond')
     FROM created
     RETURNING id, episode_id
 ), existing AS (
@@ -170,6 +171,7 @@ type CreateDeferredEpisodeParams struct {
 	SourceEnv     string
 	Payload       []byte
 	TraceParent   *string
+	KeyVersion    int16
 	SourceNode    string
 	Opts          []byte
 	DelayMs       int64
@@ -198,7 +200,8 @@ type CreateDeferredEpisodeRow struct {
 // that episode committed; the adapter then reads FindLiveEpisode). The
 // request is due at
 // now() + delay_ms on the database clock (0: at once): no poller claims it
-// earlier, whatever the nodes' clocks say.
+// earlier, whatever the nodes' clocks say. key_version as CreateEpisode's:
+// a key of a version the database no longer uses is refused (LH002).
 func (q *Queries) CreateDeferredEpisode(ctx context.Context, db DBTX, arg CreateDeferredEpisodeParams) (CreateDeferredEpisodeRow, error) {
 	row := db.QueryRow(ctx, createDeferredEpisode,
 		arg.ActorID,
@@ -212,6 +215,7 @@ func (q *Queries) CreateDeferredEpisode(ctx context.Context, db DBTX, arg Create
 		arg.SourceEnv,
 		arg.Payload,
 		arg.TraceParent,
+		arg.KeyVersion,
 		arg.SourceNode,
 		arg.Opts,
 		arg.DelayMs,
@@ -229,18 +233,19 @@ func (q *Queries) CreateDeferredEpisode(ctx context.Context, db DBTX, arg Create
 const createDeferredEpisodes = `-- name: CreateDeferredEpisodes :many
 WITH input AS (
     SELECT (j ->> 'dedupe_key')::text AS dedupe_key, nullif(j -> 'trigger_ref', 'null'::jsonb) AS trigger_ref,
-        nullif(j -> 'payload', 'null'::jsonb) AS payload, (j ->> 'trace_parent')::text AS trace_parent, t.ord
+        nullif(j -> 'payload', 'null'::jsonb) AS payload, (j ->> 'trace_parent')::text AS trace_parent,
+        (j ->> 'key_version')::smallint AS key_version, t.ord
     FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS t(j, ord)
 ), created AS (
     INSERT INTO leasehold_episodes (
         actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status,
         max_attempts, budget, source_stack, source_env, payload, queued_at,
-        trace_parent
+        trace_parent, key_version
     )
     SELECT $2, $3, $4,
         i.trigger_ref, i.dedupe_key, 'queued',
         $5, $6, $7,
-        $8, i.payload, now(), i.trace_parent
+        $8, i.payload, now(), i.trace_parent, i.key_version
     FROM input AS i
     ORDER BY i.ord
     ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL AND archived_at IS NULL
@@ -293,7 +298,9 @@ type CreateDeferredEpisodesRow struct {
 // available episode per item and its trigger request, in one statement,
 // each item deduplicated on its own dedupe_key exactly like
 // CreateDeferredEpisode (the same index and predicate). items is a JSON
-// array of {"dedupe_key", "trigger_ref", "payload", "trace_parent"}; keys
+// array of {"dedupe_key", "key_version", "trigger_ref", "payload",
+// "trace_parent"} (key_version as CreateEpisode's, per item: one refused
+// key fails the whole batch, LH002); keys
 // are distinct within a batch (the caller folds repeats). One row back per
 // item: created with its episode and request, or a duplicate with the id of
 // the live episode that holds its key as the statement's snapshot shows it

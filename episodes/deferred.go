@@ -182,7 +182,10 @@ type DeferredBatch struct {
 
 // BatchItem is one trigger of a DeferredBatch.
 type BatchItem struct {
-	DedupeKey   string          `json:"dedupe_key"`
+	DedupeKey string `json:"dedupe_key"`
+	// KeyVersion as New's: the version DedupeKey is a key of, zero for a
+	// key no version changes (written as KeyVersionOf says).
+	KeyVersion  int16           `json:"key_version"`
 	TriggerRef  json.RawMessage `json:"trigger_ref"`
 	Payload     json.RawMessage `json:"payload"`
 	TraceParent string          `json:"trace_parent,omitempty"`
@@ -197,6 +200,7 @@ func (b DeferredBatch) BatchJSON() ([]byte, error) {
 			return nil, fmt.Errorf("episodes: batch item %d has no dedupe key", i)
 		}
 		it.TriggerRef, it.Payload = nullJSON(it.TriggerRef), nullJSON(it.Payload)
+		it.KeyVersion = KeyVersionOf(it.KeyVersion)
 		items[i] = it
 	}
 	return json.Marshal(items)
@@ -207,6 +211,7 @@ func (b DeferredBatch) Episode(i int, id int64, createdAt time.Time) Episode {
 	n := b.New
 	it := b.Items[i]
 	n.DedupeKey, n.TriggerRef, n.Payload, n.TraceParent = it.DedupeKey, it.TriggerRef, it.Payload, it.TraceParent
+	n.KeyVersion = it.KeyVersion
 	return n.Queued(id, createdAt)
 }
 

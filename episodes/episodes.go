@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/leasehold/leasehold/claims"
+	"github.com/leasehold/leasehold/dedupe"
 )
 
 // Status of an episode.
@@ -67,6 +68,25 @@ var ErrLeaseLost = claims.ErrLeaseLost
 // ErrNotFound: no episode with that id.
 var ErrNotFound = errors.New("episodes: not found")
 
+// ErrKeyVersion: the creating statement wrote nothing because an episode's
+// dedupe key is a key of a dedupe key version the database no longer uses
+// (it moved to a newer one since the node read it; migration 00014's
+// insert trigger refused the row). The node reads the version again and
+// hashes the trigger anew; inside a caller's transaction, that transaction
+// can no longer commit: roll it back and run it again.
+var ErrKeyVersion = errors.New("episodes: the dedupe key is not a key of the database's key version")
+
+// KeyVersionOf is the version an adapter writes for key version v of a New
+// or a BatchItem: v, or for zero dedupe.LatestKeyVersion, the version every
+// key that no version changes is written under (a schedule's, an event
+// id's, a payload's whose forms agree).
+func KeyVersionOf(v int16) int16 {
+	if v == 0 {
+		return int16(dedupe.LatestKeyVersion)
+	}
+	return v
+}
+
 // New describes an episode to create.
 type New struct {
 	ActorID       string
@@ -83,6 +103,13 @@ type New struct {
 	// trigger ("" for none), stored with the episode so every attempt, on
 	// any node, continues that trace (telemetry.Tracer).
 	TraceParent string
+	// KeyVersion is the dedupe key version (dedupe.KeyVersion) DedupeKey is
+	// a key of: what the runner hashed an event's payload under, the
+	// database's version as it read it. Zero for a key no version changes
+	// (a schedule's, an event id's, a payload both forms agree on), written
+	// as dedupe.LatestKeyVersion (KeyVersionOf). A key of a version the
+	// database no longer uses is refused: ErrKeyVersion, nothing written.
+	KeyVersion int16
 
 	// Owner, when set, is granted the episode's work claim by the creating
 	// statement itself, for Lease: a created episode is never left queued

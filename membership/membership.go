@@ -27,6 +27,19 @@ type Member struct {
 	// ClaimTriggerRequests (stored as episodes.RunnableJSON). Nil lists
 	// none.
 	Runnable []episodes.Runnable
+	// KeyVersion is the newest dedupe key version (dedupe.KeyVersion) the
+	// node computes: a database moves to a version only while every live
+	// node computes it (SwitchKeyVersion). Zero is a node that computes
+	// only version 1.
+	KeyVersion int
+}
+
+// KeyVersionColumn is KeyVersion as the node row stores it: 1 for zero.
+func (m Member) KeyVersionColumn() int16 {
+	if m.KeyVersion <= 0 {
+		return 1
+	}
+	return int16(m.KeyVersion)
 }
 
 // Row is a node row as listed, with ages on the database clock.

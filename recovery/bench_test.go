@@ -185,7 +185,7 @@ type episodeMix struct {
 
 // episodeColumns are the columns every load statement fills, in order.
 const episodeColumns = `INSERT INTO leasehold_episodes
-	(actor_id, expectation_id, trigger_type, dedupe_key, status, attempts, max_attempts,
+	(actor_id, expectation_id, trigger_type, dedupe_key, key_version, status, attempts, max_attempts,
 	 owner_node, created_at, queued_at, started_at, last_step_at, finished_at) `
 
 // loadEpisodes fills the schema behind pool with m using set-based inserts,
@@ -209,21 +209,21 @@ func loadEpisodes(tb testing.TB, pool *pgxpool.Pool, m episodeMix) (staleFrom, s
 	}{
 		{done, episodeColumns + `
 			SELECT 'actor-' || g % 20, 'job', CASE WHEN g % 4 = 0 THEN 'manual' ELSE 'event' END,
-			       CASE WHEN g % 4 = 0 THEN NULL ELSE 'done:' || g END, 'done', 1, 3, 'node-' || g % 5,
+			       CASE WHEN g % 4 = 0 THEN NULL ELSE 'done:' || g END, 2, 'done', 1, 3, 'node-' || g % 5,
 			       t, t, t + interval '1 second', t + interval '20 seconds', t + interval '21 seconds'
 			FROM generate_series(1, $1::int) AS g,
 			     LATERAL (SELECT now() - g * interval '25 seconds' AS t) AS x`},
 		{m.running, episodeColumns + `
-			SELECT 'actor-' || g % 20, 'job', 'event', 'running:' || g, 'running', 1, 3, 'live-node-' || g % 3,
+			SELECT 'actor-' || g % 20, 'job', 'event', 'running:' || g, 2, 'running', 1, 3, 'live-node-' || g % 3,
 			       now() - interval '2 minutes', now() - interval '2 minutes', now() - interval '1 minute',
 			       now() - g % 30 * interval '1 second', NULL
 			FROM generate_series(1, $1::int) AS g`},
 		{m.queued, episodeColumns + `
-			SELECT 'actor-' || g % 20, 'job', 'event', 'queued:' || g, 'queued', 0, 3, 'live-node-' || g % 3,
+			SELECT 'actor-' || g % 20, 'job', 'event', 'queued:' || g, 2, 'queued', 0, 3, 'live-node-' || g % 3,
 			       now() - g * interval '100 milliseconds', now() - g * interval '100 milliseconds', NULL, NULL, NULL
 			FROM generate_series(1, $1::int) AS g`},
 		{m.stale, episodeColumns + `
-			SELECT 'worker', 'job', 'event', 'stale:' || g, 'running', 0, 1000, 'dead-node',
+			SELECT 'worker', 'job', 'event', 'stale:' || g, 2, 'running', 0, 1000, 'dead-node',
 			       now() - interval '2 hours', now() - interval '2 hours', now() - interval '1 hour',
 			       now() - interval '1 hour', NULL
 			FROM generate_series(1, $1::int) AS g`},

@@ -48,9 +48,9 @@ func insertOrphans(t *testing.T, pool *pgxpool.Pool, s orphanSpec) []int64 {
 	}
 	prefix := fmt.Sprintf("orphan:%s:%s:%s:%d", s.stack, s.env, s.status, time.Now().UnixNano())
 	rows, err := pool.Query(context.Background(), `INSERT INTO leasehold_episodes
-		(actor_id, expectation_id, trigger_type, dedupe_key, status, max_attempts, source_stack, source_env,
+		(actor_id, expectation_id, trigger_type, dedupe_key, key_version, status, max_attempts, source_stack, source_env,
 		 owner_node, created_at, started_at, last_step_at)
-		SELECT $1, $2, 'event', $3 || ':' || g, $4, $5, $6, $7, 'dead-node',
+		SELECT $1, $2, 'event', $3 || ':' || g, 2, $4, $5, $6, $7, 'dead-node',
 		       now() - interval '2 hours', now() - interval '1 hour', now() - interval '1 hour'
 		FROM generate_series(1, $8::int) AS g RETURNING id, dedupe_key`,
 		s.actor, s.expectation, prefix, s.status, s.maxAttempts, s.stack, s.env, s.n)

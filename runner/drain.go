@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/leasehold/leasehold/dedupe"
 	"github.com/leasehold/leasehold/episodes"
 	"github.com/leasehold/leasehold/membership"
 	"github.com/leasehold/leasehold/telemetry"
@@ -273,7 +274,7 @@ func (n *Node) member(draining bool) membership.Member {
 		runnable = append(runnable, n.actors[id].runnable...)
 	}
 	return membership.Member{ID: n.id, Stack: n.cfg.StackSlug, Env: n.cfg.Env, Mode: string(n.Mode()), Draining: draining,
-		Runnable: runnable}
+		Runnable: runnable, KeyVersion: int(dedupe.LatestKeyVersion)}
 }
 
 // memberPeriod is how often the membership row is refreshed, and the

@@ -252,6 +252,9 @@ type Node struct {
 	backlog atomic.Bool
 	// finishes groups the runs' terminal writes (FinishEpisodes).
 	finishes finishGroup
+	// keyVer is the database's dedupe key version as last read, 0 before
+	// the first read and after the database refused a key (keyVersion).
+	keyVer atomic.Int32
 }
 
 type actorState struct {
@@ -562,13 +565,30 @@ type FireOptions struct {
 func (n *Node) Fire(ctx context.Context, actorID, event string, payload any, opts FireOptions) ([]Outcome, error) {
 	n.intake.RLock()
 	defer n.intake.RUnlock()
-	as, fired, err := n.eventEpisodes(actorID, event, payload, opts)
+	as, fired, err := n.eventEpisodes(ctx, n.store, actorID, event, payload, opts)
 	if err != nil {
 		return nil, err
 	}
 	var out []Outcome
-	for _, ne := range fired {
-		o, err := n.trigger(ctx, as, as.exps[ne.ExpectationID], ne, n.cfg.EventJitter, opts.Delay)
+	rehashed := false
+	for i := 0; i < len(fired); i++ {
+		f := fired[i]
+		if f.existing != 0 {
+			out = append(out, n.duplicateOfV1(ctx, f))
+			continue
+		}
+		o, err := n.trigger(ctx, as, as.exps[f.ne.ExpectationID], f.ne, n.cfg.EventJitter, opts.Delay)
+		if err != nil && !rehashed && n.forgetKeyVersion(err) {
+			// The database moved to a newer key version since this node
+			// read it, and refused the key (nothing was written): hash
+			// this and the remaining expectations' episodes again.
+			rehashed = true
+			if _, fired, err = n.eventEpisodes(ctx, n.store, actorID, event, payload, opts); err != nil {
+				return out, err
+			}
+			i--
+			continue
+		}
 		if err != nil {
 			return out, err
 		}
@@ -577,11 +597,28 @@ func (n *Node) Fire(ctx context.Context, actorID, event string, payload any, opt
 	return out, nil
 }
 
+// keyedEpisode is the episode an event creates for one expectation, keyed
+// under the database's dedupe key version; or, when existing is set, the
+// live episode the same trigger created under its version 1 key before the
+// database moved to version 2 (keyFor), which it duplicates.
+type keyedEpisode struct {
+	ne       episodes.New
+	existing int64
+}
+
+// duplicateOfV1 is the outcome of f, a duplicate of the episode its trigger
+// created under its version 1 key.
+func (n *Node) duplicateOfV1(ctx context.Context, f keyedEpisode) Outcome {
+	n.emit(ctx, n.aboutNew(f.ne, f.existing, telemetry.Event{Name: EventDuplicate}))
+	return Outcome{ExpectationID: f.ne.ExpectationID, EpisodeID: f.existing, Duplicate: true}
+}
+
 // eventEpisodes validates an event for actorID and returns the episode each
-// of its expectations triggered by event gets: the dedupe key (folded into
-// the env), trigger ref and payload Fire and FireTx create. Callers hold
-// intake.
-func (n *Node) eventEpisodes(actorID, event string, payload any, opts FireOptions) (*actorState, []episodes.New, error) {
+// of its expectations triggered by event gets, in the actor's order of
+// expectations: the dedupe key (folded into the env, under the database's
+// key version: keyFor, which reads through finder), trigger ref and
+// payload Fire and FireTx create. Callers hold intake.
+func (n *Node) eventEpisodes(ctx context.Context, finder any, actorID, event string, payload any, opts FireOptions) (*actorState, []keyedEpisode, error) {
 	as, env, exps, err := n.eventTarget(actorID, event, opts)
 	if err != nil {
 		return nil, nil, err
@@ -590,13 +627,22 @@ func (n *Node) eventEpisodes(actorID, event string, payload any, opts FireOption
 	if err != nil {
 		return nil, nil, err
 	}
-	out := make([]episodes.New, 0, len(exps))
-	for _, e := range exps {
-		key, ref, err := eventKey(as, e, env, event, opts.EventID, raw)
+	keys := make([]dedupe.EventKeys, len(exps))
+	refs := make([]json.RawMessage, len(exps))
+	for i, e := range exps {
+		if keys[i], refs[i], err = eventKeys(as, e, env, event, opts.EventID, raw); err != nil {
+			return nil, nil, err
+		}
+	}
+	out := make([]keyedEpisode, 0, len(exps))
+	for i, e := range exps {
+		key, version, existing, err := n.keyFor(ctx, finder, keys[i])
 		if err != nil {
 			return nil, nil, err
 		}
-		out = append(out, n.newEpisode(as, e, env, key, ref, raw))
+		ne := n.newEpisode(as, e, env, key, refs[i], raw)
+		ne.KeyVersion = version
+		out = append(out, keyedEpisode{ne: ne, existing: existing})
 	}
 	return as, out, nil
 }
@@ -632,20 +678,6 @@ func (n *Node) eventTarget(actorID, event string, opts FireOptions) (*actorState
 		return nil, "", nil, fmt.Errorf("%w: actor %q has no expectation for event %q", ErrUnknown, actorID, event)
 	}
 	return as, env, exps, nil
-}
-
-// eventKey is the dedupe key (folded into env) and trigger ref of one
-// event of e with canonical payload raw.
-func eventKey(as *actorState, e *Expectation, env, event, eventID string, raw json.RawMessage) (string, json.RawMessage, error) {
-	key, err := dedupe.EventKey(as.actor.ID, e.ID, eventID, raw)
-	if err == nil {
-		key, err = dedupe.InEnv(env, key)
-	}
-	if err != nil {
-		return "", nil, invalid(fmt.Sprintf("fire %s/%s", as.actor.ID, e.ID), err)
-	}
-	ref, _ := json.Marshal(map[string]string{"event": event, "event_id": eventID})
-	return key, ref, nil
 }
 
 // newEpisode is the episode one trigger of e creates in env.

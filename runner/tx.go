@@ -41,7 +41,9 @@ type TxStore interface {
 // created earlier in the same transaction. FireOptions.Delay applies.
 //
 // tx must be bound to the transaction the caller commits; this node's own
-// store is not used. On SQL Server any error inside a transaction, a
+// store is used only to read the database's dedupe key version. When the
+// database moved to a newer one meanwhile, the create fails ErrKeyVersion
+// and tx can no longer commit: roll it back and run it again. On SQL Server any error inside a transaction, a
 // duplicate key included, dooms it (XACT_ABORT); CreateDeferredEpisode's
 // guard keeps a duplicate from raising one.
 func (n *Node) FireTx(ctx context.Context, tx TxStore, actorID, event string, payload any, opts FireOptions) ([]Outcome, error) {
@@ -50,7 +52,7 @@ func (n *Node) FireTx(ctx context.Context, tx TxStore, actorID, event string, pa
 	}
 	n.intake.RLock()
 	defer n.intake.RUnlock()
-	as, fired, err := n.eventEpisodes(actorID, event, payload, opts)
+	as, fired, err := n.eventEpisodes(ctx, tx, actorID, event, payload, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -58,10 +60,18 @@ func (n *Node) FireTx(ctx context.Context, tx TxStore, actorID, event string, pa
 		return nil, fmt.Errorf("%w: actor %q on node %s", ErrDisabled, as.actor.ID, n.id)
 	}
 	out := make([]Outcome, 0, len(fired))
-	for _, ne := range fired {
+	for _, f := range fired {
+		if f.existing != 0 {
+			out = append(out, n.duplicateOfV1(ctx, f))
+			continue
+		}
+		ne := f.ne
 		ne.TraceParent = n.inject(ctx)
 		res, err := tx.CreateDeferredEpisode(ctx, episodes.Deferred{New: ne, SourceNode: n.id, Delay: opts.Delay})
 		if err != nil {
+			// A refused key (ErrKeyVersion) dooms the caller's transaction
+			// on Postgres: the caller runs it again, hashed anew.
+			n.forgetKeyVersion(err)
 			return out, fmt.Errorf("create episode %s/%s in the caller's transaction: %w", ne.ActorID, ne.ExpectationID, err)
 		}
 		if !res.Created {

@@ -32,6 +32,7 @@ func (s *Store) CreateEpisode(ctx context.Context, n episodes.New) (episodes.Cre
 		SourceEnv:     n.SourceEnv,
 		Payload:       n.Payload,
 		TraceParent:   nullable(n.TraceParent),
+		KeyVersion:    episodes.KeyVersionOf(n.KeyVersion),
 		OwnerNode:     n.Owner,
 		Start:         n.Start,
 		LeaseMs:       n.Lease.Milliseconds(),
@@ -53,6 +54,20 @@ func (s *Store) CreateEpisode(ctx context.Context, n episodes.New) (episodes.Cre
 		Claim:   episodes.GrantedClaim(sent, row.ClaimKey, n.Owner, row.Fence, row.Attempt, row.LeaseUntil, row.ClaimedAt, row.GrantKind),
 		Started: ep.Status == episodes.StatusRunning,
 	}, nil
+}
+
+// FindLiveEpisode runs FindLiveEpisode: the live (not archived) episode
+// that holds key, 0 for none. Read-only; it decides nothing
+// (runner.LiveEpisodeFinder).
+func (s *Store) FindLiveEpisode(ctx context.Context, key string) (int64, error) {
+	id, err := s.q.FindLiveEpisode(ctx, s.conn, key)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, dbError("FindLiveEpisode", err)
+	}
+	return id, nil
 }
 
 // liveEpisode is the live episode holding key, for a duplicate trigger:

@@ -367,8 +367,8 @@ func TestCreateNamesTheWinnerOfARace(t *testing.T) {
 	var got episodes.Created
 	waited, err := interleave(t, pool, func(tx pgx.Tx) {
 		require.NoError(t, tx.QueryRow(t.Context(), `INSERT INTO leasehold_episodes
-			(actor_id, expectation_id, trigger_type, dedupe_key, status, max_attempts, source_stack, source_env)
-			VALUES ('a', 'e', 'event', 'race-m', 'queued', 3, '', '') RETURNING id`).Scan(&winner))
+			(actor_id, expectation_id, trigger_type, dedupe_key, key_version, status, max_attempts, source_stack, source_env)
+			VALUES ('a', 'e', 'event', 'race-m', 2, 'queued', 3, '', '') RETURNING id`).Scan(&winner))
 	}, func() (err error) {
 		got, err = s.CreateEpisode(t.Context(), episodes.New{ActorID: "a", ExpectationID: "e", TriggerType: episodes.TriggerEvent,
 			DedupeKey: "race-m", MaxAttempts: 3, Owner: "node-a", Lease: time.Minute, Start: true})

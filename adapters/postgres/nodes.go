@@ -22,7 +22,7 @@ func (s *Store) RegisterNode(ctx context.Context, m membership.Member) error {
 		return fmt.Errorf("postgres: RegisterNode: %w", err)
 	}
 	err = s.q.RegisterNode(ctx, s.conn, db.RegisterNodeParams{
-		NodeID: m.ID, Stack: m.Stack, Env: m.Env, Mode: m.Mode, Runnable: runnable,
+		NodeID: m.ID, Stack: m.Stack, Env: m.Env, Mode: m.Mode, Runnable: runnable, KeyVersion: m.KeyVersionColumn(),
 	})
 	if err != nil {
 		return dbError("RegisterNode", err)
@@ -38,6 +38,7 @@ func (s *Store) HeartbeatNode(ctx context.Context, m membership.Member) error {
 	}
 	err = s.q.HeartbeatNode(ctx, s.conn, db.HeartbeatNodeParams{
 		NodeID: m.ID, Stack: m.Stack, Env: m.Env, Mode: m.Mode, Draining: m.Draining, Runnable: runnable,
+		KeyVersion: m.KeyVersionColumn(),
 	})
 	if err != nil {
 		return dbError("HeartbeatNode", err)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/leasehold/leasehold/claims"
 	"github.com/leasehold/leasehold/db"
+	"github.com/leasehold/leasehold/episodes"
 )
 
 // Store runs leasehold's statements on a pgx connection, pool or transaction.
@@ -173,6 +174,9 @@ func dbError(query string, err error) error {
 	// A failed connect sent nothing; pgconn does not mark it SafeToRetry
 	// because it cannot know the caller's intent, but for one statement on
 	// a fresh connection it is: a server restart must not fail live work.
+	if errors.As(err, &pgErr) && pgErr.Code == KeyVersionCode {
+		return fmt.Errorf("postgres: %s: %w: %w", query, episodes.ErrKeyVersion, err)
+	}
 	retry := pgconn.SafeToRetry(err) || errors.As(err, &connectErr) ||
 		(errors.As(err, &pgErr) && retryableCode[pgErr.Code])
 	if retry {

@@ -29,6 +29,7 @@ func (s *Store) CreateDeferredEpisode(ctx context.Context, d episodes.Deferred) 
 		SourceEnv:     n.SourceEnv,
 		Payload:       n.Payload,
 		TraceParent:   nullable(n.TraceParent),
+		KeyVersion:    episodes.KeyVersionOf(n.KeyVersion),
 		SourceNode:    d.SourceNode,
 		Opts:          d.Opts,
 		DelayMs:       d.Delay.Milliseconds(),

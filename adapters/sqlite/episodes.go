@@ -40,6 +40,7 @@ func (s *Store) CreateEpisode(ctx context.Context, n episodes.New) (episodes.Cre
 			SourceEnv:     n.SourceEnv,
 			Payload:       jsonArg(n.Payload),
 			TraceParent:   nullable(n.TraceParent),
+			KeyVersion:    int64(episodes.KeyVersionOf(n.KeyVersion)),
 			OwnerNode:     n.Owner,
 			Start:         boolInt(n.Start),
 		})
@@ -76,6 +77,13 @@ func (s *Store) CreateEpisode(ctx context.Context, n episodes.New) (episodes.Cre
 		return episodes.Created{}, err
 	}
 	return out, nil
+}
+
+// FindLiveEpisode runs FindLiveEpisode: the live (not archived) episode
+// that holds key, 0 for none. Read-only; it decides nothing
+// (runner.LiveEpisodeFinder).
+func (s *Store) FindLiveEpisode(ctx context.Context, key string) (int64, error) {
+	return s.liveEpisode(ctx, key)
 }
 
 // liveEpisode is the live episode holding key, for a duplicate trigger,

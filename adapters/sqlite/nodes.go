@@ -22,7 +22,7 @@ func (s *Store) RegisterNode(ctx context.Context, m membership.Member) error {
 		return fmt.Errorf("sqlite: RegisterNode: %w", err)
 	}
 	err = s.q.RegisterNode(ctx, s.conn, sqlitedb.RegisterNodeParams{
-		NodeID: m.ID, Stack: m.Stack, Env: m.Env, Mode: m.Mode, Runnable: runnable,
+		NodeID: m.ID, Stack: m.Stack, Env: m.Env, Mode: m.Mode, Runnable: runnable, KeyVersion: int64(m.KeyVersionColumn()),
 	})
 	if err != nil {
 		return dbError("RegisterNode", err)
@@ -38,6 +38,7 @@ func (s *Store) HeartbeatNode(ctx context.Context, m membership.Member) error {
 	}
 	err = s.q.HeartbeatNode(ctx, s.conn, sqlitedb.HeartbeatNodeParams{
 		NodeID: m.ID, Stack: m.Stack, Env: m.Env, Mode: m.Mode, Draining: m.Draining, Runnable: runnable,
+		KeyVersion: int64(m.KeyVersionColumn()),
 	})
 	if err != nil {
 		return dbError("HeartbeatNode", err)

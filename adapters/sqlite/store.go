@@ -16,6 +16,7 @@ import (
 
 	"github.com/leasehold/leasehold/claims"
 	"github.com/leasehold/leasehold/db/sqlitedb"
+	"github.com/leasehold/leasehold/episodes"
 )
 
 // DriverName is the database/sql driver Open uses: modernc.org/sqlite's.
@@ -338,6 +339,9 @@ func fenced(query string, err error) error {
 // SQLITE_LOCKED, with which SQLite refuses a statement (or BEGIN) whose lock
 // it could not get within busy_timeout, before it changes anything.
 func dbError(query string, err error) error {
+	if err != nil && strings.Contains(err.Error(), keyVersionAbort) {
+		return fmt.Errorf("sqlite: %s: %w: %w", query, episodes.ErrKeyVersion, err)
+	}
 	if isRetryable(err) {
 		return fmt.Errorf("sqlite: %s: %w: %w", query, claims.ErrRetryable, err)
 	}

@@ -156,11 +156,11 @@ func TestUniqueViolationIsNotRetryable(t *testing.T) {
 	require.True(t, sqlite.IsUniqueViolation(err), "%v", err)
 	require.False(t, sqlite.IsRetryable(err))
 	// A partial unique index too (one live episode per trigger).
-	sqlitetest.Exec(t, db, `INSERT INTO leasehold_episodes (actor_id, expectation_id, trigger_type, dedupe_key) VALUES ('a', 'e', 'event', 'd')`)
-	_, err = db.Exec(`INSERT INTO leasehold_episodes (actor_id, expectation_id, trigger_type, dedupe_key) VALUES ('a', 'e', 'event', 'd')`)
+	sqlitetest.Exec(t, db, `INSERT INTO leasehold_episodes (actor_id, expectation_id, trigger_type, dedupe_key, key_version) VALUES ('a', 'e', 'event', 'd', 2)`)
+	_, err = db.Exec(`INSERT INTO leasehold_episodes (actor_id, expectation_id, trigger_type, dedupe_key, key_version) VALUES ('a', 'e', 'event', 'd', 2)`)
 	require.True(t, sqlite.IsUniqueViolation(err), "%v", err)
 	sqlitetest.Exec(t, db, `UPDATE leasehold_episodes SET archived_at = 1 WHERE dedupe_key = 'd'`)
-	sqlitetest.Exec(t, db, `INSERT INTO leasehold_episodes (actor_id, expectation_id, trigger_type, dedupe_key) VALUES ('a', 'e', 'event', 'd')`)
+	sqlitetest.Exec(t, db, `INSERT INTO leasehold_episodes (actor_id, expectation_id, trigger_type, dedupe_key, key_version) VALUES ('a', 'e', 'event', 'd', 2)`)
 	// A CHECK is not a unique violation.
 	_, err = db.Exec(`INSERT INTO leasehold_nodes (node_id, mode) VALUES ('m', 'bogus')`)
 	require.Error(t, err)

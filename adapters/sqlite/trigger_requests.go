@@ -37,6 +37,7 @@ func (s *Store) CreateDeferredEpisode(ctx context.Context, d episodes.Deferred) 
 			SourceEnv:     n.SourceEnv,
 			Payload:       jsonArg(n.Payload),
 			TraceParent:   nullable(n.TraceParent),
+			KeyVersion:    int64(episodes.KeyVersionOf(n.KeyVersion)),
 		})
 		if errors.Is(err, sql.ErrNoRows) {
 			out.ExistingID, err = s.liveEpisode(ctx, n.DedupeKey)

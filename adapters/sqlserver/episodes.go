@@ -42,6 +42,7 @@ func (s *Store) CreateEpisode(ctx context.Context, n episodes.New) (episodes.Cre
 		sql.Named("source_env", n.SourceEnv),
 		sql.Named("payload", jsonArg(n.Payload)),
 		sql.Named("trace_parent", nullString(n.TraceParent)),
+		sql.Named("key_version", episodes.KeyVersionOf(n.KeyVersion)),
 		sql.Named("owner_node", n.Owner),
 		sql.Named("start", n.Start),
 		sql.Named("lease_ms", n.Lease.Milliseconds()),
@@ -67,6 +68,21 @@ func (s *Store) CreateEpisode(ctx context.Context, n episodes.New) (episodes.Cre
 		Claim:   episodes.GrantedClaim(sent, claimKey, n.Owner, fence, attempt, leaseUntil, claimedAt, grantKind),
 		Started: ep.Status == episodes.StatusRunning,
 	}, nil
+}
+
+// FindLiveEpisode runs FindLiveEpisode: the live (not archived) episode
+// that holds key, 0 for none. Read-only; it decides nothing
+// (runner.LiveEpisodeFinder).
+func (s *Store) FindLiveEpisode(ctx context.Context, key string) (int64, error) {
+	var id int64
+	err := s.queryRow(ctx, "FindLiveEpisode", sql.Named("dedupe_key", key)).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("sqlserver: FindLiveEpisode: %w", err)
+	}
+	return id, nil
 }
 
 // liveEpisode is the live episode holding key, for a duplicate trigger:

@@ -24,6 +24,7 @@ func (s *Store) RegisterNode(ctx context.Context, m membership.Member) error {
 		sql.Named("env", m.Env),
 		sql.Named("mode", m.Mode),
 		sql.Named("runnable", runnable),
+		sql.Named("key_version", m.KeyVersionColumn()),
 	)
 }
 
@@ -41,6 +42,7 @@ func (s *Store) HeartbeatNode(ctx context.Context, m membership.Member) error {
 		sql.Named("mode", m.Mode),
 		sql.Named("draining", m.Draining),
 		sql.Named("runnable", runnable),
+		sql.Named("key_version", m.KeyVersionColumn()),
 	)
 }
 

@@ -116,6 +116,8 @@ var (
 		"CreateTableStatement": true, "CreateIndexStatement": true, "DropTableStatement": true,
 		"AlterTableAddTableElementStatement": true, "AlterTableDropTableElementStatement": true,
 		"DropIndexStatement": true,
+		// Migration 00014's one row of leasehold_key_version.
+		"InsertStatement": true,
 		// Migration 00009's leasehold_hold, whose body is held to the batch
 		// statement types (procedureBody).
 		"CreateProcedureStatement": true, "DropProcedureStatement": true,

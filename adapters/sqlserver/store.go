@@ -245,9 +245,11 @@ var resultColumns = map[string][]string{
 	"ClearFinding":       {"lease_held", "cleared"},
 	"ListActiveFindings": findingColumns,
 
-	"RegisterNode":   nil,
-	"HeartbeatNode":  nil,
-	"DeregisterNode": nil,
+	"RegisterNode":           nil,
+	"HeartbeatNode":          nil,
+	"DeregisterNode":         nil,
+	"GetKeyVersion":          {"version", "switched_at"},
+	"ListKeyVersionLaggards": {"node_id", "stack", "env", "key_version", "heartbeat_age_ms"},
 	"ListNodes": {
 		"node_id", "stack", "env", "mode", "draining", "started_at", "heartbeat_at",
 		"heartbeat_age_ms", "live_leases",

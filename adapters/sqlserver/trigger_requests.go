@@ -37,6 +37,7 @@ func (s *Store) CreateDeferredEpisode(ctx context.Context, d episodes.Deferred) 
 		sql.Named("source_env", n.SourceEnv),
 		sql.Named("payload", jsonArg(n.Payload)),
 		sql.Named("trace_parent", nullString(n.TraceParent)),
+		sql.Named("key_version", episodes.KeyVersionOf(n.KeyVersion)),
 		sql.Named("source_node", d.SourceNode),
 		sql.Named("opts", jsonArg(d.Opts)),
 		sql.Named("delay_ms", d.Delay.Milliseconds()),

@@ -416,6 +416,8 @@ func TestUnitParamsMatchPostgres(t *testing.T) {
 	_, _ = s.ListCancelRequests(ctx, "a")
 	_, _ = s.RequeueEpisode(ctx, 1, "a")
 	_, _ = s.liveEpisode(ctx, "k", 0)
+	_, _, _ = s.KeyVersion(ctx)
+	_, _, _ = s.SwitchKeyVersion(ctx, episodes.KeySwitch{})
 	_ = s.InTx(ctx, func(tx workflows.Tx) error { _, err := tx.(*Store).HoldClaim(ctx, tk); return err })
 	_, _, _ = s.AgentRecoveryPolicy(ctx, "x", "y")
 	_ = s.PutAgentDefinition(ctx, episodes.Definition{ActorID: "x", ExpectationID: "y", RecoveryPolicy: "retry", MaxAttempts: 3})
@@ -493,6 +495,7 @@ func TestUnitParamsMatchPostgres(t *testing.T) {
 		"bound_ms": int64(0), "delay_ms": int64(0), "backoff_ms": int64(0), "start": false, "attempts": int32(0),
 		"before_id": int64(0), "window_ms": int64(0), "bucket_ms": int64(0),
 		"silent_after_ms": int64(0), "overdue_after_ms": int64(0),
+		"key_version": int16(0), "live_ms": int64(0),
 	}
 	require.ElementsMatch(t, slices.Collect(maps.Keys(resultColumns)), slices.Collect(maps.Keys(f.params)), "every statement ran")
 	// The bounds travel in the batch they top, with the Postgres bound's

@@ -43,6 +43,7 @@ type cliStore interface {
 	ListNodes(ctx context.Context) ([]membership.Row, error)
 	membership.WaitingReader
 	workflows.Store
+	episodes.KeyVersioner
 }
 
 // dbConn is an open, reachable database of either dialect.

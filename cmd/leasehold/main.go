@@ -66,6 +66,7 @@ var commands = []command{
 	{name: "claims", summary: "claims ls: list work claims", run: claimsCmd},
 	{name: "episodes", summary: "episodes ls|show|cancel|retry: list episodes, show one with its claim and journal, cancel or retry one", run: episodesCmd},
 	{name: "nodes", summary: "nodes ls: list registered nodes (advisory membership)", run: nodesCmd},
+	{name: "keys", summary: "keys show|switch: the dedupe key version the database uses; move it to version 2", run: keysCmd},
 	{name: "workflows", summary: "workflows ls|cancel: list workflow instances (parked ones with why), cancel one", run: workflowsCmd},
 	{name: "sweep", summary: "sweep -dry-run: what recovery would do with orphaned episodes, and why", run: sweepCmd},
 	{name: "ui", summary: "serve the web dashboard (loopback by default; cancel and retry behind a confirmation)", run: uiCmd},

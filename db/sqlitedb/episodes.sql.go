@@ -256,17 +256,17 @@ const createEpisode = `-- name: CreateEpisode :one
 INSERT INTO leasehold_episodes (
     actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status,
     max_attempts, budget, source_stack, source_env, payload, queued_at,
-    trace_parent, owner_node, started_at, last_step_at
+    trace_parent, key_version, owner_node, started_at, last_step_at
 )
 SELECT CAST(?1 AS TEXT), CAST(?2 AS TEXT), CAST(?3 AS TEXT),
     ?4, ?5, s.status,
     CAST(?6 AS INTEGER), ?7, CAST(?8 AS TEXT),
     CAST(?9 AS TEXT), ?10, CAST(round(unixepoch('subsec') * 1000) AS INTEGER),
-    ?11,
-    CASE WHEN s.status = 'running' THEN CAST(?12 AS TEXT) END,
+    ?11, CAST(?12 AS INTEGER),
+    CASE WHEN s.status = 'running' THEN CAST(?13 AS TEXT) END,
     CASE WHEN s.status = 'running' THEN CAST(round(unixepoch('subsec') * 1000) AS INTEGER) END,
     CASE WHEN s.status = 'running' THEN CAST(round(unixepoch('subsec') * 1000) AS INTEGER) END
-FROM (SELECT CASE WHEN CAST(?13 AS INTEGER) = 1 AND CAST(?12 AS TEXT) <> ''
+FROM (SELECT CASE WHEN CAST(?14 AS INTEGER) = 1 AND CAST(?13 AS TEXT) <> ''
                    AND NOT EXISTS (SELECT 1 FROM leasehold_work_claims AS x
                                    WHERE x.dedupe_key = ?5
                                      AND x.state = 'claimed'
@@ -290,6 +290,7 @@ type CreateEpisodeParams struct {
 	SourceEnv     string
 	Payload       *string
 	TraceParent   *string
+	KeyVersion    int64
 	OwnerNode     string
 	Start         int64
 }
@@ -347,6 +348,10 @@ type CreateEpisodeRow struct {
 // ends in the microseconds between the two statements leaves a queued
 // episode with a grant: its caller starts it with StartEpisode.
 //
+// key_version is the dedupe key version dedupe_key is a key of (migration
+// 00014): the insert trigger aborts a key of a version the file no longer
+// uses ("leasehold: key version"), and the statement writes nothing.
+//
 // WHERE true: SQLite's grammar needs a WHERE in INSERT ... SELECT before
 // ON CONFLICT.
 func (q *Queries) CreateEpisode(ctx context.Context, db DBTX, arg CreateEpisodeParams) (CreateEpisodeRow, error) {
@@ -362,6 +367,7 @@ func (q *Queries) CreateEpisode(ctx context.Context, db DBTX, arg CreateEpisodeP
 		arg.SourceEnv,
 		arg.Payload,
 		arg.TraceParent,
+		arg.KeyVersion,
 		arg.OwnerNode,
 		arg.Start,
 	)

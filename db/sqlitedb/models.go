@@ -47,6 +47,7 @@ type LeaseholdEpisode struct {
 	JournalPurged     bool
 	CancelRequestedAt *int64
 	TraceParent       *string
+	KeyVersion        *int64
 }
 
 type LeaseholdEpisodeStep struct {
@@ -78,6 +79,12 @@ type LeaseholdFinding struct {
 	ClearedAt        *int64
 }
 
+type LeaseholdKeyVersion struct {
+	Singleton  int64
+	Version    int64
+	SwitchedAt *int64
+}
+
 type LeaseholdNode struct {
 	NodeID      string
 	Stack       string
@@ -87,6 +94,7 @@ type LeaseholdNode struct {
 	StartedAt   int64
 	HeartbeatAt int64
 	Runnable    string
+	KeyVersion  *int64
 }
 
 type LeaseholdTriggerRequest struct {

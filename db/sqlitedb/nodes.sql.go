@@ -20,28 +20,30 @@ func (q *Queries) DeregisterNode(ctx context.Context, db DBTX, nodeID string) er
 }
 
 const heartbeatNode = `-- name: HeartbeatNode :exec
-INSERT INTO leasehold_nodes AS n (node_id, stack, env, mode, draining, started_at, heartbeat_at, runnable)
+INSERT INTO leasehold_nodes AS n (node_id, stack, env, mode, draining, started_at, heartbeat_at, runnable, key_version)
 VALUES (
     CAST(?1 AS TEXT), CAST(?2 AS TEXT), CAST(?3 AS TEXT), CAST(?4 AS TEXT),
     CAST(?5 AS BOOLEAN),
     CAST(round(unixepoch('subsec') * 1000) AS INTEGER),
     CAST(round(unixepoch('subsec') * 1000) AS INTEGER),
-    CAST(?6 AS TEXT)
+    CAST(?6 AS TEXT), CAST(?7 AS INTEGER)
 )
 ON CONFLICT (node_id) DO UPDATE SET
     mode         = excluded.mode,
     runnable     = excluded.runnable,
+    key_version  = excluded.key_version,
     draining     = excluded.draining,
     heartbeat_at = excluded.heartbeat_at
 `
 
 type HeartbeatNodeParams struct {
-	NodeID   string
-	Stack    string
-	Env      string
-	Mode     string
-	Draining bool
-	Runnable string
+	NodeID     string
+	Stack      string
+	Env        string
+	Mode       string
+	Draining   bool
+	Runnable   string
+	KeyVersion int64
 }
 
 // Refreshes the node's row with its current mode, drain state and runnable
@@ -55,6 +57,7 @@ func (q *Queries) HeartbeatNode(ctx context.Context, db DBTX, arg HeartbeatNodeP
 		arg.Mode,
 		arg.Draining,
 		arg.Runnable,
+		arg.KeyVersion,
 	)
 	return err
 }
@@ -244,29 +247,31 @@ func (q *Queries) ListWaitingForNode(ctx context.Context, db DBTX, arg ListWaiti
 
 const registerNode = `-- name: RegisterNode :exec
 
-INSERT INTO leasehold_nodes AS n (node_id, stack, env, mode, draining, started_at, heartbeat_at, runnable)
+INSERT INTO leasehold_nodes AS n (node_id, stack, env, mode, draining, started_at, heartbeat_at, runnable, key_version)
 VALUES (
     CAST(?1 AS TEXT), CAST(?2 AS TEXT), CAST(?3 AS TEXT), CAST(?4 AS TEXT), 0,
     CAST(round(unixepoch('subsec') * 1000) AS INTEGER),
     CAST(round(unixepoch('subsec') * 1000) AS INTEGER),
-    CAST(?5 AS TEXT)
+    CAST(?5 AS TEXT), CAST(?6 AS INTEGER)
 )
 ON CONFLICT (node_id) DO UPDATE SET
     stack        = excluded.stack,
     env          = excluded.env,
     mode         = excluded.mode,
     runnable     = excluded.runnable,
+    key_version  = excluded.key_version,
     draining     = 0,
     started_at   = excluded.started_at,
     heartbeat_at = excluded.heartbeat_at
 `
 
 type RegisterNodeParams struct {
-	NodeID   string
-	Stack    string
-	Env      string
-	Mode     string
-	Runnable string
+	NodeID     string
+	Stack      string
+	Env        string
+	Mode       string
+	Runnable   string
+	KeyVersion int64
 }
 
 // Membership (SQLite): advisory rows describing the nodes that share this
@@ -276,7 +281,8 @@ type RegisterNodeParams struct {
 // A node announces itself on start: a restarted node with the same
 // identity replaces its old row (started_at is reset). runnable is the
 // (actor, expectation) pairs its poller asks work for, the JSON array of
-// ClaimTriggerRequests' runnable (episodes.RunnableJSON).
+// ClaimTriggerRequests' runnable (episodes.RunnableJSON); key_version the
+// newest dedupe key version it computes (migration 00014).
 func (q *Queries) RegisterNode(ctx context.Context, db DBTX, arg RegisterNodeParams) error {
 	_, err := db.ExecContext(ctx, registerNode,
 		arg.NodeID,
@@ -284,6 +290,7 @@ func (q *Queries) RegisterNode(ctx context.Context, db DBTX, arg RegisterNodePar
 		arg.Env,
 		arg.Mode,
 		arg.Runnable,
+		arg.KeyVersion,
 	)
 	return err
 }

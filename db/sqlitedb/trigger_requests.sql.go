@@ -117,13 +117,13 @@ const createDeferredEpisode = `-- name: CreateDeferredEpisode :one
 INSERT INTO leasehold_episodes (
     actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status,
     max_attempts, budget, source_stack, source_env, payload, queued_at,
-    trace_parent
+    trace_parent, key_version
 ) VALUES (
     CAST(?1 AS TEXT), CAST(?2 AS TEXT), CAST(?3 AS TEXT),
     ?4, ?5, 'queued',
     CAST(?6 AS INTEGER), ?7, CAST(?8 AS TEXT),
     CAST(?9 AS TEXT), ?10, CAST(round(unixepoch('subsec') * 1000) AS INTEGER),
-    ?11
+    ?11, CAST(?12 AS INTEGER)
 )
 ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL AND archived_at IS NULL
 DO NOTHING
@@ -142,6 +142,7 @@ type CreateDeferredEpisodeParams struct {
 	SourceEnv     string
 	Payload       *string
 	TraceParent   *string
+	KeyVersion    int64
 }
 
 type CreateDeferredEpisodeRow struct {
@@ -178,7 +179,8 @@ type CreateDeferredEpisodeRow struct {
 // episode's id with FindLiveEpisode in the same transaction).
 // CreateDeferredEpisodeRequest follows in the transaction: neither row can
 // exist without the other, so no crash leaves a deferred episode that no
-// poller will ever see.
+// poller will ever see. key_version as CreateEpisode's: a key of a version
+// the file no longer uses is aborted ("leasehold: key version").
 func (q *Queries) CreateDeferredEpisode(ctx context.Context, db DBTX, arg CreateDeferredEpisodeParams) (CreateDeferredEpisodeRow, error) {
 	row := db.QueryRowContext(ctx, createDeferredEpisode,
 		arg.ActorID,
@@ -192,6 +194,7 @@ func (q *Queries) CreateDeferredEpisode(ctx context.Context, db DBTX, arg Create
 		arg.SourceEnv,
 		arg.Payload,
 		arg.TraceParent,
+		arg.KeyVersion,
 	)
 	var i CreateDeferredEpisodeRow
 	err := row.Scan(&i.ID, &i.CreatedAt)
@@ -238,13 +241,14 @@ const createDeferredEpisodes = `-- name: CreateDeferredEpisodes :many
 INSERT INTO leasehold_episodes (
     actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status,
     max_attempts, budget, source_stack, source_env, payload, queued_at,
-    trace_parent
+    trace_parent, key_version
 )
 SELECT CAST(?1 AS TEXT), CAST(?2 AS TEXT), CAST(?3 AS TEXT),
     nullif(i.value -> '$.trigger_ref', 'null'), i.value ->> '$.dedupe_key', 'queued',
     CAST(?4 AS INTEGER), ?5, CAST(?6 AS TEXT),
     CAST(?7 AS TEXT), nullif(i.value -> '$.payload', 'null'),
-    CAST(round(unixepoch('subsec') * 1000) AS INTEGER), i.value ->> '$.trace_parent'
+    CAST(round(unixepoch('subsec') * 1000) AS INTEGER), i.value ->> '$.trace_parent',
+    i.value ->> '$.key_version'
 FROM json_each(?8) AS i
 WHERE true
 ORDER BY i.key
@@ -273,8 +277,9 @@ type CreateDeferredEpisodesRow struct {
 // A batch of triggers of one expectation (Node.FireBatch, FireBatchTx): one
 // available episode per item, each deduplicated on its own dedupe_key
 // exactly like CreateDeferredEpisode (the same index and predicate). items
-// is a JSON array of {"dedupe_key", "trigger_ref", "payload",
-// "trace_parent"}; keys are distinct within a batch (the caller folds
+// is a JSON array of {"dedupe_key", "key_version", "trigger_ref",
+// "payload", "trace_parent"} (key_version as CreateEpisode's, per item: one
+// aborted key fails the whole batch); keys are distinct within a batch (the caller folds
 // repeats). One row back per episode created, with its key; a key without
 // a row was a duplicate (the adapter reads its live episode with
 // FindLiveEpisode in the same transaction). CreateDeferredEpisodesRequests

@@ -148,7 +148,8 @@ func traceStatements(ctx context.Context, scratch string, t target) (statementTe
 }
 
 // routineCallers maps each routine t's migrations create to the generated
-// statements (in genDir) whose text calls it.
+// statements (in genDir) whose text calls it, or (a trigger, and the
+// function it executes) inserts into its table (callTexts).
 func routineCallers(scratch string, t target, genDir string) (map[string][]string, error) {
 	rs, err := routinesOf(scratch, t)
 	if err != nil || len(rs) == 0 {
@@ -166,8 +167,11 @@ func routineCallers(scratch string, t target, genDir string) (map[string][]strin
 		}
 		for _, m := range goConst.FindAllStringSubmatch(string(b), -1) {
 			for _, r := range rs {
-				if strings.Contains(m[2], r.name+"(") {
-					out[r.name] = append(out[r.name], m[1])
+				for _, call := range callTexts(r, rs) {
+					if strings.Contains(m[2], call) {
+						out[r.name] = append(out[r.name], m[1])
+						break
+					}
 				}
 			}
 		}

@@ -27,8 +27,9 @@ type target struct {
 	locks []generated
 	// routines are the migrations whose Up section creates a routine
 	// (a function or procedure users and statements call, such as
-	// leasehold_hold): each routine's body is mutated like a statement,
-	// named after the routine. Migrations are embedded, so each of these
+	// leasehold_hold, or a trigger and the function it executes, such as
+	// leasehold_episodes_key_version): each routine's body is mutated like
+	// a statement, named after the routine. Migrations are embedded, so each of these
 	// mutants rebuilds the tests.
 	routines string
 }
@@ -58,7 +59,7 @@ var sqliteLocks = []generated{
 
 var targets = []target{
 	{dialect: "postgres", files: "db/*.sql.go", routines: "sql/schema/postgres/*.sql", pkg: "adapters/postgres", needs: "a Postgres (make mutate starts a throwaway one when none is reachable)"},
-	{dialect: "sqlite", files: "db/sqlitedb/*.sql.go", pkg: "adapters/sqlite", run: "^Test(Conformance|Hold|FinishTx|Savepoint|Store|Grant|Due|Lanes)",
+	{dialect: "sqlite", files: "db/sqlitedb/*.sql.go", routines: "sql/schema/sqlite/*.sql", pkg: "adapters/sqlite", run: "^Test(Conformance|Hold|FinishTx|Savepoint|Store|Grant|Due|Lanes)",
 		locks: sqliteLocks},
 	{dialect: "sqlserver", files: "sql/queries/sqlserver/*.sql", routines: "sql/schema/sqlserver/*.sql", pkg: "adapters/sqlserver", run: "^Test(Static|Unit)"},
 }
@@ -71,9 +72,30 @@ var operatorReads = regexp.MustCompile(`(dashboard|inspect)\.sql`)
 var goConst = regexp.MustCompile("(?s)const \\w+ = `-- name: (\\w+) :\\w+\\n(.*?)`")
 var sqlName = regexp.MustCompile(`(?m)^-- name: (\w+) :\w+`)
 
-// routineBlock is a goose statement block that creates a function or a
-// procedure; group 1 is the block, group 2 the routine's name.
-var routineBlock = regexp.MustCompile(`(?s)-- \+goose StatementBegin\n(CREATE (?:OR REPLACE )?(?:FUNCTION|PROCEDURE) (\w+).*?)-- \+goose StatementEnd`)
+// routineBlock is a goose statement block that creates a function, a
+// procedure or a trigger; group 1 is the block, group 2 the routine's
+// name.
+var routineBlock = regexp.MustCompile(`(?s)-- \+goose StatementBegin\n(CREATE (?:OR REPLACE )?(?:FUNCTION|PROCEDURE|TRIGGER) (\w+).*?)-- \+goose StatementEnd`)
+
+// insertTrigger finds the table a routine that creates an INSERT trigger
+// fires on (group 1).
+var insertTrigger = regexp.MustCompile(`(?is)^CREATE TRIGGER \w+\s+(?:BEFORE|AFTER)\s+INSERT\s+ON\s+(\w+)`)
+
+// callTexts are the texts a statement that runs routine r contains: its
+// call, name(; for an INSERT trigger, an insert into its table; for a
+// function a trigger of rs executes, that trigger's texts.
+func callTexts(r routine, rs []routine) []string {
+	out := []string{r.name + "("}
+	if m := insertTrigger.FindStringSubmatch(r.body); m != nil {
+		out = append(out, "INSERT INTO "+m[1])
+	}
+	for _, other := range rs {
+		if other.name != r.name && insertTrigger.MatchString(other.body) && strings.Contains(other.body, r.name+"(") {
+			out = append(out, callTexts(other, nil)...)
+		}
+	}
+	return out
+}
 
 // routine is one function or procedure a migration's Up section creates.
 type routine struct{ file, name, body string } // file relative to the module root

@@ -24,9 +24,11 @@ type generated struct {
 
 // decidingTerm matches what a coordination predicate decides on: the fence,
 // the owner, a state or status, a lease or due time against the database
-// clock, attempts, archiving, cancel requests, and the expectation (a
-// poller takes only the (actor, expectation) pairs it runs: issue 31).
-var decidingTerm = regexp.MustCompile(`(?i)\b(fence|owner_node|claimed_by|owner|state|status|lease_until|claim_until|run_after|attempts?|max_attempts|archived_at|cancel_requested_at|finished_at|expires_at|expectation_id|now\(\)|unixepoch|SYSUTCDATETIME|@fence|@owner_node)\b`)
+// clock, attempts, archiving, cancel requests, the expectation (a poller
+// takes only the (actor, expectation) pairs it runs: issue 31), and the
+// dedupe key version (the guard that refuses a version 1 key once the
+// database moved, and the switch: migration 00014) or a definition's.
+var decidingTerm = regexp.MustCompile(`(?i)\b(fence|owner_node|claimed_by|owner|state|status|lease_until|claim_until|run_after|attempts?|max_attempts|archived_at|cancel_requested_at|finished_at|expires_at|expectation_id|now\(\)|unixepoch|SYSUTCDATETIME|@fence|@owner_node|key_version|version)\b`)
 
 // cmpOp matches one comparison operator, longest first.
 var cmpOp = regexp.MustCompile(`<=|>=|<>|!=|<|>|=`)

@@ -37,16 +37,21 @@
 -- A duplicate's id is read in the same statement, from its snapshot; a key
 -- whose live episode committed after that snapshot began reports no id
 -- here (existing_id 0), and the adapter reads it by FindLiveEpisode.
+--
+-- key_version is the dedupe key version dedupe_key is a key of (migration
+-- 00014): the insert trigger refuses a version 1 key once the database
+-- uses version 2 (SQLSTATE LH002), and the statement writes nothing.
 WITH created AS (
     INSERT INTO leasehold_episodes (
         actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status,
         max_attempts, budget, source_stack, source_env, payload, queued_at,
-        trace_parent, owner_node, started_at, last_step_at
+        trace_parent, key_version, owner_node, started_at, last_step_at
     )
     SELECT sqlc.arg(actor_id), sqlc.arg(expectation_id), sqlc.arg(trigger_type),
         sqlc.narg(trigger_ref), sqlc.narg(dedupe_key), s.status,
         sqlc.arg(max_attempts), sqlc.narg(budget), sqlc.arg(source_stack),
         sqlc.arg(source_env), sqlc.narg(payload), now(), sqlc.narg(trace_parent)::text,
+        sqlc.arg(key_version)::smallint,
         CASE WHEN s.status = 'running' THEN sqlc.arg(owner_node)::text END,
         CASE WHEN s.status = 'running' THEN now() END,
         CASE WHEN s.status = 'running' THEN now() END

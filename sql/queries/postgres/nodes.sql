@@ -6,15 +6,17 @@
 -- A node announces itself on start: a restarted node with the same
 -- identity replaces its old row (started_at is reset). runnable is the
 -- (actor, expectation) pairs its poller asks work for, the JSON array of
--- ClaimTriggerRequests' runnable (episodes.RunnableJSON), passed as text.
-INSERT INTO leasehold_nodes AS n (node_id, stack, env, mode, draining, started_at, heartbeat_at, runnable)
+-- ClaimTriggerRequests' runnable (episodes.RunnableJSON), passed as text;
+-- key_version the newest dedupe key version it computes (migration 00014).
+INSERT INTO leasehold_nodes AS n (node_id, stack, env, mode, draining, started_at, heartbeat_at, runnable, key_version)
 VALUES (sqlc.arg(node_id), sqlc.arg(stack), sqlc.arg(env), sqlc.arg(mode), false, now(), now(),
-    sqlc.arg(runnable)::text::jsonb)
+    sqlc.arg(runnable)::text::jsonb, sqlc.arg(key_version)::smallint)
 ON CONFLICT (node_id) DO UPDATE SET
     stack        = excluded.stack,
     env          = excluded.env,
     mode         = excluded.mode,
     runnable     = excluded.runnable,
+    key_version  = excluded.key_version,
     draining     = false,
     started_at   = excluded.started_at,
     heartbeat_at = excluded.heartbeat_at;
@@ -23,12 +25,13 @@ ON CONFLICT (node_id) DO UPDATE SET
 -- Refreshes the node's row with its current mode, drain state and runnable
 -- pairs (they follow its per-actor modes); recreates it if maintenance or
 -- an operator removed it meanwhile (started_at then restarts from now).
-INSERT INTO leasehold_nodes AS n (node_id, stack, env, mode, draining, started_at, heartbeat_at, runnable)
+INSERT INTO leasehold_nodes AS n (node_id, stack, env, mode, draining, started_at, heartbeat_at, runnable, key_version)
 VALUES (sqlc.arg(node_id), sqlc.arg(stack), sqlc.arg(env), sqlc.arg(mode), sqlc.arg(draining), now(), now(),
-    sqlc.arg(runnable)::text::jsonb)
+    sqlc.arg(runnable)::text::jsonb, sqlc.arg(key_version)::smallint)
 ON CONFLICT (node_id) DO UPDATE SET
     mode         = excluded.mode,
     runnable     = excluded.runnable,
+    key_version  = excluded.key_version,
     draining     = excluded.draining,
     heartbeat_at = excluded.heartbeat_at;
 

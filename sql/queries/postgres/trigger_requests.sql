@@ -16,17 +16,19 @@
 -- that episode committed; the adapter then reads FindLiveEpisode). The
 -- request is due at
 -- now() + delay_ms on the database clock (0: at once): no poller claims it
--- earlier, whatever the nodes' clocks say.
+-- earlier, whatever the nodes' clocks say. key_version as CreateEpisode's:
+-- a key of a version the database no longer uses is refused (LH002).
 WITH created AS (
     INSERT INTO leasehold_episodes (
         actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status,
         max_attempts, budget, source_stack, source_env, payload, queued_at,
-        trace_parent
+        trace_parent, key_version
     ) VALUES (
         sqlc.arg(actor_id), sqlc.arg(expectation_id), sqlc.arg(trigger_type),
         sqlc.narg(trigger_ref), sqlc.narg(dedupe_key), 'queued',
         sqlc.arg(max_attempts), sqlc.narg(budget), sqlc.arg(source_stack),
-        sqlc.arg(source_env), sqlc.narg(payload), now(), sqlc.narg(trace_parent)::text
+        sqlc.arg(source_env), sqlc.narg(payload), now(), sqlc.narg(trace_parent)::text,
+        sqlc.arg(key_version)::smallint
     )
     ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL AND archived_at IS NULL
     DO NOTHING
@@ -62,25 +64,28 @@ WHERE NOT EXISTS (SELECT 1 FROM created);
 -- available episode per item and its trigger request, in one statement,
 -- each item deduplicated on its own dedupe_key exactly like
 -- CreateDeferredEpisode (the same index and predicate). items is a JSON
--- array of {"dedupe_key", "trigger_ref", "payload", "trace_parent"}; keys
+-- array of {"dedupe_key", "key_version", "trigger_ref", "payload",
+-- "trace_parent"} (key_version as CreateEpisode's, per item: one refused
+-- key fails the whole batch, LH002); keys
 -- are distinct within a batch (the caller folds repeats). One row back per
 -- item: created with its episode and request, or a duplicate with the id of
 -- the live episode that holds its key as the statement's snapshot shows it
 -- (0 when that episode committed after the snapshot began).
 WITH input AS (
     SELECT (j ->> 'dedupe_key')::text AS dedupe_key, nullif(j -> 'trigger_ref', 'null'::jsonb) AS trigger_ref,
-        nullif(j -> 'payload', 'null'::jsonb) AS payload, (j ->> 'trace_parent')::text AS trace_parent, t.ord
+        nullif(j -> 'payload', 'null'::jsonb) AS payload, (j ->> 'trace_parent')::text AS trace_parent,
+        (j ->> 'key_version')::smallint AS key_version, t.ord
     FROM jsonb_array_elements(sqlc.arg(items)::jsonb) WITH ORDINALITY AS t(j, ord)
 ), created AS (
     INSERT INTO leasehold_episodes (
         actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status,
         max_attempts, budget, source_stack, source_env, payload, queued_at,
-        trace_parent
+        trace_parent, key_version
     )
     SELECT sqlc.arg(actor_id), sqlc.arg(expectation_id), sqlc.arg(trigger_type),
         i.trigger_ref, i.dedupe_key, 'queued',
         sqlc.arg(max_attempts), sqlc.narg(budget), sqlc.arg(source_stack),
-        sqlc.arg(source_env), i.payload, now(), i.trace_parent
+        sqlc.arg(source_env), i.payload, now(), i.trace_parent, i.key_version
     FROM input AS i
     ORDER BY i.ord
     ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL AND archived_at IS NULL

@@ -47,18 +47,22 @@
 -- ends in the microseconds between the two statements leaves a queued
 -- episode with a grant: its caller starts it with StartEpisode.
 --
+-- key_version is the dedupe key version dedupe_key is a key of (migration
+-- 00014): the insert trigger aborts a key of a version the file no longer
+-- uses ("leasehold: key version"), and the statement writes nothing.
+--
 -- WHERE true: SQLite's grammar needs a WHERE in INSERT ... SELECT before
 -- ON CONFLICT.
 INSERT INTO leasehold_episodes (
     actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status,
     max_attempts, budget, source_stack, source_env, payload, queued_at,
-    trace_parent, owner_node, started_at, last_step_at
+    trace_parent, key_version, owner_node, started_at, last_step_at
 )
 SELECT CAST(@actor_id AS TEXT), CAST(@expectation_id AS TEXT), CAST(@trigger_type AS TEXT),
     sqlc.narg(trigger_ref), sqlc.narg(dedupe_key), s.status,
     CAST(@max_attempts AS INTEGER), sqlc.narg(budget), CAST(@source_stack AS TEXT),
     CAST(@source_env AS TEXT), sqlc.narg(payload), CAST(round(unixepoch('subsec') * 1000) AS INTEGER),
-    sqlc.narg(trace_parent),
+    sqlc.narg(trace_parent), CAST(@key_version AS INTEGER),
     CASE WHEN s.status = 'running' THEN CAST(@owner_node AS TEXT) END,
     CASE WHEN s.status = 'running' THEN CAST(round(unixepoch('subsec') * 1000) AS INTEGER) END,
     CASE WHEN s.status = 'running' THEN CAST(round(unixepoch('subsec') * 1000) AS INTEGER) END

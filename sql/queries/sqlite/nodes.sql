@@ -7,19 +7,21 @@
 -- A node announces itself on start: a restarted node with the same
 -- identity replaces its old row (started_at is reset). runnable is the
 -- (actor, expectation) pairs its poller asks work for, the JSON array of
--- ClaimTriggerRequests' runnable (episodes.RunnableJSON).
-INSERT INTO leasehold_nodes AS n (node_id, stack, env, mode, draining, started_at, heartbeat_at, runnable)
+-- ClaimTriggerRequests' runnable (episodes.RunnableJSON); key_version the
+-- newest dedupe key version it computes (migration 00014).
+INSERT INTO leasehold_nodes AS n (node_id, stack, env, mode, draining, started_at, heartbeat_at, runnable, key_version)
 VALUES (
     CAST(@node_id AS TEXT), CAST(@stack AS TEXT), CAST(@env AS TEXT), CAST(@mode AS TEXT), 0,
     CAST(round(unixepoch('subsec') * 1000) AS INTEGER),
     CAST(round(unixepoch('subsec') * 1000) AS INTEGER),
-    CAST(@runnable AS TEXT)
+    CAST(@runnable AS TEXT), CAST(@key_version AS INTEGER)
 )
 ON CONFLICT (node_id) DO UPDATE SET
     stack        = excluded.stack,
     env          = excluded.env,
     mode         = excluded.mode,
     runnable     = excluded.runnable,
+    key_version  = excluded.key_version,
     draining     = 0,
     started_at   = excluded.started_at,
     heartbeat_at = excluded.heartbeat_at;
@@ -28,17 +30,18 @@ ON CONFLICT (node_id) DO UPDATE SET
 -- Refreshes the node's row with its current mode, drain state and runnable
 -- pairs (they follow its per-actor modes); recreates it if maintenance or
 -- an operator removed it meanwhile (started_at then restarts from now).
-INSERT INTO leasehold_nodes AS n (node_id, stack, env, mode, draining, started_at, heartbeat_at, runnable)
+INSERT INTO leasehold_nodes AS n (node_id, stack, env, mode, draining, started_at, heartbeat_at, runnable, key_version)
 VALUES (
     CAST(@node_id AS TEXT), CAST(@stack AS TEXT), CAST(@env AS TEXT), CAST(@mode AS TEXT),
     CAST(@draining AS BOOLEAN),
     CAST(round(unixepoch('subsec') * 1000) AS INTEGER),
     CAST(round(unixepoch('subsec') * 1000) AS INTEGER),
-    CAST(@runnable AS TEXT)
+    CAST(@runnable AS TEXT), CAST(@key_version AS INTEGER)
 )
 ON CONFLICT (node_id) DO UPDATE SET
     mode         = excluded.mode,
     runnable     = excluded.runnable,
+    key_version  = excluded.key_version,
     draining     = excluded.draining,
     heartbeat_at = excluded.heartbeat_at;
 

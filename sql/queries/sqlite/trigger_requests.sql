@@ -29,17 +29,18 @@
 -- episode's id with FindLiveEpisode in the same transaction).
 -- CreateDeferredEpisodeRequest follows in the transaction: neither row can
 -- exist without the other, so no crash leaves a deferred episode that no
--- poller will ever see.
+-- poller will ever see. key_version as CreateEpisode's: a key of a version
+-- the file no longer uses is aborted ("leasehold: key version").
 INSERT INTO leasehold_episodes (
     actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status,
     max_attempts, budget, source_stack, source_env, payload, queued_at,
-    trace_parent
+    trace_parent, key_version
 ) VALUES (
     CAST(@actor_id AS TEXT), CAST(@expectation_id AS TEXT), CAST(@trigger_type AS TEXT),
     sqlc.narg(trigger_ref), sqlc.narg(dedupe_key), 'queued',
     CAST(@max_attempts AS INTEGER), sqlc.narg(budget), CAST(@source_stack AS TEXT),
     CAST(@source_env AS TEXT), sqlc.narg(payload), CAST(round(unixepoch('subsec') * 1000) AS INTEGER),
-    sqlc.narg(trace_parent)
+    sqlc.narg(trace_parent), CAST(@key_version AS INTEGER)
 )
 ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL AND archived_at IS NULL
 DO NOTHING
@@ -65,8 +66,9 @@ RETURNING id;
 -- A batch of triggers of one expectation (Node.FireBatch, FireBatchTx): one
 -- available episode per item, each deduplicated on its own dedupe_key
 -- exactly like CreateDeferredEpisode (the same index and predicate). items
--- is a JSON array of {"dedupe_key", "trigger_ref", "payload",
--- "trace_parent"}; keys are distinct within a batch (the caller folds
+-- is a JSON array of {"dedupe_key", "key_version", "trigger_ref",
+-- "payload", "trace_parent"} (key_version as CreateEpisode's, per item: one
+-- aborted key fails the whole batch); keys are distinct within a batch (the caller folds
 -- repeats). One row back per episode created, with its key; a key without
 -- a row was a duplicate (the adapter reads its live episode with
 -- FindLiveEpisode in the same transaction). CreateDeferredEpisodesRequests
@@ -76,13 +78,14 @@ RETURNING id;
 INSERT INTO leasehold_episodes (
     actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status,
     max_attempts, budget, source_stack, source_env, payload, queued_at,
-    trace_parent
+    trace_parent, key_version
 )
 SELECT CAST(@actor_id AS TEXT), CAST(@expectation_id AS TEXT), CAST(@trigger_type AS TEXT),
     nullif(i.value -> '$.trigger_ref', 'null'), i.value ->> '$.dedupe_key', 'queued',
     CAST(@max_attempts AS INTEGER), sqlc.narg(budget), CAST(@source_stack AS TEXT),
     CAST(@source_env AS TEXT), nullif(i.value -> '$.payload', 'null'),
-    CAST(round(unixepoch('subsec') * 1000) AS INTEGER), i.value ->> '$.trace_parent'
+    CAST(round(unixepoch('subsec') * 1000) AS INTEGER), i.value ->> '$.trace_parent',
+    i.value ->> '$.key_version'
 FROM json_each(@items) AS i
 WHERE true
 ORDER BY i.key

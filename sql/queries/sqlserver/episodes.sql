@@ -78,13 +78,13 @@ BEGIN TRY
     INSERT INTO leasehold_episodes (
         actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status,
         max_attempts, budget, source_stack, source_env, payload, queued_at,
-        trace_parent
+        trace_parent, key_version
     )
     OUTPUT inserted.id, inserted.created_at INTO @created
     VALUES (
         @actor_id, @expectation_id, @trigger_type, @trigger_ref, @dedupe_key, N'queued',
         @max_attempts, @budget, @source_stack, @source_env, @payload, SYSUTCDATETIME(),
-        @trace_parent
+        @trace_parent, @key_version
     );
 
     SELECT @claim_key = COALESCE(@dedupe_key, CONCAT(N'episode:', id)) FROM @created;

@@ -36,14 +36,15 @@ SET stack        = @stack,
     env          = @env,
     mode         = @mode,
     runnable     = @runnable,
+    key_version  = @key_version,
     draining     = 0,
     started_at   = SYSUTCDATETIME(),
     heartbeat_at = SYSUTCDATETIME()
 WHERE node_id = @node_id;
 
 IF @@ROWCOUNT = 0
-    INSERT INTO leasehold_nodes (node_id, stack, env, mode, draining, started_at, heartbeat_at, runnable)
-    VALUES (@node_id, @stack, @env, @mode, 0, SYSUTCDATETIME(), SYSUTCDATETIME(), @runnable);
+    INSERT INTO leasehold_nodes (node_id, stack, env, mode, draining, started_at, heartbeat_at, runnable, key_version)
+    VALUES (@node_id, @stack, @env, @mode, 0, SYSUTCDATETIME(), SYSUTCDATETIME(), @runnable, @key_version);
 
 COMMIT TRANSACTION;
 
@@ -66,12 +67,13 @@ UPDATE leasehold_nodes WITH (UPDLOCK, HOLDLOCK)
 SET mode         = @mode,
     draining     = @draining,
     runnable     = @runnable,
+    key_version  = @key_version,
     heartbeat_at = SYSUTCDATETIME()
 WHERE node_id = @node_id;
 
 IF @@ROWCOUNT = 0
-    INSERT INTO leasehold_nodes (node_id, stack, env, mode, draining, started_at, heartbeat_at, runnable)
-    VALUES (@node_id, @stack, @env, @mode, @draining, SYSUTCDATETIME(), SYSUTCDATETIME(), @runnable);
+    INSERT INTO leasehold_nodes (node_id, stack, env, mode, draining, started_at, heartbeat_at, runnable, key_version)
+    VALUES (@node_id, @stack, @env, @mode, @draining, SYSUTCDATETIME(), SYSUTCDATETIME(), @runnable, @key_version);
 
 COMMIT TRANSACTION;
 

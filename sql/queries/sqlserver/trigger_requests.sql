@@ -66,12 +66,12 @@ BEGIN TRY
     INSERT INTO leasehold_episodes (
         actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status,
         max_attempts, budget, source_stack, source_env, payload, queued_at,
-        trace_parent
+        trace_parent, key_version
     )
     OUTPUT inserted.id, inserted.created_at INTO @created
     SELECT @actor_id, @expectation_id, @trigger_type, @trigger_ref, @dedupe_key, N'queued',
         @max_attempts, @budget, @source_stack, @source_env, @payload, SYSUTCDATETIME(),
-        @trace_parent
+        @trace_parent, @key_version
     WHERE @dedupe_key IS NULL
        OR NOT EXISTS (
             SELECT 1 FROM leasehold_episodes WITH (UPDLOCK, HOLDLOCK)
@@ -117,7 +117,8 @@ WHERE @duplicate = 1 OR NOT EXISTS (SELECT 1 FROM @created);
 -- A batch of triggers of one expectation, as
 -- sql/queries/postgres/trigger_requests.sql's CreateDeferredEpisodes: one
 -- available episode per item of @items (a JSON array of {"dedupe_key",
--- "trigger_ref", "payload", "trace_parent"}, keys distinct) and its trigger
+-- "key_version", "trigger_ref", "payload", "trace_parent"}, keys distinct)
+-- and its trigger
 -- request, in one transaction (or the caller's), each item deduplicated on
 -- its own key by CreateDeferredEpisode's guard: NOT EXISTS on the live key
 -- read WITH (UPDLOCK, HOLDLOCK), so a second creator of a key waits for the
@@ -131,20 +132,22 @@ DECLARE @input TABLE (
     dedupe_key   nvarchar(512) COLLATE Latin1_General_100_BIN2 NOT NULL,
     trigger_ref  nvarchar(max) NULL,
     payload      nvarchar(max) NULL,
-    trace_parent nvarchar(1024) NULL
+    trace_parent nvarchar(1024) NULL,
+    key_version  smallint NULL
 );
 DECLARE @created TABLE (id bigint NOT NULL, created_at datetime2(6) NOT NULL,
     dedupe_key nvarchar(512) COLLATE Latin1_General_100_BIN2 NOT NULL);
 DECLARE @request TABLE (id bigint NOT NULL, episode_id bigint NOT NULL);
 DECLARE @nested bit = CASE WHEN @@TRANCOUNT > 0 THEN 1 ELSE 0 END;
 
-INSERT INTO @input (dedupe_key, trigger_ref, payload, trace_parent)
-SELECT dedupe_key, trigger_ref, payload, trace_parent
+INSERT INTO @input (dedupe_key, trigger_ref, payload, trace_parent, key_version)
+SELECT dedupe_key, trigger_ref, payload, trace_parent, key_version
 FROM OPENJSON(@items) WITH (
     dedupe_key   nvarchar(512) COLLATE Latin1_General_100_BIN2 '$.dedupe_key',
     trigger_ref  nvarchar(max) '$.trigger_ref' AS JSON,
     payload      nvarchar(max) '$.payload' AS JSON,
-    trace_parent nvarchar(1024) '$.trace_parent'
+    trace_parent nvarchar(1024) '$.trace_parent',
+    key_version  smallint '$.key_version'
 );
 
 IF @nested = 0
@@ -153,12 +156,12 @@ IF @nested = 0
 INSERT INTO leasehold_episodes (
     actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status,
     max_attempts, budget, source_stack, source_env, payload, queued_at,
-    trace_parent
+    trace_parent, key_version
 )
 OUTPUT inserted.id, inserted.created_at, inserted.dedupe_key INTO @created
 SELECT @actor_id, @expectation_id, @trigger_type, i.trigger_ref, i.dedupe_key, N'queued',
     @max_attempts, @budget, @source_stack, @source_env, i.payload, SYSUTCDATETIME(),
-    i.trace_parent
+    i.trace_parent, i.key_version
 FROM @input AS i
 WHERE NOT EXISTS (
         SELECT 1 FROM leasehold_episodes AS x WITH (UPDLOCK, HOLDLOCK)
