@@ -173,3 +173,60 @@ func waitForLockWait(t *testing.T, pool *pgxpool.Pool, text string) {
 		return err == nil && waiting
 	}, 30*time.Second, 5*time.Millisecond, "nothing waits for a lock in %q", text)
 }
+
+// Migration 00014 on a schema that held work starts it at version 1 (its
+// live keys are version 1 keys, and its old nodes write them): nodes hash
+// under version 1 until the switch, and a key written before the
+// migration stays a duplicate. A schema that held nothing starts at 2.
+func TestKeyVersionMigration(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		seed string
+		want dedupe.KeyVersion
+	}{
+		{"with an episode", `INSERT INTO leasehold_episodes (actor_id, expectation_id, trigger_type, dedupe_key, status, max_attempts, source_stack, source_env)
+			VALUES ('a', 'e', 'event', 'event:a:e:before-14', 'queued', 3, '', '')`, dedupe.KeyV1},
+		{"with a node", `INSERT INTO leasehold_nodes (node_id, mode) VALUES ('node-old', 'full')`, dedupe.KeyV1},
+		{"empty", ``, dedupe.KeyV2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			name := freshSchema(t)
+			db := schemaDB(t, name)
+			p, err := postgres.NewMigrator(db)
+			require.NoError(t, err)
+			_, err = p.UpTo(t.Context(), 13)
+			require.NoError(t, err)
+			if tc.seed != "" {
+				_, err = db.ExecContext(t.Context(), tc.seed)
+				require.NoError(t, err)
+			}
+			_, err = p.Up(t.Context())
+			require.NoError(t, err)
+
+			cfg, err := pgxpool.ParseConfig(pgtest.URL())
+			require.NoError(t, err)
+			cfg.ConnConfig.RuntimeParams["search_path"] = name
+			pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+			require.NoError(t, err)
+			t.Cleanup(pool.Close)
+			s := postgres.New(pool)
+			v, at, err := s.KeyVersion(t.Context())
+			require.NoError(t, err)
+			require.Equal(t, tc.want, v)
+			require.Nil(t, at)
+			if tc.want == dedupe.KeyV1 {
+				_, err := s.CreateEpisode(t.Context(), keyed("event:a:e:after-14", 1))
+				require.NoError(t, err, "a version 1 key on a version 1 database")
+			}
+
+			// Down and up again: the version table, the columns, the guard
+			// and the switch go and come back.
+			_, err = p.DownTo(t.Context(), 13)
+			require.NoError(t, err)
+			_, err = p.Up(t.Context())
+			require.NoError(t, err)
+		})
+	}
+}

@@ -9,6 +9,8 @@ import (
 
 	"github.com/leasehold/leasehold/adapters/sqlite"
 	"github.com/leasehold/leasehold/conformance"
+	"github.com/leasehold/leasehold/dedupe"
+	"github.com/leasehold/leasehold/episodes"
 	"github.com/leasehold/leasehold/internal/sqlitetest"
 )
 
@@ -37,4 +39,48 @@ func TestConformanceKeyVersion(t *testing.T) {
 			},
 		}
 	})
+}
+
+// Migration 00014 on a file that held work starts it at version 1; one
+// that held nothing at 2 (as on Postgres: adapters/postgres'
+// TestKeyVersionMigration). Down and up again restores it.
+func TestKeyVersionMigration(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		seed string
+		want dedupe.KeyVersion
+	}{
+		{"with an episode", `INSERT INTO leasehold_episodes (actor_id, expectation_id, trigger_type, dedupe_key) VALUES ('a', 'e', 'event', 'event:a:e:before-14')`, dedupe.KeyV1},
+		{"with a node", `INSERT INTO leasehold_nodes (node_id, mode) VALUES ('node-old', 'full')`, dedupe.KeyV1},
+		{"empty", ``, dedupe.KeyV2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			db := sqlitetest.OpenUnmigrated(t, sqlitetest.Path(t))
+			p, err := sqlite.NewMigrator(db)
+			require.NoError(t, err)
+			_, err = p.UpTo(t.Context(), 13)
+			require.NoError(t, err)
+			if tc.seed != "" {
+				sqlitetest.Exec(t, db, tc.seed)
+			}
+			_, err = p.Up(t.Context())
+			require.NoError(t, err)
+			s := sqlite.New(db)
+			v, at, err := s.KeyVersion(t.Context())
+			require.NoError(t, err)
+			require.Equal(t, tc.want, v)
+			require.Nil(t, at)
+			if tc.want == dedupe.KeyV1 {
+				_, err := s.CreateEpisode(t.Context(), episodes.New{ActorID: "a", ExpectationID: "e", TriggerType: episodes.TriggerEvent,
+					DedupeKey: "event:a:e:after-14", KeyVersion: 1, MaxAttempts: 3})
+				require.NoError(t, err, "a version 1 key on a version 1 file")
+			}
+			_, err = p.DownTo(t.Context(), 13)
+			require.NoError(t, err)
+			_, err = p.Up(t.Context())
+			require.NoError(t, err)
+		})
+	}
 }
