@@ -36,6 +36,8 @@ type KeyVersionBackend struct {
 	InsertAsOldNode func(t testing.TB, key string) error
 	// AgeNode moves node id's heartbeat back by d.
 	AgeNode func(t testing.TB, id string, d time.Duration)
+	// BackdateSwitch moves the switch's recorded instant back by d.
+	BackdateSwitch func(t testing.TB, d time.Duration)
 }
 
 // RunKeyVersion runs the scenarios of the cluster's dedupe key version:
@@ -175,9 +177,16 @@ func RunKeyVersion(t *testing.T, switchable bool, newBackend func(t *testing.T) 
 		require.NoError(t, err)
 		require.Equal(t, dedupe.KeyV2, v)
 		require.Empty(t, laggards)
+		b.BackdateSwitch(t, time.Hour) // so that a second switch's instant would differ
+		_, switched, err := s.KeyVersion(ctx(t))
+		require.NoError(t, err)
+		require.NotNil(t, switched)
 		v, _, err = s.SwitchKeyVersion(ctx(t), episodes.KeySwitch{})
 		require.NoError(t, err)
 		require.Equal(t, dedupe.KeyV2, v, "once, and for good")
+		_, again, err := s.KeyVersion(ctx(t))
+		require.NoError(t, err)
+		require.Equal(t, switched.UnixMicro(), again.UnixMicro(), "a second switch changes nothing")
 	})
 }
 

@@ -106,6 +106,21 @@ func runWorkflowVersions(t *testing.T, newBackend func(t *testing.T) WorkflowsBa
 		_, found, err = s.GetWorkflowDefinition(ctx(t), "other", "0123456789abcdef")
 		require.NoError(t, err)
 		require.False(t, found, "keyed by workflow and version")
+		// The version is matched whole: one that sorts before or after a
+		// recorded one is another version.
+		require.NoError(t, s.PutWorkflowDefinition(ctx(t), workflows.StoredDefinition{WorkflowID: "v", Version: "fedcba9876543210",
+			Definition: []byte(`{"steps":[{"id":"late"}]}`), RecordedBy: "node-a"}))
+		require.NoError(t, s.PutWorkflowDefinition(ctx(t), workflows.StoredDefinition{WorkflowID: "v", Version: "0123456789abcdef",
+			Definition: []byte(`{"steps":[{"id":"early"}]}`), RecordedBy: "node-a"}))
+		raw, found, err = s.GetWorkflowDefinition(ctx(t), "v", "0123456789abcdef")
+		require.NoError(t, err)
+		require.True(t, found)
+		require.JSONEq(t, `{"steps":[{"id":"early"}]}`, string(raw))
+		for _, other := range []string{"0000000000000000", "7777777777777777", "ffffffffffffffff"} {
+			_, found, err = s.GetWorkflowDefinition(ctx(t), "v", other)
+			require.NoError(t, err)
+			require.False(t, found, "version %s was never recorded", other)
+		}
 
 		id, _, err := s.CreateWorkflowInstance(ctx(t), workflows.NewInstance{WorkflowID: "w", Subject: "s", DefinitionVersion: "0123456789abcdef"})
 		require.NoError(t, err)

@@ -32,6 +32,9 @@ func keyVersionBackend(pool *pgxpool.Pool) conformance.KeyVersionBackend {
 			pgtest.Exec(t, pool, `UPDATE leasehold_key_version SET version = $1, switched_at = NULL`, v)
 		},
 		InsertAsOldNode: func(t testing.TB, key string) error { return insertAsOldNode(t, pool, key) },
+		BackdateSwitch: func(t testing.TB, d time.Duration) {
+			pgtest.Exec(t, pool, `UPDATE leasehold_key_version SET switched_at = switched_at - $1::interval`, d)
+		},
 		AgeNode: func(t testing.TB, id string, d time.Duration) {
 			n := pgtest.Exec(t, pool, `UPDATE leasehold_nodes SET started_at = started_at - $2::interval,
 				heartbeat_at = heartbeat_at - $2::interval WHERE node_id = $1`, id, d)

@@ -32,6 +32,9 @@ func TestConformanceKeyVersion(t *testing.T) {
 					ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL AND archived_at IS NULL DO NOTHING`, key)
 				return err
 			},
+			BackdateSwitch: func(t testing.TB, d time.Duration) {
+				sqlitetest.Exec(t, db, `UPDATE leasehold_key_version SET switched_at = switched_at - ?`, d.Milliseconds())
+			},
 			AgeNode: func(t testing.TB, id string, d time.Duration) {
 				n := sqlitetest.Exec(t, db, `UPDATE leasehold_nodes SET started_at = started_at - ?2,
 					heartbeat_at = heartbeat_at - ?2 WHERE node_id = ?1`, id, d.Milliseconds())

@@ -19,6 +19,14 @@ const archivedIsTerminal = "archived_at IS NULL is implied by the status conditi
 	"terminal for good and the statement matches nothing either way"
 
 var equivalents = map[string]equivalent{
+	"sqlite:ListKeyVersionLaggards:cmp-strict#1": {
+		what: `ListKeyVersionLaggards: ">" -> ">=" in "WHERE n.heartbeat_at > CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - CAST(?1 AS INTEGER)"`,
+		why:  liveNodeAtTheBound,
+	},
+	"sqlite:SwitchKeyVersion:cmp-strict#2": {
+		what: `SwitchKeyVersion: ">" -> ">=" in "WHERE n.heartbeat_at > CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - CAST(?1 AS INTEGER)"`,
+		why:  liveNodeAtTheBound,
+	},
 	"sqlite:RetryEpisodeClaim:drop#2": {
 		what: `RetryEpisodeClaim: predicate removed: "AND fence = CAST(?4 AS INTEGER)"`,
 		why: "RetryEpisode's third statement, in the same BEGIN IMMEDIATE transaction, " +
@@ -689,7 +697,7 @@ var equivalents = map[string]equivalent{
 		why:  archivedIsTerminal,
 	},
 	"sqlite:CreateEpisode:cmp-strict#1": {
-		what: `CreateEpisode: "=" -> ">=" in "CASE WHEN s.status = 'running' THEN CAST(?12 AS TEXT) END,"`,
+		what: `CreateEpisode: "=" -> ">=" in "CASE WHEN s.status = 'running' THEN CAST(?13 AS TEXT) END,"`,
 		why:  startStatusIsQueuedOrRunning,
 	},
 	"sqlite:CreateEpisode:cmp-strict#2": {
@@ -745,7 +753,7 @@ var equivalents = map[string]equivalent{
 		why:  reopenAfterItsEpisodeWrite,
 	},
 	"postgres:CreateEpisode:cmp-strict#1": {
-		what: `CreateEpisode: "=" -> ">=" in "CASE WHEN s.status = 'running' THEN $12::text END,"`,
+		what: `CreateEpisode: "=" -> ">=" in "CASE WHEN s.status = 'running' THEN $13::text END,"`,
 		why:  startStatusIsQueuedOrRunning,
 	},
 	"postgres:CreateEpisode:cmp-strict#2": {
@@ -1575,3 +1583,10 @@ const regrantMovesTheHorizon = "the candidate list already required the state; a
 	"snapshot and the DELETE's row lock went back to 'claimed' only by a grant, which set its lease_until to that " +
 	"grant's now plus a lease, so the horizon re-check beside this one (greatest(lease_until, finished_at) < now - " +
 	"horizon, re-evaluated on the locked row version) excludes it: removing the state re-check admits nothing"
+
+// liveNodeAtTheBound: the dedupe key switch's (and its laggards listing's)
+// liveness bound made '>='.
+const liveNodeAtTheBound = "the mutant differs only when a node's last heartbeat is exactly live_ms old, to the " +
+	"millisecond: that node counts as live, holding the switch back (and listed as why), one millisecond longer. " +
+	"Membership only spares a live old node's inserts from being refused; what keeps a version 1 key out after the " +
+	"switch is the insert trigger, whatever membership says, so no trigger can make a second episode either way"
