@@ -4,6 +4,14 @@
 // in UTC, an event key from a caller-given event id or from the SHA-256 of the
 // payload's canonical JSON (so map order, struct order and whitespace never
 // change it). A key longer than the column is an error, never truncated.
+//
+// The canonical form has versions (KeyVersion): 1 keeps numbers as
+// written, 2 is RFC 8785's. Which one a cluster hashes under is not a
+// node's choice but the database's (migration 00014's
+// leasehold_key_version, read by the runner): the statement that decides
+// is the insert trigger that refuses a key of a version the database no
+// longer uses, so that after a switch no node, old or new, writes a key of
+// the old version. No clock is involved.
 package dedupe
 
 import (

@@ -72,8 +72,8 @@ var ErrNotFound = errors.New("episodes: not found")
 // dedupe key is a key of a dedupe key version the database no longer uses
 // (it moved to a newer one since the node read it; migration 00014's
 // insert trigger refused the row). The node reads the version again and
-// hashes the trigger anew; inside a caller's transaction, that transaction
-// can no longer commit: roll it back and run it again.
+// hashes the trigger anew; inside a caller's transaction, roll that
+// transaction back (on Postgres it can no longer commit) and run it again.
 var ErrKeyVersion = errors.New("episodes: the dedupe key is not a key of the database's key version")
 
 // KeyVersionOf is the version an adapter writes for key version v of a New

@@ -12,9 +12,10 @@ import (
 
 // ErrKeyVersion: the database moved to a newer dedupe key version while a
 // caller's transaction was creating episodes under the older one
-// (episodes.ErrKeyVersion); that transaction can no longer commit. Roll it
-// back and run it again: the node hashes under the new version from then
-// on. Outside a caller's transaction the node retries by itself.
+// (episodes.ErrKeyVersion), and the episode was not created. Roll that
+// transaction back (on Postgres it can no longer commit) and run it again:
+// the node hashes under the new version from then on. Outside a caller's
+// transaction the node retries by itself.
 var ErrKeyVersion = episodes.ErrKeyVersion
 
 // LiveEpisodeFinder reads the live (not archived) episode that holds a

@@ -43,7 +43,8 @@ type TxStore interface {
 // tx must be bound to the transaction the caller commits; this node's own
 // store is used only to read the database's dedupe key version. When the
 // database moved to a newer one meanwhile, the create fails ErrKeyVersion
-// and tx can no longer commit: roll it back and run it again. On SQL Server any error inside a transaction, a
+// and creates nothing: roll tx back (on Postgres it can no longer commit)
+// and run it again. On SQL Server any error inside a transaction, a
 // duplicate key included, dooms it (XACT_ABORT); CreateDeferredEpisode's
 // guard keeps a duplicate from raising one.
 func (n *Node) FireTx(ctx context.Context, tx TxStore, actorID, event string, payload any, opts FireOptions) ([]Outcome, error) {
