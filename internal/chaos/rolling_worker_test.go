@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -43,7 +44,7 @@ import (
 //
 // stdin (instead of the chaos worker's commands):
 //
-//	fire <event> <trigger> <delay ms>  Fire billing's event, payload {"trigger": <trigger>}
+//	fire <event> <trigger> <delay ms>  Fire billing's event, payload {"trigger": <trigger>, "amount": 1}, the amount written one of several ways
 //	start <subject>                   start order for subject, unless an instance of it exists
 //
 // stdout: ready, drained, the runner's events, and for both commands the
@@ -234,10 +235,18 @@ func rollingCommands(node *runner.Node, engine *workflows.Engine, out *lines) {
 	}
 }
 
+// amountWritings are ways producers in different languages write one
+// amount. The database is new, so it uses dedupe key version 2 (RFC 8785),
+// under which they are one key: a trigger the driver sends to several
+// workers, each writing it its own way, must still make one episode.
+var amountWritings = []string{"1", "1.0", "1e0", "10E-1", "0.1e1"}
+
 func fireEvent(node *runner.Node, out *lines, event, trigger string, delay time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), fireTimeout)
 	defer cancel()
-	res, err := node.Fire(ctx, billingActor, event, payload{Trigger: trigger}, runner.FireOptions{Delay: delay})
+	quoted, _ := json.Marshal(trigger)
+	raw := json.RawMessage(`{"trigger":` + string(quoted) + `,"amount":` + amountWritings[rand.IntN(len(amountWritings))] + `}`)
+	res, err := node.Fire(ctx, billingActor, event, raw, runner.FireOptions{Delay: delay})
 	switch {
 	case err != nil:
 		out.printf("fireerr %s %s", trigger, strings.Join(strings.Fields(err.Error()), " "))
