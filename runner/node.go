@@ -578,7 +578,7 @@ func (n *Node) Fire(ctx context.Context, actorID, event string, payload any, opt
 			continue
 		}
 		o, err := n.trigger(ctx, as, as.exps[f.ne.ExpectationID], f.ne, n.cfg.EventJitter, opts.Delay)
-		if err != nil && !rehashed && n.forgetKeyVersion(err) {
+		if err != nil && n.forgetKeyVersion(err) && !rehashed {
 			// The database moved to a newer key version since this node
 			// read it, and refused the key (nothing was written): hash
 			// this and the remaining expectations' episodes again.
