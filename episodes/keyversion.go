@@ -63,3 +63,9 @@ type KeyLaggard struct {
 	KeyVersion         dedupe.KeyVersion // the newest it computes
 	HeartbeatAge       time.Duration     // on the database clock
 }
+
+// NewKeyLaggard is a KeyLaggard from ListKeyVersionLaggards' columns.
+func NewKeyLaggard(nodeID, stack, env string, keyVersion, heartbeatAgeMs int64) KeyLaggard {
+	return KeyLaggard{NodeID: nodeID, Stack: stack, Env: env, KeyVersion: dedupe.KeyVersion(keyVersion),
+		HeartbeatAge: time.Duration(heartbeatAgeMs) * time.Millisecond}
+}

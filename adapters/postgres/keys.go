@@ -54,8 +54,7 @@ func (s *Store) SwitchKeyVersion(ctx context.Context, q episodes.KeySwitch) (ded
 	}
 	out := make([]episodes.KeyLaggard, 0, len(rows))
 	for _, r := range rows {
-		out = append(out, episodes.KeyLaggard{NodeID: r.NodeID, Stack: r.Stack, Env: r.Env,
-			KeyVersion: dedupe.KeyVersion(r.KeyVersion), HeartbeatAge: time.Duration(r.HeartbeatAgeMs) * time.Millisecond})
+		out = append(out, episodes.NewKeyLaggard(r.NodeID, r.Stack, r.Env, int64(r.KeyVersion), r.HeartbeatAgeMs))
 	}
 	return dedupe.KeyVersion(version), out, nil
 }

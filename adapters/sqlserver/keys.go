@@ -46,14 +46,13 @@ func (s *Store) SwitchKeyVersion(ctx context.Context, q episodes.KeySwitch) (ded
 	var out []episodes.KeyLaggard
 	for rows.Next() {
 		var (
-			l         episodes.KeyLaggard
-			kv, ageMs int64
+			id, stack, env string
+			kv, ageMs      int64
 		)
-		if err := rows.Scan(&l.NodeID, &l.Stack, &l.Env, &kv, &ageMs); err != nil {
+		if err := rows.Scan(&id, &stack, &env, &kv, &ageMs); err != nil {
 			return 0, nil, err
 		}
-		l.KeyVersion, l.HeartbeatAge = dedupe.KeyVersion(kv), time.Duration(ageMs)*time.Millisecond
-		out = append(out, l)
+		out = append(out, episodes.NewKeyLaggard(id, stack, env, kv, ageMs))
 	}
 	return dedupe.KeyVersion(1), out, ErrNoKeySwitch
 }
