@@ -1,6 +1,7 @@
 package dedupe
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -75,24 +76,26 @@ func EventKeysOf(actorID, expectationID, eventID string, payload any) (EventKeys
 	if err != nil {
 		return EventKeys{}, err
 	}
-	var keys EventKeys
-	for _, v := range []KeyVersion{KeyV1, KeyV2} {
-		b, err := encode(v, tree)
-		if err != nil {
-			return EventKeys{}, err
-		}
-		sum := sha256.Sum256(b)
-		k, err := build("event", actorID, expectationID, hex.EncodeToString(sum[:]))
-		if err != nil {
-			return EventKeys{}, err
-		}
-		if v == KeyV1 {
-			keys.V1 = k
-		} else {
-			keys.V2 = k
-		}
+	v1, err := encodeV1(tree)
+	if err != nil {
+		return EventKeys{}, err
 	}
-	return keys, nil
+	k1, err := payloadKey(actorID, expectationID, v1)
+	if err != nil {
+		return EventKeys{}, err
+	}
+	v2 := appendJCS(nil, tree)
+	if bytes.Equal(v1, v2) { // most payloads: one hash, one key
+		return EventKeys{k1, k1}, nil
+	}
+	k2, err := payloadKey(actorID, expectationID, v2)
+	return EventKeys{k1, k2}, err
+}
+
+// payloadKey is the event key of a payload's canonical text.
+func payloadKey(actorID, expectationID string, canonical []byte) (string, error) {
+	sum := sha256.Sum256(canonical)
+	return build("event", actorID, expectationID, hex.EncodeToString(sum[:]))
 }
 
 // EventKeyAt is EventKey in version v.
@@ -119,14 +122,7 @@ func CanonicalJCS(v any) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return encode(KeyV2, tree)
-}
-
-func encode(v KeyVersion, tree any) ([]byte, error) {
-	if v == KeyV2 {
-		return appendJCS(nil, tree), nil
-	}
-	return encodeV1(tree)
+	return appendJCS(nil, tree), nil
 }
 
 // appendJCS appends tree (as decodeValue builds it) in RFC 8785's form.
