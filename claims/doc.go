@@ -99,9 +99,10 @@
 // TxBound(lease) = max(lease/10, 1s) bounds it on the server: every
 // transaction an adapter opens starts with BoundTransaction (Postgres:
 // idle_in_transaction_session_timeout and lock_timeout, LOCAL), and each
-// takeover statement (AcquireClaim, ClaimForRecovery, DispatchTriggerRequest)
-// is sent with BoundLockWait (lock_timeout) in the same implicit
-// transaction. Callers put the bound on the context (WithTxBound); a frozen
+// takeover statement (AcquireClaim, ClaimForRecovery, RequeueOrphan,
+// DispatchTriggerRequest) is bounded too: on Postgres it sets its own
+// lock_timeout, LOCAL, before it reaches a row (no second statement); on
+// SQL Server BoundLockWait tops its batch. Callers put the bound on the context (WithTxBound); a frozen
 // holder then delays a takeover by at most TxBound, and a takeover that met
 // a lock longer than that fails retryable and is tried again. SQL Server has
 // no idle-in-transaction timeout; see docs/sqlserver.md for its fallback.

@@ -9,20 +9,6 @@ import (
 	"context"
 )
 
-const boundLockWait = `-- name: BoundLockWait :exec
-SELECT set_config('lock_timeout', ($1::bigint)::text || 'ms', true)
-`
-
-// Sent with each takeover statement (AcquireClaim, ClaimForRecovery,
-// DispatchTriggerRequest) in one pipelined batch, which Postgres runs as one
-// implicit transaction: the takeover then waits at most bound_ms for a row
-// lock and fails with 55P03 (retryable; the sweeper or poller moves on and
-// tries again next time) instead of hanging behind a frozen holder.
-func (q *Queries) BoundLockWait(ctx context.Context, db DBTX, boundMs int64) error {
-	_, err := db.Exec(ctx, boundLockWait, boundMs)
-	return err
-}
-
 const boundTransaction = `-- name: BoundTransaction :exec
 
 SELECT set_config('lock_timeout', ($1::bigint)::text || 'ms', true),
@@ -37,6 +23,11 @@ SELECT set_config('lock_timeout', ($1::bigint)::text || 'ms', true),
 // holds waits for ever. bound_ms is claims.TxBound(lease) = max(lease/10,
 // 1 s) of the lease on whose behalf the work runs. Both settings are LOCAL:
 // they end with the transaction and never leak into a pooled session.
+//
+// A takeover statement sent on its own (AcquireClaim, ClaimForRecovery,
+// RequeueOrphan, DispatchTriggerRequest(s)) bounds itself: it takes
+// bound_ms and sets lock_timeout, LOCAL, before it reaches a row, so the
+// bound costs no statement of its own (see each statement's "Bound").
 // First statement of every transaction leasehold opens (InTx, Maintain),
 // and sent by Run.Hold in the caller's own transaction before it locks the
 // claim row (HoldClaim), so that transaction is bounded from then on:

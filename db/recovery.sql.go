@@ -11,15 +11,19 @@ import (
 )
 
 const claimForRecovery = `-- name: ClaimForRecovery :one
-WITH claim_row AS (
+WITH bound AS MATERIALIZED (
+    SELECT CASE WHEN $2::bigint > 0
+                THEN set_config('lock_timeout', $2::bigint || 'ms', true)
+           END AS lock_timeout
+), claim_row AS (
     SELECT x.dedupe_key
-    FROM leasehold_work_claims AS x
+    FROM leasehold_work_claims AS x, bound
     WHERE x.dedupe_key = (SELECT coalesce(e0.dedupe_key, 'episode:' || e0.id)
                           FROM leasehold_episodes AS e0 WHERE e0.id = $1)
-    FOR UPDATE
+    FOR UPDATE OF x
 ), orphan AS (
     SELECT e.id, coalesce(e.dedupe_key, 'episode:' || e.id) AS claim_key
-    FROM leasehold_episodes AS e
+    FROM leasehold_episodes AS e, bound
     WHERE e.id = $1
       AND e.archived_at IS NULL
       AND e.status IN ('running', 'queued')
@@ -27,18 +31,18 @@ WITH claim_row AS (
         EXISTS (SELECT 1 FROM claim_row)
         OR (e.status = 'running'
             AND coalesce(e.last_step_at, e.started_at, e.created_at)
-                < now() - ($2::bigint * interval '1 millisecond'))
+                < now() - ($3::bigint * interval '1 millisecond'))
       )
       AND NOT EXISTS (SELECT 1 FROM leasehold_trigger_requests AS r
                       WHERE r.episode_id = e.id AND r.status IN ('pending', 'claimed'))
-    FOR UPDATE
+    FOR UPDATE OF e
 ), grant_row AS (
     INSERT INTO leasehold_work_claims AS c (
         dedupe_key, state, owner_node, lease_until, claimed_at, last_heartbeat_at,
         attempt, fence, grant_kind, work_type
     )
-    SELECT orphan.claim_key, 'claimed', $3::text,
-        now() + ($4::bigint * interval '1 millisecond'),
+    SELECT orphan.claim_key, 'claimed', $4::text,
+        now() + ($5::bigint * interval '1 millisecond'),
         now(), now(), 1, 1, 'fresh', 'episode'
     FROM orphan
     ON CONFLICT (dedupe_key) DO UPDATE SET
@@ -77,6 +81,7 @@ RETURNING e.id, e.actor_id, e.expectation_id, e.trigger_type, e.trigger_ref, e.d
 
 type ClaimForRecoveryParams struct {
 	ID           int64
+	BoundMs      int64
 	StaleAfterMs int64
 	OwnerNode    string
 	LeaseMs      int64
@@ -125,11 +130,17 @@ type ClaimForRecoveryRow struct {
 //     way. A claim-less episode must still be stale here.
 //
 // The new grant belongs to the sweeper, so a restarted run holds the claim
-// itself and never finds it busy. Sent after BoundLockWait, so a frozen
-// holder of either row makes it fail fast (55P03) instead of hanging.
+// itself and never finds it busy.
+//
+// Bound: bound_ms > 0 sets lock_timeout, LOCAL, before either row is
+// locked (both locking reads join bound, and a row is locked only once the
+// join has produced it), so a frozen holder of either row makes this fail
+// after bound_ms (55P03, retryable) instead of hanging; 0, inside a
+// caller's transaction, leaves its setting alone (see AcquireClaim).
 func (q *Queries) ClaimForRecovery(ctx context.Context, db DBTX, arg ClaimForRecoveryParams) (ClaimForRecoveryRow, error) {
 	row := db.QueryRow(ctx, claimForRecovery,
 		arg.ID,
+		arg.BoundMs,
 		arg.StaleAfterMs,
 		arg.OwnerNode,
 		arg.LeaseMs,
@@ -390,30 +401,35 @@ func (q *Queries) PutAgentDefinition(ctx context.Context, db DBTX, arg PutAgentD
 }
 
 const requeueOrphan = `-- name: RequeueOrphan :one
-WITH claim_row AS (
+WITH bound AS MATERIALIZED (
+    SELECT CASE WHEN $1::bigint > 0
+                THEN set_config('lock_timeout', $1::bigint || 'ms', true)
+           END AS lock_timeout
+), claim_row AS (
     SELECT x.dedupe_key, x.state, x.attempt
-    FROM leasehold_work_claims AS x
+    FROM leasehold_work_claims AS x, bound
     WHERE x.dedupe_key = (SELECT coalesce(e0.dedupe_key, 'episode:' || e0.id)
-                          FROM leasehold_episodes AS e0 WHERE e0.id = $1)
-    FOR UPDATE
+                          FROM leasehold_episodes AS e0 WHERE e0.id = $2)
+    FOR UPDATE OF x
 ), orphan AS (
     SELECT e.id, coalesce(e.dedupe_key, 'episode:' || e.id) AS claim_key, b.given_back
     FROM leasehold_episodes AS e
+    CROSS JOIN bound
     CROSS JOIN LATERAL (
         SELECT coalesce((SELECT (cr.state = 'released' OR e.status = 'queued')
                                 AND cr.attempt <= e.attempts + e.max_attempts
                          FROM claim_row AS cr), false) AS given_back
     ) AS b
-    WHERE e.id = $1
+    WHERE e.id = $2
       AND e.archived_at IS NULL
       AND e.status IN ('running', 'queued')
-      AND e.attempts = $2::integer
+      AND e.attempts = $3::integer
       AND e.attempts + CASE WHEN b.given_back THEN 1 ELSE 2 END <= e.max_attempts
       AND (
         EXISTS (SELECT 1 FROM claim_row)
         OR (e.status = 'running'
             AND coalesce(e.last_step_at, e.started_at, e.created_at)
-                < now() - ($3::bigint * interval '1 millisecond'))
+                < now() - ($4::bigint * interval '1 millisecond'))
       )
       AND NOT EXISTS (SELECT 1 FROM leasehold_trigger_requests AS r
                       WHERE r.episode_id = e.id AND r.status IN ('pending', 'claimed'))
@@ -421,7 +437,7 @@ WITH claim_row AS (
 ), fenced AS (
     UPDATE leasehold_work_claims AS c
     SET state       = 'released',
-        owner_node  = $4::text,
+        owner_node  = $5::text,
         lease_until = now(),
         finished_at = now(),
         fence       = c.fence + 1,
@@ -452,7 +468,7 @@ WITH claim_row AS (
         episode_id, actor_id, expectation_id, source_node, source_stack,
         source_env, status, created_at, run_after
     )
-    SELECT episode.id, episode.actor_id, episode.expectation_id, $4::text,
+    SELECT episode.id, episode.actor_id, episode.expectation_id, $5::text,
         episode.source_stack, episode.source_env, 'pending', now(), now()
     FROM episode
     WHERE episode.status = 'queued'
@@ -473,6 +489,7 @@ LEFT JOIN request ON true
 `
 
 type RequeueOrphanParams struct {
+	BoundMs      int64
 	ID           int64
 	Attempts     int32
 	StaleAfterMs int64
@@ -520,8 +537,12 @@ type RequeueOrphanRow struct {
 // back): an exhausted orphan is not requeued but failed, through
 // ClaimForRecovery and FinishEpisode. No row back: not an orphan (any
 // more), taken by another sweeper, or exhausted meanwhile.
+//
+// Bound: as ClaimForRecovery's; the claim row is RequeueOrphanLock's
+// already, so the wait it bounds is the episode row's.
 func (q *Queries) RequeueOrphan(ctx context.Context, db DBTX, arg RequeueOrphanParams) (RequeueOrphanRow, error) {
 	row := db.QueryRow(ctx, requeueOrphan,
+		arg.BoundMs,
 		arg.ID,
 		arg.Attempts,
 		arg.StaleAfterMs,
@@ -556,7 +577,7 @@ FOR UPDATE NOWAIT
 // its transaction), this fails at once with lock_not_available (55P03), the
 // transaction is rolled back before RequeueOrphan runs, and the adapter
 // reports the orphan busy: the next sweep looks again. Waiting instead
-// (until BoundLockWait's lock_timeout) made every sweeper queue behind the
+// (until the lock_timeout bound) made every sweeper queue behind the
 // others on the same orphans: on a loaded host, sweeps of 40 orphans took
 // 12-25 s, most of them waits that ended in "already requeued". No claim
 // row: nothing to lock (see RequeueOrphan).

@@ -343,12 +343,17 @@ func (q *Queries) CreateDeferredEpisodes(ctx context.Context, db DBTX, arg Creat
 }
 
 const dispatchTriggerRequest = `-- name: DispatchTriggerRequest :one
-WITH request AS (
+WITH bound AS MATERIALIZED (
+    SELECT CASE WHEN $1::bigint > 0
+                THEN set_config('lock_timeout', $1::bigint || 'ms', true)
+           END AS lock_timeout
+), request AS (
     UPDATE leasehold_trigger_requests AS r
     SET status = 'completed', finished_at = now()
-    WHERE r.id = $1
-      AND r.claimed_by = $2::text
-      AND r.fence = $3
+    FROM bound
+    WHERE r.id = $2
+      AND r.claimed_by = $3::text
+      AND r.fence = $4
       AND r.status = 'claimed'
     RETURNING r.id, r.episode_id
 ), episode AS (
@@ -362,10 +367,10 @@ WITH request AS (
         dedupe_key, state, owner_node, lease_until, claimed_at, last_heartbeat_at,
         attempt, fence, grant_kind, work_type
     )
-    SELECT episode.claim_key, 'claimed', $2::text,
-        now() + ($4::bigint * interval '1 millisecond'),
+    SELECT episode.claim_key, 'claimed', $3::text,
+        now() + ($5::bigint * interval '1 millisecond'),
         now(), now(), 1, 1, 'fresh', 'episode'
-    FROM episode
+    FROM episode, bound
     ON CONFLICT (dedupe_key) DO UPDATE SET
         state             = 'claimed',
         owner_node        = excluded.owner_node,
@@ -384,7 +389,7 @@ WITH request AS (
     UPDATE leasehold_episodes AS e
     SET status       = 'running',
         phase        = NULL,
-        owner_node   = $2::text,
+        owner_node   = $3::text,
         started_at   = coalesce(e.started_at, now()),
         last_step_at = now()
     WHERE e.id = (SELECT episode.id FROM episode
@@ -416,6 +421,7 @@ LEFT JOIN started ON true
 `
 
 type DispatchTriggerRequestParams struct {
+	BoundMs   int64
 	ID        int64
 	OwnerNode string
 	Fence     int64
@@ -470,8 +476,15 @@ type DispatchTriggerRequestRow struct {
 // unarchived on the locked episode row: started false with a fence means
 // the episode changed between this statement's snapshot and its write (a
 // cancel), and the caller releases the grant.
+//
+// Bound: bound_ms > 0 sets lock_timeout, LOCAL, before any row is locked
+// (every row this statement writes is reached through a join with bound),
+// so a frozen holder of the work claim makes it fail after bound_ms (55P03,
+// retryable) instead of hanging; 0, inside a caller's transaction, leaves
+// its setting alone (see AcquireClaim).
 func (q *Queries) DispatchTriggerRequest(ctx context.Context, db DBTX, arg DispatchTriggerRequestParams) (DispatchTriggerRequestRow, error) {
 	row := db.QueryRow(ctx, dispatchTriggerRequest,
+		arg.BoundMs,
 		arg.ID,
 		arg.OwnerNode,
 		arg.Fence,
@@ -511,15 +524,19 @@ func (q *Queries) DispatchTriggerRequest(ctx context.Context, db DBTX, arg Dispa
 }
 
 const dispatchTriggerRequests = `-- name: DispatchTriggerRequests :many
-WITH input AS (
+WITH bound AS MATERIALIZED (
+    SELECT CASE WHEN $1::bigint > 0
+                THEN set_config('lock_timeout', $1::bigint || 'ms', true)
+           END AS lock_timeout
+), input AS (
     SELECT (j ->> 'id')::bigint AS id, (j ->> 'fence')::bigint AS fence
-    FROM jsonb_array_elements($1::jsonb) AS j
+    FROM jsonb_array_elements($2::jsonb) AS j
 ), request AS (
     UPDATE leasehold_trigger_requests AS r
     SET status = 'completed', finished_at = now()
-    FROM input
+    FROM input, bound
     WHERE r.id = input.id
-      AND r.claimed_by = $2::text
+      AND r.claimed_by = $3::text
       AND r.fence = input.fence
       AND r.status = 'claimed'
     RETURNING r.id, r.episode_id
@@ -534,10 +551,10 @@ WITH input AS (
         dedupe_key, state, owner_node, lease_until, claimed_at, last_heartbeat_at,
         attempt, fence, grant_kind, work_type
     )
-    SELECT episode.claim_key, 'claimed', $2::text,
-        now() + ($3::bigint * interval '1 millisecond'),
+    SELECT episode.claim_key, 'claimed', $3::text,
+        now() + ($4::bigint * interval '1 millisecond'),
         now(), now(), 1, 1, 'fresh', 'episode'
-    FROM episode
+    FROM episode, bound
     ORDER BY episode.claim_key
     ON CONFLICT (dedupe_key) DO UPDATE SET
         state             = 'claimed',
@@ -557,7 +574,7 @@ WITH input AS (
     UPDATE leasehold_episodes AS e
     SET status       = 'running',
         phase        = NULL,
-        owner_node   = $2::text,
+        owner_node   = $3::text,
         started_at   = coalesce(e.started_at, now()),
         last_step_at = now()
     WHERE e.id = ANY (ARRAY(
@@ -592,6 +609,7 @@ ORDER BY request.id
 `
 
 type DispatchTriggerRequestsParams struct {
+	BoundMs   int64
 	Items     []byte
 	OwnerNode string
 	LeaseMs   int64
@@ -647,8 +665,15 @@ type DispatchTriggerRequestsRow struct {
 // for 500 hand-overs among 10,000 queued episodes). The runner sends at
 // most 64 requests per statement, which keeps the joins between the CTEs
 // below small.
+//
+// Bound: as DispatchTriggerRequest's.
 func (q *Queries) DispatchTriggerRequests(ctx context.Context, db DBTX, arg DispatchTriggerRequestsParams) ([]DispatchTriggerRequestsRow, error) {
-	rows, err := db.Query(ctx, dispatchTriggerRequests, arg.Items, arg.OwnerNode, arg.LeaseMs)
+	rows, err := db.Query(ctx, dispatchTriggerRequests,
+		arg.BoundMs,
+		arg.Items,
+		arg.OwnerNode,
+		arg.LeaseMs,
+	)
 	if err != nil {
 		return nil, err
 	}

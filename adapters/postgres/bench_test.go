@@ -152,6 +152,7 @@ func runPgbench(b *testing.B, searchPath, script string, total int) float64 {
 	cmd := exec.Command(bin, "-n", "-M", "prepared", "-c", strconv.Itoa(benchClients), "-j", "2",
 		"-t", strconv.Itoa(perClient), "-f", script,
 		"-D", "owner_node=pgbench", "-D", "lease_ms=30000", "-D", "work_type=bench",
+		"-D", "bound_ms="+strconv.FormatInt(claims.TxBoundFrom(context.Background()).Milliseconds(), 10),
 		pgtest.URL())
 	cmd.Env = append(os.Environ(), "PGOPTIONS=-c search_path="+searchPath)
 	out, err := cmd.CombinedOutput()

@@ -11,20 +11,33 @@ import (
 	"github.com/leasehold/leasehold/db"
 )
 
-// batcher is what lockBounded needs of the Store's connection:
+// batcher is what pipeline needs of the Store's connection:
 // *pgxpool.Pool, *pgx.Conn and pgx.Tx all send batches.
 type batcher interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
-// takeover returns the connection a takeover statement (AcquireClaim,
-// ClaimForRecovery, DispatchTriggerRequest(s)) runs on: BoundLockWait and the
-// statement in one pipelined batch, one round trip, which Postgres runs as
-// one implicit transaction, so the LOCAL lock_timeout applies to the
-// takeover and to nothing after it. Inside a caller's transaction the
-// caller's settings apply and the statement runs as it is: a LOCAL setting
-// there would outlive the statement.
-func (s *Store) takeover(ctx context.Context) db.DBTX {
+// lockBound is the bound_ms a takeover statement (AcquireClaim,
+// ClaimForRecovery, RequeueOrphan, DispatchTriggerRequest(s)) sets as its
+// own lock_timeout, LOCAL, before it reaches a row: claims.TxBound of the
+// context, so the takeover waits at most that long behind a frozen holder
+// and costs no second statement. Inside a caller's transaction it is 0 and
+// the statement leaves the caller's settings alone: a LOCAL setting there
+// would outlive the statement.
+func (s *Store) lockBound(ctx context.Context) int64 {
+	if _, inTx := s.conn.(pgx.Tx); inTx {
+		return 0
+	}
+	return claims.TxBoundFrom(ctx).Milliseconds()
+}
+
+// pipeline returns the connection on which the Exec calls that come first
+// are queued and sent, in one batch, with the Query or QueryRow that
+// follows: one round trip, which Postgres runs as one implicit transaction
+// (RequeueOrphan: RequeueOrphanLock and RequeueOrphan). Inside a caller's
+// transaction, or on a connection that cannot send batches, each runs at
+// once.
+func (s *Store) pipeline() db.DBTX {
 	if _, inTx := s.conn.(pgx.Tx); inTx {
 		return s.conn
 	}
@@ -32,10 +45,7 @@ func (s *Store) takeover(ctx context.Context) db.DBTX {
 	if !ok {
 		return s.conn
 	}
-	p := &pipelined{conn: s.conn, b: b}
-	// BoundLockWait only queues on p: it is sent with the statement.
-	_ = s.q.BoundLockWait(ctx, p, claims.TxBoundFrom(ctx).Milliseconds())
-	return p
+	return &pipelined{conn: s.conn, b: b}
 }
 
 // boundTransaction makes tx's first statement BoundTransaction, so that the

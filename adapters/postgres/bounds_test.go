@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -93,6 +94,130 @@ func TestTakeoverWaitsAtMostTheBound(t *testing.T) {
 		require.NoError(t, pool.QueryRow(context.Background(), `SHOW lock_timeout`).Scan(&lt))
 		require.Equal(t, "0", lt)
 	}
+}
+
+// Every takeover bounds its own wait, with no statement of its own, on
+// whichever row it meets locked: here the episode row, which a holder
+// frozen in a transaction (a cancel, an operator's tool) keeps locked while
+// the claim row is free. Each fails retryable once it has waited the bound.
+func TestTakeoverWaitsAtMostTheBoundOnTheEpisodeRow(t *testing.T) {
+	t.Parallel()
+	const bound = 300 * time.Millisecond
+	// available makes a deferred episode and claims its request for node-a.
+	available := func(ctx context.Context, t *testing.T, s *postgres.Store) (int64, episodes.TriggerRequest) {
+		made, err := s.CreateDeferredEpisode(ctx, episodes.Deferred{SourceNode: "trigger-only",
+			New: episodes.New{ActorID: "a", ExpectationID: "e", TriggerType: episodes.TriggerEvent, DedupeKey: "bounded", MaxAttempts: 3}})
+		require.NoError(t, err)
+		reqs, err := s.ClaimTriggerRequests(ctx, episodes.RequestQuery{Owner: "node-a", Lease: time.Minute,
+			Runnable: []episodes.Runnable{{ActorID: "a", ExpectationID: "e"}}, Limit: 1})
+		require.NoError(t, err)
+		require.Len(t, reqs, 1)
+		return made.Episode.ID, reqs[0]
+	}
+	// orphan makes a started episode whose lease has expired.
+	orphan := func(ctx context.Context, t *testing.T, s *postgres.Store, pool *pgxpool.Pool) (int64, episodes.TriggerRequest) {
+		ep, _ := ownedEpisode(t, s, "bounded", "node-a")
+		pgtest.ExpireClaim(t, pool, "bounded")
+		return ep.ID, episodes.TriggerRequest{}
+	}
+	// claimless makes a started episode with no claim row that has taken no
+	// step for an hour: an orphan by staleness alone.
+	claimless := func(ctx context.Context, t *testing.T, s *postgres.Store, pool *pgxpool.Pool) (int64, episodes.TriggerRequest) {
+		ep, _ := ownedEpisode(t, s, "bounded", "node-a")
+		pgtest.Exec(t, pool, `DELETE FROM leasehold_work_claims WHERE dedupe_key = 'bounded'`)
+		pgtest.Exec(t, pool, `UPDATE leasehold_episodes SET started_at = now() - interval '1 hour',
+			last_step_at = now() - interval '1 hour' WHERE id = $1`, ep.ID)
+		return ep.ID, episodes.TriggerRequest{}
+	}
+	for _, c := range []struct {
+		name     string
+		make     func(context.Context, *testing.T, *postgres.Store, *pgxpool.Pool) (int64, episodes.TriggerRequest)
+		takeover func(ctx context.Context, s *postgres.Store, id int64, r episodes.TriggerRequest) error
+	}{
+		{"ClaimForRecovery", orphan, func(ctx context.Context, s *postgres.Store, id int64, _ episodes.TriggerRequest) error {
+			_, _, err := s.ClaimForRecovery(ctx, id, "sweeper", time.Minute, time.Minute)
+			return err
+		}},
+		{"RequeueOrphan", orphan, func(ctx context.Context, s *postgres.Store, id int64, _ episodes.TriggerRequest) error {
+			_, err := s.RequeueOrphan(ctx, id, 0, "sweeper", time.Minute)
+			return err
+		}},
+		{"ClaimForRecovery claim-less", claimless, func(ctx context.Context, s *postgres.Store, id int64, _ episodes.TriggerRequest) error {
+			_, _, err := s.ClaimForRecovery(ctx, id, "sweeper", time.Minute, time.Minute)
+			return err
+		}},
+		{"RequeueOrphan claim-less", claimless, func(ctx context.Context, s *postgres.Store, id int64, _ episodes.TriggerRequest) error {
+			_, err := s.RequeueOrphan(ctx, id, 0, "sweeper", time.Minute)
+			return err
+		}},
+		{"DispatchTriggerRequest", func(ctx context.Context, t *testing.T, s *postgres.Store, _ *pgxpool.Pool) (int64, episodes.TriggerRequest) {
+			return available(ctx, t, s)
+		}, func(ctx context.Context, s *postgres.Store, _ int64, r episodes.TriggerRequest) error {
+			_, err := s.DispatchTriggerRequest(ctx, r, time.Minute)
+			return err
+		}},
+		{"DispatchTriggerRequests", func(ctx context.Context, t *testing.T, s *postgres.Store, _ *pgxpool.Pool) (int64, episodes.TriggerRequest) {
+			return available(ctx, t, s)
+		}, func(ctx context.Context, s *postgres.Store, _ int64, r episodes.TriggerRequest) error {
+			_, err := s.DispatchTriggerRequests(ctx, "node-a", []episodes.TriggerRequest{r}, time.Minute)
+			return err
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(claims.WithTxBound(context.Background(), bound), 20*time.Second)
+			defer cancel()
+			pool := pgtest.Schema(t)
+			s := postgres.New(pool)
+			id, r := c.make(ctx, t, s, pool)
+			holder, err := pgtest.Another(t, pool).Begin(ctx)
+			require.NoError(t, err)
+			defer func() { _ = holder.Rollback(context.Background()) }()
+			_, err = holder.Exec(ctx, `SELECT 1 FROM leasehold_episodes WHERE id = $1 FOR UPDATE`, id)
+			require.NoError(t, err)
+
+			began := time.Now()
+			err = c.takeover(ctx, s, id, r)
+			took := time.Since(began)
+			var pgErr *pgconn.PgError
+			require.ErrorAs(t, err, &pgErr)
+			require.Equal(t, "55P03", pgErr.Code)
+			if strings.HasPrefix(c.name, "RequeueOrphan") {
+				// Recovery's restart reports a locked orphan busy: the
+				// next sweep looks again.
+				require.ErrorIs(t, err, claims.ErrLocked)
+			} else {
+				require.ErrorIs(t, err, claims.ErrRetryable)
+			}
+			require.GreaterOrEqual(t, took, bound)
+			require.Less(t, took, bound+testbound.Margin)
+			for range 4 { // the LOCAL setting ended with the statement
+				var lt string
+				require.NoError(t, pool.QueryRow(context.Background(), `SHOW lock_timeout`).Scan(&lt))
+				require.Equal(t, "0", lt)
+			}
+		})
+	}
+}
+
+// Inside a caller's transaction a takeover leaves the transaction's own
+// lock_timeout as the caller set it: a LOCAL setting made by the statement
+// would outlive it, and bound the caller's later statements by a lease the
+// caller never chose.
+func TestTakeoverInACallersTransactionKeepsItsSettings(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Schema(t)
+	ctx := claims.WithTxBound(t.Context(), 300*time.Millisecond)
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	_, err = tx.Exec(ctx, `SET LOCAL lock_timeout = '7s'`)
+	require.NoError(t, err)
+	_, err = postgres.New(tx).Acquire(ctx, claims.AcquireParams{Key: "in-tx", Owner: "a", Lease: time.Minute})
+	require.NoError(t, err)
+	var lt string
+	require.NoError(t, tx.QueryRow(ctx, `SHOW lock_timeout`).Scan(&lt))
+	require.Equal(t, "7s", lt)
 }
 
 // A holder frozen inside a leasehold transaction (the workflow finisher's)

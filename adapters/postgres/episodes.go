@@ -334,8 +334,8 @@ func (s *Store) ListOrphans(ctx context.Context, q episodes.OrphanQuery) ([]epis
 // not (or no longer) an orphan, or another sweeper won it.
 func (s *Store) ClaimForRecovery(ctx context.Context, id int64, owner string, lease, staleAfter time.Duration) (episodes.Episode, claims.Claim, error) {
 	sent := time.Now()
-	r, err := s.q.ClaimForRecovery(ctx, s.takeover(ctx), db.ClaimForRecoveryParams{
-		ID: id, StaleAfterMs: staleAfter.Milliseconds(), OwnerNode: owner, LeaseMs: lease.Milliseconds(),
+	r, err := s.q.ClaimForRecovery(ctx, s.conn, db.ClaimForRecoveryParams{
+		BoundMs: s.lockBound(ctx), ID: id, StaleAfterMs: staleAfter.Milliseconds(), OwnerNode: owner, LeaseMs: lease.Milliseconds(),
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return episodes.Episode{}, claims.Claim{}, claims.ErrBusy
@@ -353,27 +353,27 @@ func (s *Store) ClaimForRecovery(ctx context.Context, id int64, owner string, le
 }
 
 // RequeueOrphan runs RequeueOrphanLock and RequeueOrphan in one pipelined
-// takeover, recovery's restart: the orphan becomes available again as its
+// batch (one implicit transaction), recovery's restart: the orphan becomes available again as its
 // next attempt, or the same one when its grant was given back (or ends
 // canceled if a cancel was requested). attempts is the count the sweeper
 // listed; claims.ErrBusy when it is not (or no longer) an orphan, another
 // sweeper took it, or it has no attempt left.
 func (s *Store) RequeueOrphan(ctx context.Context, id int64, attempts int32, owner string, staleAfter time.Duration) (episodes.Requeued, error) {
-	conn := s.takeover(ctx)
+	conn := s.pipeline()
 	// Queued on the pipeline (sent with RequeueOrphan) outside a caller's
 	// transaction; run at once inside one.
 	if err := s.q.RequeueOrphanLock(ctx, conn, id); err != nil {
 		return episodes.Requeued{}, dbError("RequeueOrphanLock", err)
 	}
 	r, err := s.q.RequeueOrphan(ctx, conn, db.RequeueOrphanParams{
-		ID: id, Attempts: attempts, StaleAfterMs: staleAfter.Milliseconds(), OwnerNode: owner,
+		BoundMs: s.lockBound(ctx), ID: id, Attempts: attempts, StaleAfterMs: staleAfter.Milliseconds(), OwnerNode: owner,
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return episodes.Requeued{}, claims.ErrBusy
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == lockNotAvailable {
-		// RequeueOrphanLock's NOWAIT (or BoundLockWait's lock_timeout on
+		// RequeueOrphanLock's NOWAIT (or RequeueOrphan's lock_timeout on
 		// the episode row): another sweeper or the holder has the orphan's
 		// rows, and nothing was applied. The next sweep looks again.
 		return episodes.Requeued{}, fmt.Errorf("postgres: RequeueOrphan: %w: %w: %w", claims.ErrBusy, claims.ErrLocked, err)

@@ -38,7 +38,8 @@ var _ claims.Store = (*Store)(nil)
 // Acquire runs AcquireClaim; no row back means a live lease holds the key.
 func (s *Store) Acquire(ctx context.Context, p claims.AcquireParams) (claims.Claim, error) {
 	sent := time.Now()
-	row, err := s.q.AcquireClaim(ctx, s.takeover(ctx), db.AcquireClaimParams{
+	row, err := s.q.AcquireClaim(ctx, s.conn, db.AcquireClaimParams{
+		BoundMs:   s.lockBound(ctx),
 		DedupeKey: p.Key,
 		OwnerNode: p.Owner,
 		LeaseMs:   p.Lease.Milliseconds(),
@@ -187,7 +188,7 @@ func dbError(query string, err error) error {
 
 // retryableCode lists the SQLSTATEs after which the server certainly did
 // not apply the statement: serialization failure, deadlock and lock
-// timeout (55P03, from BoundLockWait and BoundTransaction: the statement
+// timeout (55P03, from a takeover's own bound and BoundTransaction: the statement
 // was rolled back), an idle transaction the server ended (25P03, from
 // BoundTransaction: it rolled back), and the server terminating or refusing the
 // session (admin_shutdown, crash_shutdown, cannot_connect_now: a restart),

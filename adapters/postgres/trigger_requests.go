@@ -80,8 +80,8 @@ func (s *Store) ClaimTriggerRequests(ctx context.Context, q episodes.RequestQuer
 // lapsed and another poller holds it.
 func (s *Store) DispatchTriggerRequest(ctx context.Context, r episodes.TriggerRequest, lease time.Duration) (episodes.Dispatched, error) {
 	sent := time.Now()
-	row, err := s.q.DispatchTriggerRequest(ctx, s.takeover(ctx), db.DispatchTriggerRequestParams{
-		ID: r.ID, OwnerNode: r.Owner, Fence: r.Fence, LeaseMs: lease.Milliseconds(),
+	row, err := s.q.DispatchTriggerRequest(ctx, s.conn, db.DispatchTriggerRequestParams{
+		BoundMs: s.lockBound(ctx), ID: r.ID, OwnerNode: r.Owner, Fence: r.Fence, LeaseMs: lease.Milliseconds(),
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return episodes.Dispatched{}, claims.ErrLeaseLost
@@ -106,8 +106,8 @@ func (s *Store) DispatchTriggerRequests(ctx context.Context, owner string, reqs 
 		return nil, fmt.Errorf("postgres: DispatchTriggerRequests: %w", err)
 	}
 	sent := time.Now()
-	rows, err := s.q.DispatchTriggerRequests(ctx, s.takeover(ctx), db.DispatchTriggerRequestsParams{
-		Items: js, OwnerNode: owner, LeaseMs: lease.Milliseconds(),
+	rows, err := s.q.DispatchTriggerRequests(ctx, s.conn, db.DispatchTriggerRequestsParams{
+		BoundMs: s.lockBound(ctx), Items: js, OwnerNode: owner, LeaseMs: lease.Milliseconds(),
 	})
 	if err != nil {
 		return nil, dbError("DispatchTriggerRequests", err)

@@ -223,7 +223,7 @@
 // frozen with a write of an earlier lane waiting holds that lane's byte of
 // the turn file: the others' later writes wait for it only while nobody
 // takes the turn for 1 s (flagStale), once per process, then go on. Postgres's BoundTransaction and
-// BoundLockWait have no equivalent (sql/queries/dialects.go); keep
+// its takeovers' own lock_timeout have no equivalent (sql/queries/dialects.go); keep
 // transactions short.
 //
 // There is no LISTEN/NOTIFY: pollers find trigger requests on their poll

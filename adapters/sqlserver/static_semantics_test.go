@@ -37,6 +37,10 @@ type difference struct {
 
 // dialectDifferences is the reviewed list. Nothing else may differ.
 var dialectDifferences = []difference{
+	{"AcquireClaim", "0 < @bound_ms", boundInStatement},
+	{"ClaimForRecovery", "0 < @bound_ms", boundInStatement},
+	{"RequeueOrphan", "0 < @bound_ms", boundInStatement},
+	{"DispatchTriggerRequest", "0 < @bound_ms", boundInStatement},
 	{"CreateEpisode", "dedupe_key IS NOT NULL",
 		"the ON CONFLICT arbiter's predicate: T-SQL inserts and lets the filtered unique index (same filter, TestStaticSchemaSemantics) raise 2601, caught as the duplicate"},
 	{"CreateEpisode", "archived_at IS NULL", "as above: the index predicate, not a statement predicate, on SQL Server"},
@@ -1239,3 +1243,9 @@ func TestStaticGivenBackMatchesPostgres(t *testing.T) {
 	require.NotEmpty(t, want)
 	require.ElementsMatch(t, want, got, "@given_back decides what Postgres's given_back decides")
 }
+
+// boundInStatement: a Postgres takeover sets its own lock_timeout (LOCAL,
+// when bound_ms > 0: outside a caller's transaction); a T-SQL takeover's
+// batch is topped by BoundLockWait instead (bounds.sql, Store.batch).
+const boundInStatement = "the frozen-holder bound: Postgres's takeover sets its own lock_timeout when bound_ms > 0; " +
+	"T-SQL tops the takeover's batch with BoundLockWait (SET LOCK_TIMEOUT), which TestUnitParamsMatchPostgres checks"

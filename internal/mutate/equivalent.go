@@ -46,7 +46,7 @@ var equivalents = map[string]equivalent{
 			"holds for display; no grant, finish or recovery decision reads it",
 	},
 	"postgres:ClaimForRecovery:lock#1": {
-		what: `ClaimForRecovery: lock clause removed: "FOR UPDATE"`,
+		what: `ClaimForRecovery: lock clause removed: "FOR UPDATE OF x"`,
 		why: "the claim row's FOR UPDATE orders the locks (claim row, then episode row, " +
 			"as FinishEpisode takes them); without it the grant's ON CONFLICT DO UPDATE still waits for that row and " +
 			"re-checks its WHERE on the committed version (TestClaimForRecoveryWaitsForTheOwnersFinish passes), so " +
@@ -66,7 +66,7 @@ var equivalents = map[string]equivalent{
 			"one that would write on a stale snapshot fails SQLITE_BUSY_SNAPSHOT rather than writing",
 	},
 	"postgres:RequeueOrphan:lock#1": {
-		what: `RequeueOrphan: lock clause removed: "FOR UPDATE"`,
+		what: `RequeueOrphan: lock clause removed: "FOR UPDATE OF x"`,
 		why: "RequeueOrphanLock, sent first in the same implicit transaction, already holds " +
 			"the orphan's claim row FOR UPDATE until it ends, so this second lock on the same row changes nothing " +
 			"(TestRequeueOrphanSkipsAnOrphanAnotherRequeueHolds, TestRequeueOrphanGivesWayToTheOwnersFinish)",

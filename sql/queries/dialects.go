@@ -63,9 +63,13 @@ var DialectOnly = []Only{
 	},
 	{
 		Name:     "BoundLockWait",
-		Dialects: []string{DialectPostgres, DialectSQLServer},
-		Why:      "a per-statement lock timeout sent with each takeover: SQLite's busy_timeout is a connection setting",
-		Fallback: "SQLite: the connection's busy_timeout bounds each takeover's wait for the write lock, as for every statement",
+		Dialects: []string{DialectSQLServer},
+		Why: "a lock timeout sent on top of each takeover batch: T-SQL's SET LOCK_TIMEOUT is a statement of its own " +
+			"(and reverts when the parameterized call ends); SQLite's busy_timeout is a connection setting",
+		Fallback: "Postgres: each takeover statement (AcquireClaim, ClaimForRecovery, RequeueOrphan, " +
+			"DispatchTriggerRequest(s)) takes bound_ms and sets its own lock_timeout, LOCAL, before it reaches a row, " +
+			"so the bound costs no statement; SQLite: the connection's busy_timeout bounds each takeover's wait for " +
+			"the write lock, as for every statement",
 	},
 	{
 		Name:     "MaintenanceDue",

@@ -6,6 +6,11 @@
 -- holds waits for ever. bound_ms is claims.TxBound(lease) = max(lease/10,
 -- 1 s) of the lease on whose behalf the work runs. Both settings are LOCAL:
 -- they end with the transaction and never leak into a pooled session.
+--
+-- A takeover statement sent on its own (AcquireClaim, ClaimForRecovery,
+-- RequeueOrphan, DispatchTriggerRequest(s)) bounds itself: it takes
+-- bound_ms and sets lock_timeout, LOCAL, before it reaches a row, so the
+-- bound costs no statement of its own (see each statement's "Bound").
 
 -- name: BoundTransaction :exec
 -- First statement of every transaction leasehold opens (InTx, Maintain),
@@ -18,11 +23,3 @@
 -- retryable: nothing was applied).
 SELECT set_config('lock_timeout', (sqlc.arg(bound_ms)::bigint)::text || 'ms', true),
        set_config('idle_in_transaction_session_timeout', (sqlc.arg(bound_ms)::bigint)::text || 'ms', true);
-
--- name: BoundLockWait :exec
--- Sent with each takeover statement (AcquireClaim, ClaimForRecovery,
--- DispatchTriggerRequest) in one pipelined batch, which Postgres runs as one
--- implicit transaction: the takeover then waits at most bound_ms for a row
--- lock and fails with 55P03 (retryable; the sweeper or poller moves on and
--- tries again next time) instead of hanging behind a frozen holder.
-SELECT set_config('lock_timeout', (sqlc.arg(bound_ms)::bigint)::text || 'ms', true);

@@ -19,14 +19,25 @@
 -- The fence grows on every grant, so writes carrying an older fence (a zombie
 -- from before a steal, or from before an A->B->A round trip) match nothing.
 -- attempt counts tries of the same work: reset after done, +1 otherwise.
+--
+-- Bound: a holder frozen inside a transaction keeps the row locked, and the
+-- conflict check waits for it. bound_ms > 0 sets lock_timeout, LOCAL, in
+-- this statement before the row is reached (the insert's source row is
+-- computed, set_config included, before the insert meets the conflict), so
+-- the wait ends after bound_ms with 55P03 (retryable: nothing applied); in
+-- autocommit the setting ends with the statement. bound_ms = 0 (inside a
+-- caller's transaction, where a LOCAL setting would outlive the statement)
+-- leaves the transaction's own setting as it is.
 INSERT INTO leasehold_work_claims AS c (
     dedupe_key, state, owner_node, lease_until, claimed_at, last_heartbeat_at,
     attempt, fence, grant_kind, work_type
-) VALUES (
-    sqlc.arg(dedupe_key), 'claimed', sqlc.arg(owner_node),
-    now() + (sqlc.arg(lease_ms)::bigint * interval '1 millisecond'),
-    now(), now(), 1, 1, 'fresh', sqlc.arg(work_type)
 )
+SELECT sqlc.arg(dedupe_key)::text, 'claimed', sqlc.arg(owner_node)::text,
+    now() + (sqlc.arg(lease_ms)::bigint * interval '1 millisecond'),
+    now(), now(), 1, 1, 'fresh', sqlc.arg(work_type)::text
+FROM (SELECT CASE WHEN sqlc.arg(bound_ms)::bigint > 0
+                  THEN set_config('lock_timeout', sqlc.arg(bound_ms)::bigint || 'ms', true)
+             END AS lock_timeout) AS bound
 ON CONFLICT (dedupe_key) DO UPDATE SET
     state             = 'claimed',
     owner_node        = excluded.owner_node,

@@ -135,17 +135,26 @@ LIMIT sqlc.arg(max_rows)::integer;
 --     already being recovered holds a live lease and is excluded the same
 --     way. A claim-less episode must still be stale here.
 -- The new grant belongs to the sweeper, so a restarted run holds the claim
--- itself and never finds it busy. Sent after BoundLockWait, so a frozen
--- holder of either row makes it fail fast (55P03) instead of hanging.
-WITH claim_row AS (
+-- itself and never finds it busy.
+--
+-- Bound: bound_ms > 0 sets lock_timeout, LOCAL, before either row is
+-- locked (both locking reads join bound, and a row is locked only once the
+-- join has produced it), so a frozen holder of either row makes this fail
+-- after bound_ms (55P03, retryable) instead of hanging; 0, inside a
+-- caller's transaction, leaves its setting alone (see AcquireClaim).
+WITH bound AS MATERIALIZED (
+    SELECT CASE WHEN sqlc.arg(bound_ms)::bigint > 0
+                THEN set_config('lock_timeout', sqlc.arg(bound_ms)::bigint || 'ms', true)
+           END AS lock_timeout
+), claim_row AS (
     SELECT x.dedupe_key
-    FROM leasehold_work_claims AS x
+    FROM leasehold_work_claims AS x, bound
     WHERE x.dedupe_key = (SELECT coalesce(e0.dedupe_key, 'episode:' || e0.id)
                           FROM leasehold_episodes AS e0 WHERE e0.id = sqlc.arg(id))
-    FOR UPDATE
+    FOR UPDATE OF x
 ), orphan AS (
     SELECT e.id, coalesce(e.dedupe_key, 'episode:' || e.id) AS claim_key
-    FROM leasehold_episodes AS e
+    FROM leasehold_episodes AS e, bound
     WHERE e.id = sqlc.arg(id)
       AND e.archived_at IS NULL
       AND e.status IN ('running', 'queued')
@@ -157,7 +166,7 @@ WITH claim_row AS (
       )
       AND NOT EXISTS (SELECT 1 FROM leasehold_trigger_requests AS r
                       WHERE r.episode_id = e.id AND r.status IN ('pending', 'claimed'))
-    FOR UPDATE
+    FOR UPDATE OF e
 ), grant_row AS (
     INSERT INTO leasehold_work_claims AS c (
         dedupe_key, state, owner_node, lease_until, claimed_at, last_heartbeat_at,
@@ -211,7 +220,7 @@ RETURNING e.id, e.actor_id, e.expectation_id, e.trigger_type, e.trigger_ref, e.d
 -- its transaction), this fails at once with lock_not_available (55P03), the
 -- transaction is rolled back before RequeueOrphan runs, and the adapter
 -- reports the orphan busy: the next sweep looks again. Waiting instead
--- (until BoundLockWait's lock_timeout) made every sweeper queue behind the
+-- (until the lock_timeout bound) made every sweeper queue behind the
 -- others on the same orphans: on a loaded host, sweeps of 40 orphans took
 -- 12-25 s, most of them waits that ended in "already requeued". No claim
 -- row: nothing to lock (see RequeueOrphan).
@@ -255,15 +264,23 @@ FOR UPDATE NOWAIT;
 -- back): an exhausted orphan is not requeued but failed, through
 -- ClaimForRecovery and FinishEpisode. No row back: not an orphan (any
 -- more), taken by another sweeper, or exhausted meanwhile.
-WITH claim_row AS (
+--
+-- Bound: as ClaimForRecovery's; the claim row is RequeueOrphanLock's
+-- already, so the wait it bounds is the episode row's.
+WITH bound AS MATERIALIZED (
+    SELECT CASE WHEN sqlc.arg(bound_ms)::bigint > 0
+                THEN set_config('lock_timeout', sqlc.arg(bound_ms)::bigint || 'ms', true)
+           END AS lock_timeout
+), claim_row AS (
     SELECT x.dedupe_key, x.state, x.attempt
-    FROM leasehold_work_claims AS x
+    FROM leasehold_work_claims AS x, bound
     WHERE x.dedupe_key = (SELECT coalesce(e0.dedupe_key, 'episode:' || e0.id)
                           FROM leasehold_episodes AS e0 WHERE e0.id = sqlc.arg(id))
-    FOR UPDATE
+    FOR UPDATE OF x
 ), orphan AS (
     SELECT e.id, coalesce(e.dedupe_key, 'episode:' || e.id) AS claim_key, b.given_back
     FROM leasehold_episodes AS e
+    CROSS JOIN bound
     CROSS JOIN LATERAL (
         SELECT coalesce((SELECT (cr.state = 'released' OR e.status = 'queued')
                                 AND cr.attempt <= e.attempts + e.max_attempts

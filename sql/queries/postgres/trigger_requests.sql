@@ -181,9 +181,20 @@ RETURNING r.id, r.episode_id, r.actor_id, r.expectation_id, r.source_node,
 -- unarchived on the locked episode row: started false with a fence means
 -- the episode changed between this statement's snapshot and its write (a
 -- cancel), and the caller releases the grant.
-WITH request AS (
+--
+-- Bound: bound_ms > 0 sets lock_timeout, LOCAL, before any row is locked
+-- (every row this statement writes is reached through a join with bound),
+-- so a frozen holder of the work claim makes it fail after bound_ms (55P03,
+-- retryable) instead of hanging; 0, inside a caller's transaction, leaves
+-- its setting alone (see AcquireClaim).
+WITH bound AS MATERIALIZED (
+    SELECT CASE WHEN sqlc.arg(bound_ms)::bigint > 0
+                THEN set_config('lock_timeout', sqlc.arg(bound_ms)::bigint || 'ms', true)
+           END AS lock_timeout
+), request AS (
     UPDATE leasehold_trigger_requests AS r
     SET status = 'completed', finished_at = now()
+    FROM bound
     WHERE r.id = sqlc.arg(id)
       AND r.claimed_by = sqlc.arg(owner_node)::text
       AND r.fence = sqlc.arg(fence)
@@ -203,7 +214,7 @@ WITH request AS (
     SELECT episode.claim_key, 'claimed', sqlc.arg(owner_node)::text,
         now() + (sqlc.arg(lease_ms)::bigint * interval '1 millisecond'),
         now(), now(), 1, 1, 'fresh', 'episode'
-    FROM episode
+    FROM episode, bound
     ON CONFLICT (dedupe_key) DO UPDATE SET
         state             = 'claimed',
         owner_node        = excluded.owner_node,
@@ -273,13 +284,19 @@ LEFT JOIN started ON true;
 -- for 500 hand-overs among 10,000 queued episodes). The runner sends at
 -- most 64 requests per statement, which keeps the joins between the CTEs
 -- below small.
-WITH input AS (
+--
+-- Bound: as DispatchTriggerRequest's.
+WITH bound AS MATERIALIZED (
+    SELECT CASE WHEN sqlc.arg(bound_ms)::bigint > 0
+                THEN set_config('lock_timeout', sqlc.arg(bound_ms)::bigint || 'ms', true)
+           END AS lock_timeout
+), input AS (
     SELECT (j ->> 'id')::bigint AS id, (j ->> 'fence')::bigint AS fence
     FROM jsonb_array_elements(sqlc.arg(items)::jsonb) AS j
 ), request AS (
     UPDATE leasehold_trigger_requests AS r
     SET status = 'completed', finished_at = now()
-    FROM input
+    FROM input, bound
     WHERE r.id = input.id
       AND r.claimed_by = sqlc.arg(owner_node)::text
       AND r.fence = input.fence
@@ -299,7 +316,7 @@ WITH input AS (
     SELECT episode.claim_key, 'claimed', sqlc.arg(owner_node)::text,
         now() + (sqlc.arg(lease_ms)::bigint * interval '1 millisecond'),
         now(), now(), 1, 1, 'fresh', 'episode'
-    FROM episode
+    FROM episode, bound
     ORDER BY episode.claim_key
     ON CONFLICT (dedupe_key) DO UPDATE SET
         state             = 'claimed',
