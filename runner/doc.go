@@ -234,4 +234,118 @@
 // equality everywhere (recovery, poller, findings), the unset env being its
 // own world; FireOptions.Env, recovery.Options.Env and PollConfig.SourceEnv
 // target another env for one call or one poller.
+//
+// # Next: one row per unit of available work (design; issue 32, being built)
+//
+// This section is the design the available path is being rebuilt to. It is
+// written before the code, as the statements' guarantees are; the sections
+// above describe what runs today, and each part moves from here to there as
+// it lands (all three dialects at once: the model is the schema).
+//
+// Today an available unit writes eight rows: the episode and its trigger
+// request inserted, the request claimed and completed, the work claim
+// inserted (or upserted), the episode started, and at the end the episode
+// and the claim finished. A River job writes one row three times. The cost
+// is the rows, not the statements, so the design moves the request and the
+// episode's lease into the episode row:
+//
+//	leasehold_episodes gains  fence       bigint, 0 until the first grant
+//	                          lease_until the grant's expiry (database clock),
+//	                                      NULL while nobody holds it
+//	                          claimed_at, grant_kind (fresh | handover |
+//	                                      recovery | retry | operator)
+//	                          run_after   when available work falls due
+//	                          opts        what a trigger_only node passes on
+//
+// owner_node already exists. An episode is then in exactly one of:
+//
+//	available  status queued, lease_until NULL, due at run_after
+//	held       status queued or running, owner_node, fence, lease_until
+//	           (live while lease_until > now(), on the database clock)
+//	ended      a terminal status; nothing can be granted again
+//
+// and every transition is one UPDATE of that row, decided on its latest
+// version under its row lock:
+//
+//	transition           statement              condition on the locked row
+//	-------------------  ---------------------  ----------------------------------
+//	trigger, free slot   CreateEpisode          insert wins on dedupe_key; held,
+//	                                            running, fence 1: one row
+//	trigger, no slot /   CreateDeferredEpisode  insert wins on dedupe_key;
+//	  delay / trigger_     (s: COPY-fed batch)  available, run_after = now() + delay
+//	  only
+//	poll                 ClaimAvailable         SKIP LOCKED pick of due available
+//	                                            (or queued with an expired lease)
+//	                                            rows of runnable pairs, at most
+//	                                            the free slots; then fence + 1,
+//	                                            owner, lease, running: the claim
+//	                                            and the start in one write
+//	step                 AppendStep             (id, owner, fence) and not ended;
+//	                                            step row inserted only then
+//	heartbeat            RenewEpisodes          (id, fence) pairs still owned
+//	finish (grouped)     FinishEpisodes         (id, owner, fence) and not ended
+//	retry                RetryEpisode           (id, owner, fence): available,
+//	                                            fence + 1, run_after = backoff
+//	drain / give back    ReleaseEpisodes        (id, owner, fence): available at
+//	                                            once, fence + 1, same attempt
+//	orphan               RequeueOrphan          held, lease_until <= now():
+//	                                            available, fence + 1, attempt + 1
+//	                     ClaimForRecovery       (policy fail) held by the sweeper
+//	cancel               CancelEpisode          available: canceled at once;
+//	                                            held: cancel requested (as today)
+//	caller's tx          HoldEpisode            (id, owner, fence) FOR SHARE in
+//	                                            the caller's transaction
+//
+// A unit of available work then costs three row writes (insert, claim and
+// start, finish) and three statements, the poll's and the finish's shared
+// by their batches; the local path costs two (its insert holds the grant).
+// Each journaled step adds its step row and one update, as today.
+//
+// What keeps each guarantee:
+//
+//   - One episode per trigger: the dedupe_key unique index, unchanged.
+//   - Fenced writes: the token stays (key, owner, fence), with the episode's
+//     id (claims.Token.Episode) naming the row the fence lives on; every
+//     write is conditioned on it in the statement, and zero rows is
+//     ErrLeaseLost. A row has one fence, so no write can pass between a
+//     check on one row and a write on another: the two-row lock order
+//     (claim row, then episode row) and RequeueOrphanLock, which exists
+//     only to see another row's change, are no longer needed.
+//   - Recovery exactly once: a takeover matches only an expired lease on
+//     the row's latest version and bumps the fence in the same write; a
+//     second sweeper re-checks after the first commits and matches nothing.
+//     A queued row whose holder died before starting it is simply
+//     available again to ClaimAvailable (fence + 1, no attempt counted);
+//     a running one is recovery's, which counts the attempt.
+//   - Database clock: every lease_until, run_after and expiry is now() on
+//     the server; the local deadline starts before the statement that
+//     granted the lease is sent (ClaimAvailable, CreateEpisode,
+//     ClaimForRecovery), as today.
+//   - Renewals stay cheap: lease_until is in no index and the available
+//     index's predicate (status = 'queued' AND lease_until IS NULL) does
+//     not change on a renewal, so with free space on the page (fillfactor)
+//     a renewal is a HOT update that writes no index entry.
+//   - The keyed claims table stays for Gate, findings and any key that
+//     outlives an episode; a Node's heartbeat renews both kinds it holds.
+//
+// Upgrade (a goose migration per dialect): the columns are added; each
+// live episode's claim (state claimed) is copied into its row with its
+// fence + 1 and its lease_until unchanged, so an old node's next fenced
+// write matches nothing (it stops; its renewals stop too, so it stops before
+// that lease ends) and nobody takes the episode before the lease it held
+// runs out; open requests become available rows (run_after and opts kept;
+// a request a poller had claimed is available again); terminal episodes are
+// untouched. From then on the database refuses what an older binary would
+// write under the old model (an insert trigger on the requests table and on
+// episode-type work claims): an old node fails loudly instead of running
+// work a new node cannot see, so nothing runs twice and nothing is lost.
+//
+// Deploy order follows: the new binary refuses a database without the
+// migration (ErrSchema), and the migrated database refuses the old binary's
+// writes. Drain and stop the old nodes, migrate, start the new ones; or
+// migrate under running old nodes, whose Fire calls then fail (the caller
+// retries them on a new node) and whose runs in flight end at their next
+// fenced write and are recovered once their leases end. This release's
+// rolling deploy pauses the old nodes' work; the README's "Deploying a new
+// version" will say so.
 package runner
