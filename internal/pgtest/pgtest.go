@@ -6,6 +6,7 @@ package pgtest
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -44,6 +45,10 @@ type Options struct {
 	MaxConns int32
 	// URL is the server, default URL().
 	URL string
+	// UpTo stops the migrations at this version (0: every migration), for
+	// tests that seed a database as an older release left it and then
+	// upgrade it (postgres.Migrate).
+	UpTo int64
 }
 
 // Schema creates a fresh schema, applies leasehold's migrations to it, and
@@ -71,6 +76,9 @@ func NewSchema(ctx context.Context, opts ...Options) (pool *pgxpool.Pool, drop f
 	}
 	if len(opts) > 0 && opts[0].URL != "" {
 		o.URL = opts[0].URL
+	}
+	if len(opts) > 0 {
+		o.UpTo = opts[0].UpTo
 	}
 	// A failure detector, not a bound on anything leasehold promises:
 	// migrating a schema (eleven transactions, each fsynced) took 1.2-21 s
@@ -117,7 +125,7 @@ func NewSchema(ctx context.Context, opts ...Options) (pool *pgxpool.Pool, drop f
 	}
 	sqlDB := stdlib.OpenDBFromPool(pool)
 	defer sqlDB.Close()
-	if err := postgres.Migrate(ctx, sqlDB); err != nil {
+	if err := migrate(ctx, sqlDB, o.UpTo); err != nil {
 		pool.Close()
 		return nil, nil, errors.Join(fmt.Errorf("migrate schema %s: %w", name, err), dropSchema())
 	}
@@ -191,4 +199,17 @@ func Another(t testing.TB, pool *pgxpool.Pool, opts ...Options) *pgxpool.Pool {
 	require.NoError(t, err)
 	t.Cleanup(p.Close)
 	return p
+}
+
+// migrate applies leasehold's migrations, all of them or up to upTo.
+func migrate(ctx context.Context, db *sql.DB, upTo int64) error {
+	if upTo == 0 {
+		return postgres.Migrate(ctx, db)
+	}
+	p, err := postgres.NewMigrator(db)
+	if err != nil {
+		return err
+	}
+	_, err = p.UpTo(ctx, upTo)
+	return err
 }
