@@ -125,6 +125,10 @@ func runPgbench(ctx context.Context, cfg config, bin, schema, script string) (fl
 		"-c", strconv.Itoa(cfg.acquireClients), "-j", strconv.Itoa(min(cfg.acquireClients, 2)),
 		"-T", strconv.Itoa(secs), "-f", script,
 		"-D", "owner_node=pgbench", "-D", "lease_ms=30000", "-D", "work_type=bench",
+		// The bound Store.Acquire sets (claims.TxBound of its context's
+		// default lease): an unset pgbench variable is NULL, which would
+		// skip the statement's set_config and flatter pgbench.
+		"-D", "bound_ms="+strconv.FormatInt(claims.TxBoundFrom(context.Background()).Milliseconds(), 10),
 		cfg.url)
 	cmd.Env = append(os.Environ(), "PGOPTIONS=-c search_path="+schema)
 	out, err := cmd.CombinedOutput()

@@ -18,27 +18,66 @@ import (
 
 const (
 	actorID       = "bench"
-	expectationID = "noop"
+	expectationID = "unit"
 	eventName     = "bench.fired"
+
+	// ledgerLeasehold and ledgerRiver are the ledger's system column.
+	ledgerLeasehold = "leasehold"
+	ledgerRiver     = "river"
 )
 
-// noop is the 1-step strategy: Init does nothing, the first step is done.
-// The runner still journals that step and writes the terminal status, as it
-// would for real work.
-type noop struct{}
+// unitStrategy is the 1-step strategy of every workload: it holds the run
+// for hold (long; a wait that ends early when the run's context does), then
+// writes the unit's ledger row fenced on the run's grant, and is done. The
+// runner journals that step and writes the terminal status, as it would
+// for real work. A ledger row already there is a second run of the unit:
+// counted in dupRuns, and the step still ends (the check reports it).
+type unitStrategy struct {
+	pool    *pgxpool.Pool
+	hold    time.Duration
+	dupRuns *atomic.Int64
+}
 
-func (noop) Init(context.Context, *runner.Run) error { return nil }
-func (noop) Step(context.Context, *runner.Run) (runner.StepResult, error) {
+func (unitStrategy) Init(context.Context, *runner.Run) error { return nil }
+
+func (s unitStrategy) Step(ctx context.Context, r *runner.Run) (runner.StepResult, error) {
+	if s.hold > 0 {
+		if err := sleep(ctx, s.hold); err != nil {
+			return runner.StepResult{}, err
+		}
+	}
+	var a jobArgs
+	if err := r.Payload(&a); err != nil {
+		return runner.StepResult{}, err
+	}
+	t := r.Token()
+	_, err := s.pool.Exec(ctx, ledgerInsertFenced, ledgerLeasehold, a.Round, a.N, t.Key, t.Owner, t.Fence)
+	if ledgerDuplicate(err) {
+		s.dupRuns.Add(1)
+		err = nil
+	}
+	if err != nil {
+		return runner.StepResult{}, fmt.Errorf("ledger: %w", err)
+	}
 	return runner.StepResult{Done: true}, nil
 }
 
 // completions feeds episode.completed events to the tracker. The event's key
-// is the claim key, which for a deduplicated episode is its dedupe key.
-type completions struct{ t *tracker }
+// is the claim key, which for a deduplicated episode is its dedupe key: the
+// map from key to unit is built before the measured span.
+type completions struct {
+	t    *tracker
+	unit map[string]int
+}
 
 func (c completions) Observe(_ context.Context, e telemetry.Event) {
-	if e.Name == runner.EventCompleted {
-		c.t.completed(e.Key)
+	if e.Name != runner.EventCompleted {
+		return
+	}
+	if u, ok := c.unit[e.Key]; ok {
+		c.t.completed(u)
+	} else {
+		c.t.completed(-1)
 	}
 }
 
@@ -48,10 +87,10 @@ func (c completions) Observe(_ context.Context, e telemetry.Event) {
 // one statement (Poll.Batch = MaxConcurrent). A unit that finds no free slot
 // where it is fired is created available and taken by whichever member has
 // a slot; a unit that finds one runs where it was fired.
-func leaseholdNode(cfg config, w workload, pool *pgxpool.Pool, store *stmtCounter, identity string, jitter time.Duration,
+func leaseholdNode(cfg config, w workload, pool *pgxpool.Pool, identity string, jitter time.Duration,
 	obs telemetry.Observer) runner.Config {
 	return runner.Config{
-		Store:        postgres.New(countingDBTX{DBTX: pool, c: store}),
+		Store:        postgres.New(pool),
 		Identity:     identity,
 		EventJitter:  jitter,
 		Poll:         runner.PollConfig{Batch: w.workers},
@@ -64,34 +103,44 @@ func leaseholdNode(cfg config, w workload, pool *pgxpool.Pool, store *stmtCounte
 const leaseholdNodeText = "the trigger-request poller on, woken by postgres.NewNotifier (TriggerWaker), " +
 	"its 5s interval the fallback, Poll.Batch = workers/member; every other runner.Config field at its default"
 
-// runLeasehold is one leasehold round of workload w: cfg.nodes nodes, each
-// with its own pool, until each of the round's units has its one episode
-// done. Broadcast and single fire the units from cfg.producers goroutines
-// per node (Fire); bulk loads them from a trigger-only loader node
-// (fireBatch) before the nodes start.
-//
-// Every leasehold round shares one schema, so space (not round) numbers the
-// units: a unit of an earlier round would be a duplicate of an episode done.
-func runLeasehold(ctx context.Context, cfg config, w workload, schema string, round, space int, eventJitter bool, srv *serverStats) (result, error) {
-	res := result{system: sysLeasehold, workload: w.name, round: round, units: w.units,
+// runLeasehold is one leasehold round of workload w in a fresh schema:
+// cfg.nodes nodes, each with its own pool, until each of the round's units
+// has its one episode done. Broadcast, single and long fire the units from
+// cfg.producers goroutines per node (Fire); bulk loads them from a loader
+// node (FireBatchTx per batch) while the nodes are started in mode
+// trigger_only, then switches them to full.
+func runLeasehold(ctx context.Context, cfg config, w workload, sch *schemas, sys system, round, space int, srv *serverStats) (result, error) {
+	res := result{system: sys.name, workload: w.name, round: round, units: w.units,
 		wantDups: w.duplicates(cfg.nodes), members: cfg.nodes}
-	var jitter time.Duration
-	if eventJitter {
-		res.system, jitter = sysLeaseholdEventJitter, eventJitterWait
+	schema, err := sch.fresh(ctx, space, false)
+	if err != nil {
+		return res, err
 	}
-	keys := make([]string, w.units)
-	for i := range keys {
-		k, err := dedupe.EventKey(actorID, expectationID, "", jobArgs{Round: space, N: i})
+	defer sch.drop(schema)
+	var jitter time.Duration
+	if sys.eventJitter {
+		jitter = eventJitterWait
+	}
+	// Everything a unit needs on either side of the span is built here.
+	unitOf := make(map[string]int, w.units)
+	payloads := make([]any, w.units)
+	events := make([]runner.BatchEvent, w.units)
+	for i := range w.units {
+		a := jobArgs{Round: round, N: i}
+		k, err := dedupe.EventKey(actorID, expectationID, "", a)
 		if err == nil {
 			k, err = dedupe.InEnv("", k)
 		}
 		if err != nil {
 			return res, err
 		}
-		keys[i] = k
+		unitOf[k] = i
+		payloads[i] = a
+		events[i] = runner.BatchEvent{Payload: a}
 	}
 	tr := newTracker(w.units)
-	var stmts, store stmtCounter
+	var stmts stmtCounter
+	var dupRuns atomic.Int64
 
 	var pools []*pgxpool.Pool
 	var started []*runner.Node
@@ -113,21 +162,15 @@ func runLeasehold(ctx context.Context, cfg config, w workload, schema string, ro
 		}
 		return pool, err
 	}
-	newNode := func(nc runner.Config) (*runner.Node, error) {
+	newNode := func(nc runner.Config, pool *pgxpool.Pool) (*runner.Node, error) {
 		node, err := runner.NewNode(nc)
 		if err != nil {
 			return nil, err
 		}
 		return node, node.Register(runner.Actor{ID: actorID, MaxConcurrent: w.workers, Expectations: []runner.Expectation{{
-			ID: expectationID, Trigger: runner.Event{Name: eventName}, Strategy: noop{},
+			ID: expectationID, Trigger: runner.Event{Name: eventName},
+			Strategy: unitStrategy{pool: pool, hold: w.hold, dupRuns: &dupRuns},
 		}}})
-	}
-	start := func(node *runner.Node) error {
-		if err := node.Start(ctx); err != nil {
-			return err
-		}
-		started = append(started, node)
-		return nil
 	}
 	var nodes []*runner.Node
 	for i := range cfg.nodes {
@@ -135,34 +178,38 @@ func runLeasehold(ctx context.Context, cfg config, w workload, schema string, ro
 		if err != nil {
 			return res, err
 		}
-		node, err := newNode(leaseholdNode(cfg, w, pool, &store, fmt.Sprintf("node-%d", i), jitter, completions{tr}))
+		nc := leaseholdNode(cfg, w, pool, fmt.Sprintf("node-%d", i), jitter, completions{t: tr, unit: unitOf})
+		if w.bulk() {
+			nc.Mode = runner.ModeTriggerOnly // the gate: no poll until the load is in
+		}
+		node, err := newNode(nc, pool)
 		if err != nil {
 			return res, err
 		}
 		nodes = append(nodes, node)
-		if !w.bulk() {
-			if err := start(node); err != nil {
-				return res, err
-			}
-		}
 	}
 	var loader *runner.Node
 	var loaderPool *pgxpool.Pool
 	if w.bulk() {
-		pool, err := open()
-		if err != nil {
+		if loaderPool, err = open(); err != nil {
 			return res, err
 		}
-		lc := leaseholdNode(cfg, w, pool, &store, "loader", 0, nil)
+		lc := leaseholdNode(cfg, w, loaderPool, "loader", 0, nil)
 		lc.Mode = runner.ModeTriggerOnly // it creates the episodes and runs none
-		if loader, err = newNode(lc); err != nil {
+		if loader, err = newNode(lc, loaderPool); err != nil {
 			return res, err
 		}
-		if err := start(loader); err != nil {
-			return res, err
-		}
-		loaderPool = pool
+		nodes = append(nodes, loader) // started with the members, stopped once the load is in
 	}
+	began := time.Now()
+	for _, node := range nodes {
+		if err := node.Start(ctx); err != nil {
+			return res, err
+		}
+		started = append(started, node)
+	}
+	res.startUp = time.Since(began)
+	nodes = nodes[:cfg.nodes]
 
 	var duplicates atomic.Int64
 	var bs bulkStart
@@ -174,8 +221,8 @@ func runLeasehold(ctx context.Context, cfg config, w workload, schema string, ro
 				wg.Go(func() {
 					for j := p; j < len(units) && ctx.Err() == nil; j += cfg.producers {
 						i := units[j]
-						tr.submitted(keys[i])
-						out, err := node.Fire(ctx, actorID, eventName, jobArgs{Round: space, N: i}, runner.FireOptions{})
+						tr.submitted(i)
+						out, err := node.Fire(ctx, actorID, eventName, payloads[i], runner.FireOptions{})
 						if err != nil {
 							fail(fmt.Errorf("%s: fire %d: %w", node.ID(), i, err))
 							return
@@ -194,12 +241,10 @@ func runLeasehold(ctx context.Context, cfg config, w workload, schema string, ro
 	if w.bulk() {
 		produce = func(ctx context.Context, fail func(error)) {
 			load(ctx, cfg.producers, w, func(ctx context.Context, first, n int) error {
-				batch := make([]jobArgs, n)
-				for j := range batch {
-					batch[j] = jobArgs{Round: space, N: first + j}
-					tr.submitted(keys[first+j])
+				for i := first; i < first+n; i++ {
+					tr.submitted(i)
 				}
-				dups, err := fireBatch(ctx, loader, loaderPool, &store, batch)
+				dups, err := fireBatch(ctx, loader, loaderPool, events[first:first+n])
 				duplicates.Add(int64(dups))
 				return err
 			}, fail)
@@ -216,19 +261,19 @@ func runLeasehold(ctx context.Context, cfg config, w workload, schema string, ro
 				fail(fmt.Errorf("stop loader: %w", err))
 				return
 			}
-			started = started[:0] // the loader, stopped
-			bs.started = time.Now()
+			started = started[:cfg.nodes]
+			bs.opened = time.Now()
 			for _, node := range nodes {
-				if err := start(node); err != nil {
+				if err := node.SetMode(runner.ModeFull); err != nil {
 					fail(err)
 					return
 				}
 			}
-			bs.up = time.Now()
 		}
 	}
-	return measure(ctx, w, srv, &stmts, &store, tr, &res, &bs, produce, func(ctx context.Context) (dbCheck, error) {
+	return measure(ctx, w, srv, &stmts, tr, &res, &bs, produce, func(ctx context.Context) (dbCheck, error) {
 		res.duplicates = int(duplicates.Load())
+		res.dupRuns = int(dupRuns.Load())
 		c := dbCheck{byMember: map[int]int{}}
 		// A unit ran once when its episode is on its first attempt
 		// (attempts counts retries) and its work claim was granted once
@@ -236,13 +281,16 @@ func runLeasehold(ctx context.Context, cfg config, w workload, schema string, ro
 		err := pools[0].QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE e.status = 'done'),
 			count(DISTINCT e.payload->>'n') FILTER (WHERE e.status = 'done'),
 			coalesce(max(greatest(e.attempts + 1, c.fence)), 0)
-			FROM leasehold_episodes e LEFT JOIN leasehold_work_claims c ON c.dedupe_key = e.dedupe_key
-			WHERE (e.payload->>'round')::int = $1`, space).Scan(&c.rows, &c.done, &c.distinct, &c.maxAttempts)
+			FROM leasehold_episodes e LEFT JOIN leasehold_work_claims c ON c.dedupe_key = e.dedupe_key`).
+			Scan(&c.rows, &c.done, &c.distinct, &c.maxAttempts)
 		if err != nil {
 			return c, err
 		}
+		if c.ledger, c.stray, err = ledgerCheck(ctx, pools[0], ledgerLeasehold, round, w.units); err != nil {
+			return c, err
+		}
 		rows, err := pools[0].Query(ctx, `SELECT coalesce(owner_node, ''), count(*) FROM leasehold_episodes
-			WHERE status = 'done' AND (payload->>'round')::int = $1 GROUP BY 1`, space)
+			WHERE status = 'done' GROUP BY 1`)
 		if err != nil {
 			return c, err
 		}
@@ -261,21 +309,15 @@ func runLeasehold(ctx context.Context, cfg config, w workload, schema string, ro
 }
 
 // fireBatch creates one batch of bulk units in one transaction of the
-// caller's: one node.FireBatchTx on postgres.New(tx) (one statement for the
-// whole batch), then COMMIT. It returns how many were duplicates.
-func fireBatch(ctx context.Context, node *runner.Node, pool *pgxpool.Pool, store *stmtCounter, batch []jobArgs) (int, error) {
+// caller's: one node.FireBatchTx on postgres.New(tx) (one
+// CreateDeferredEpisodes statement for the whole batch, as River's
+// InsertMany), then COMMIT. It returns how many were duplicates.
+func fireBatch(ctx context.Context, node *runner.Node, pool *pgxpool.Pool, events []runner.BatchEvent) (int, error) {
 	dups := 0
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		txStore := postgres.New(countingDBTX{DBTX: tx, c: store})
-		events := make([]runner.BatchEvent, len(batch))
-		for i, a := range batch {
-			events[i] = runner.BatchEvent{Payload: a}
-		}
-		// One statement for the whole batch (CreateDeferredEpisodes), as
-		// River's InsertMany.
-		out, err := node.FireBatchTx(ctx, txStore, actorID, eventName, events, runner.FireOptions{})
+		out, err := node.FireBatchTx(ctx, postgres.New(tx), actorID, eventName, events, runner.FireOptions{})
 		if err != nil {
-			return fmt.Errorf("fire batch of %d: %w", len(batch), err)
+			return fmt.Errorf("fire batch of %d: %w", len(events), err)
 		}
 		for _, o := range out {
 			if o.Duplicate {

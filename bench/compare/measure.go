@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -10,68 +11,67 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/leasehold/leasehold/db"
 )
 
 // jobArgs is the unit of work both systems receive: the payload of a
 // leasehold event and the args of a River job. Its JSON is what each system
 // hashes for uniqueness (leasehold's event key, River's ByArgs), so a
-// duplicate is "the same payload" on both sides. Round numbers the run the
-// unit belongs to, so that no unit repeats one of an earlier run.
+// duplicate is "the same payload" on both sides. Round is the harness round,
+// N the unit: both systems of a round get the same payloads.
 type jobArgs struct {
 	Round int `json:"round"`
 	N     int `json:"n"`
 }
 
 // Kind implements river.JobArgs.
-func (jobArgs) Kind() string { return "bench_noop" }
+func (jobArgs) Kind() string { return "bench_unit" }
 
-// tracker pairs each unit's first submission with its completion. Latency is
-// taken from the first submit call of a unit on any node (before the call,
-// so the insert itself is inside the measured span) to the completion event.
+// tracker pairs each unit's first submission with its completion, by unit
+// number, so that neither system's side formats or parses anything to find
+// a unit. Latency is taken from the first submit call of a unit on any
+// member (before the call, so the insert itself is inside the measured
+// span) to the completion event.
 type tracker struct {
 	mu       sync.Mutex
-	target   int
-	first    map[string]time.Time
-	done     map[string]time.Time
+	first    []time.Time
+	done     []time.Time
+	n        int
 	lastDone time.Time
 	again    int // completions of a unit already completed: must stay 0
 	unknown  int // completions of a unit never submitted: must stay 0
 	all      chan struct{}
 }
 
-func newTracker(target int) *tracker {
-	return &tracker{
-		target: target, first: make(map[string]time.Time, target), done: make(map[string]time.Time, target),
-		all: make(chan struct{}),
-	}
+func newTracker(units int) *tracker {
+	return &tracker{first: make([]time.Time, units), done: make([]time.Time, units), all: make(chan struct{})}
 }
 
-func (t *tracker) submitted(key string) {
+func (t *tracker) submitted(unit int) {
 	now := time.Now()
 	t.mu.Lock()
-	if _, ok := t.first[key]; !ok {
-		t.first[key] = now
+	if t.first[unit].IsZero() {
+		t.first[unit] = now
 	}
 	t.mu.Unlock()
 }
 
-func (t *tracker) completed(key string) {
+// completed records unit's completion; a negative unit is one the system
+// reported but the harness cannot name.
+func (t *tracker) completed(unit int) {
 	now := time.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	switch _, seen := t.done[key]; {
-	case seen:
-		t.again++
-		return
-	case t.first[key].IsZero():
+	switch {
+	case unit < 0 || unit >= len(t.first) || t.first[unit].IsZero():
 		t.unknown++
 		return
+	case !t.done[unit].IsZero():
+		t.again++
+		return
 	}
-	t.done[key] = now
+	t.done[unit] = now
 	t.lastDone = now
-	if len(t.done) == t.target {
+	if t.n++; t.n == len(t.done) {
 		close(t.all)
 	}
 }
@@ -80,9 +80,11 @@ func (t *tracker) completed(key string) {
 func (t *tracker) latencies() []time.Duration {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	out := make([]time.Duration, 0, len(t.done))
-	for k, d := range t.done {
-		out = append(out, d.Sub(t.first[k]))
+	out := make([]time.Duration, 0, t.n)
+	for i, d := range t.done {
+		if !d.IsZero() {
+			out = append(out, d.Sub(t.first[i]))
+		}
 	}
 	slices.Sort(out)
 	return out
@@ -91,7 +93,7 @@ func (t *tracker) latencies() []time.Duration {
 func (t *tracker) counts() (done, again, unknown int, last time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return len(t.done), t.again, t.unknown, t.lastDone
+	return t.n, t.again, t.unknown, t.lastDone
 }
 
 // percentile of sorted values (nearest rank); 0 when empty.
@@ -103,13 +105,15 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 	return sorted[min(max(i, 0), len(sorted)-1)]
 }
 
-// stmtCounter is a pgx tracer that counts what a system's pools send: every
-// statement (queries and execs, BEGIN and COMMIT included since pgx sends
-// them as statements, each statement of a batch, COPY), by name, and the
-// transactions that ended (a statement after which the connection is idle,
-// outside a transaction: an autocommit statement, a COMMIT or a ROLLBACK).
-// Both systems use pgx, so the counts compare like for like and, unlike the
-// server's counters, no other session on the database leaks into them.
+// stmtCounter is a pgx tracer on every pool of a system, and the only place
+// the harness counts statements: each statement a pool sends is counted
+// once (queries and execs, BEGIN and COMMIT included since pgx sends them
+// as statements, each statement of a batch, a COPY as one), by name, and
+// the transactions that ended (a statement after which the connection is
+// idle, outside a transaction: an autocommit statement, a COMMIT or a
+// ROLLBACK). Both systems use pgx, so the counts compare like for like and,
+// unlike the server's counters, no other session on the database leaks
+// into them.
 type stmtCounter struct {
 	mu     sync.Mutex
 	n      int64
@@ -143,11 +147,8 @@ func (c *stmtCounter) ended(conn *pgx.Conn) {
 	c.mu.Unlock()
 }
 
-// snapshot is the counts so far; a nil counter has none.
+// snapshot is the counts so far.
 func (c *stmtCounter) snapshot() counts {
-	if c == nil {
-		return counts{}
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := counts{stmts: c.n, xacts: c.xacts, byName: make(map[string]int64, len(c.byName))}
@@ -192,34 +193,9 @@ func (c *stmtCounter) TraceCopyFromEnd(_ context.Context, conn *pgx.Conn, _ pgx.
 	c.ended(conn)
 }
 
-// countingDBTX is the db.DBTX under a leasehold Store (postgres.New): it
-// counts every statement the Store sends, by sqlc name, as
-// runner/bench_test.go counts them. Unlike the pool's tracer it sees only
-// leasehold's own statements: no BEGIN or COMMIT of the caller's
-// transactions, no LISTEN of the notifier.
-type countingDBTX struct {
-	db.DBTX
-	c *stmtCounter
-}
-
-func (d countingDBTX) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	d.c.statement(sql)
-	return d.DBTX.Exec(ctx, sql, args...)
-}
-
-func (d countingDBTX) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	d.c.statement(sql)
-	return d.DBTX.Query(ctx, sql, args...)
-}
-
-func (d countingDBTX) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	d.c.statement(sql)
-	return d.DBTX.QueryRow(ctx, sql, args...)
-}
-
 // stmtName names a statement by its sqlc header ("-- name: CreateEpisode
-// :one"), which both systems' generated queries carry, else by its first
-// keyword (BEGIN, COMMIT, LISTEN, ...).
+// :one"), which both systems' generated queries (and the ledger's insert)
+// carry, else by its first keyword (BEGIN, COMMIT, LISTEN, ...).
 func stmtName(sql string) string {
 	for line := range strings.Lines(sql) {
 		line = strings.TrimSpace(line)
@@ -237,60 +213,75 @@ func stmtName(sql string) string {
 	return "?"
 }
 
-// serverStats reads the server's own counters for the current database.
-// With pg_stat_statements preloaded it counts executed statements; otherwise
-// it falls back to committed transactions from pg_stat_database. Both are
-// database-wide: other sessions on the same database are counted too.
+// serverStats reads the server's own counters: committed transactions of
+// the current database (pg_stat_database.xact_commit) and the WAL position
+// (pg_current_wal_lsn, in bytes). Neither is the system's alone: other
+// sessions on the database count in xact_commit, every database of the
+// cluster writes WAL. Statements are not read from the server: the pools'
+// tracer counts them once (stmtCounter).
 type serverStats struct {
-	conn       *pgx.Conn
-	statements bool // pg_stat_statements is usable
+	conn *pgx.Conn
 }
 
-// what names the counter in the report.
-func (s *serverStats) what() string {
-	if s.statements {
-		return "db stmts/unit"
-	}
-	return "db xacts/unit"
-}
-
-// detectServerStats uses pg_stat_statements only when the server preloads it:
-// creating the extension without the preload gives a view that errors.
-func detectServerStats(ctx context.Context, conn *pgx.Conn) (*serverStats, string) {
-	s := &serverStats{conn: conn}
-	var preload string
-	if err := conn.QueryRow(ctx, "SHOW shared_preload_libraries").Scan(&preload); err != nil {
-		return s, fmt.Sprintf("cannot read shared_preload_libraries (%v)", err)
-	}
-	if !strings.Contains(preload, "pg_stat_statements") {
-		return s, "pg_stat_statements is not in shared_preload_libraries"
-	}
-	if _, err := conn.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"); err != nil {
-		return s, fmt.Sprintf("CREATE EXTENSION pg_stat_statements failed (%v)", err)
-	}
-	s.statements = true
-	if _, err := s.read(ctx); err != nil {
-		s.statements = false
-		return s, fmt.Sprintf("pg_stat_statements unreadable (%v)", err)
-	}
-	return s, "pg_stat_statements"
-}
-
-// read returns the current counter. Backends publish their statistics when
-// idle, at most once a second: callers wait statsFlush before reading.
-func (s *serverStats) read(ctx context.Context) (int64, error) {
-	q := `SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()`
-	if s.statements {
-		// The extension may live in any schema; the view is found through
-		// the admin connection's default search_path.
-		q = `SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements
-		     WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())`
-	}
-	var n int64
-	err := s.conn.QueryRow(ctx, q).Scan(&n)
-	return n, err
+// read returns the current counters. Backends publish their transaction
+// counts when idle, at most once a second: callers wait statsFlush before
+// reading xacts; the WAL position is current.
+func (s *serverStats) read(ctx context.Context) (xacts, wal int64, err error) {
+	err = s.conn.QueryRow(ctx, `SELECT xact_commit, pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint
+		FROM pg_stat_database WHERE datname = current_database()`).Scan(&xacts, &wal)
+	return xacts, wal, err
 }
 
 // statsFlush is how long to wait for idle backends to publish their counters
 // (PostgreSQL flushes pending statistics at most once a second).
 const statsFlush = 1200 * time.Millisecond
+
+// ledger: every unit either system runs inserts one row into
+// compare_ledger, a table of its round's fresh schema that neither system
+// knows about, so the rows are a witness of exactly-once independent of the
+// systems' own bookkeeping. The primary key turns a second run of a unit
+// into a unique violation, which the worker counts (duplicateRuns) and
+// never hides; after the round the harness counts the rows (ledgerCheck).
+const (
+	// ledgerDDL is formatted with the table's schema-qualified name.
+	ledgerDDL = `CREATE TABLE %s (
+		system text NOT NULL,
+		round int NOT NULL,
+		unit bigint NOT NULL,
+		PRIMARY KEY (system, round, unit))`
+
+	// ledgerInsert is River's: a plain insert from the worker, River's way
+	// to write on a job's behalf (it has no fence to check).
+	ledgerInsert = `-- name: LedgerInsert
+INSERT INTO compare_ledger (system, round, unit) VALUES ($1, $2, $3)`
+
+	// ledgerInsertFenced is leasehold's: the same insert, conditioned on
+	// the run's grant by leasehold_hold (migration 00009), which locks the
+	// work claim row FOR SHARE until the statement's transaction ends and
+	// raises LH001 unless the grant is current. One autocommit statement,
+	// so the insert is inside the lock's transaction and costs the same
+	// round trip as River's.
+	ledgerInsertFenced = `-- name: LedgerInsert
+INSERT INTO compare_ledger (system, round, unit) SELECT $1, $2, $3 FROM leasehold_hold($4, $5, $6)`
+)
+
+// ledgerDuplicate reports whether err is the ledger's unique violation: the
+// unit's row is there already, so the unit ran twice.
+func ledgerDuplicate(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "compare_ledger_pkey"
+}
+
+// ledgerCheck counts the ledger rows of round's units 0..units-1 written
+// for system (one per unit at most, by the primary key) and every other row.
+func ledgerCheck(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, system string, round, units int) (rows, stray int, err error) {
+	err = q.QueryRow(ctx, `SELECT count(*) FILTER (WHERE system = $1 AND round = $2 AND unit >= 0 AND unit < $3),
+		count(*) FILTER (WHERE NOT (system = $1 AND round = $2 AND unit >= 0 AND unit < $3))
+		FROM compare_ledger`, system, round, units).Scan(&rows, &stray)
+	if err != nil {
+		err = fmt.Errorf("ledger: %w", err)
+	}
+	return rows, stray, err
+}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -28,19 +29,30 @@ func (p acquirePair) pgbenchText() string {
 func printProgress(out io.Writer, r result) {
 	extra := ""
 	if r.insert > 0 {
-		extra = fmt.Sprintf("  (load %v: %.0f units/s inserted; members' Start calls %v)", r.insert.Round(time.Millisecond),
-			r.insertRate(), ms(r.startUp))
+		extra = fmt.Sprintf("  (load %v: %.0f units/s inserted)", r.insert.Round(time.Millisecond), r.insertRate())
 	}
-	fmt.Fprintf(out, "  round %d %-21s %6.0f units/s  p50 %-8v p99 %-8v wall %v%s\n", r.round, r.system,
-		r.throughput(), ms(percentile(r.lat, 50)), ms(percentile(r.lat, 99)), r.wall.Round(time.Millisecond), extra)
+	fmt.Fprintf(out, "  round %d %-27s %6.0f units/s  p50 %-8v p99 %-8v wall %v  (Start calls %v, before the span)%s\n", r.round,
+		r.system, r.throughput(), ms(percentile(r.lat, 50)), ms(percentile(r.lat, 99)), r.wall.Round(time.Millisecond),
+		ms(r.startUp), extra)
 }
 
-// section is one workload's rounds: one []result per leasehold variant, and
-// River's.
+// section is one workload's rounds: one []result per leasehold variant and
+// per River variant, each in the order systems lists them.
 type section struct {
 	w     workload
 	lh    [][]result
-	river []result
+	river [][]result
+}
+
+// likeForLikeIndex is the River variant the detailed ratios compare with:
+// likeForLike when it ran, else the first that did.
+func (sec section) likeForLikeIndex() int {
+	for i, rs := range sec.river {
+		if rs[0].system == likeForLike.name() {
+			return i
+		}
+	}
+	return 0
 }
 
 // pooled merges a system's rounds: units over summed wall (or burn-down)
@@ -56,27 +68,29 @@ func pooled(rs []result) result {
 		p.stmts += r.stmts
 		p.xacts += r.xacts
 		p.begins += r.begins
-		if r.storeStmts < 0 || p.storeStmts < 0 {
-			p.storeStmts = -1
-		} else {
-			p.storeStmts += r.storeStmts
-		}
 		for k, v := range r.byName {
 			p.byName[k] += v
 		}
 		p.duplicates += r.duplicates
 		p.wantDups += r.wantDups
+		p.dupRuns += r.dupRuns
 		p.db.add(r.db)
 		p.again += r.again
 		p.unknown += r.unknown
-		if r.srv < 0 || p.srv < 0 {
-			p.srv = -1
-		} else {
-			p.srv += r.srv
-		}
+		p.dbXacts = addKnown(p.dbXacts, r.dbXacts)
+		p.wal = addKnown(p.wal, r.wal)
 	}
 	slices.Sort(p.lat)
 	return p
+}
+
+// addKnown adds counters where -1 means unread: one unread round makes the
+// sum unread.
+func addKnown(a, b int64) int64 {
+	if a < 0 || b < 0 {
+		return -1
+	}
+	return a + b
 }
 
 // shares is each member's part of the done units, from the database.
@@ -88,11 +102,19 @@ func shares(r result) string {
 	return strings.Join(parts, "/")
 }
 
+// perUnitText is n per unit of r, or n/a when n is unread (-1).
+func perUnitText(n int64, r result, format string) string {
+	if n < 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf(format, perUnit(n, r))
+}
+
 // report prints, per workload, the rounds, the ratios, the exactly-once
 // check and the statements by name; then a summary across workloads and the
 // acquire comparison. It reports whether every system ran every unit of
 // every workload exactly once.
-func report(out io.Writer, cfg config, srv *serverStats, sections []section, acq []acquirePair) bool {
+func report(out io.Writer, cfg config, sections []section, acq []acquirePair) bool {
 	allOK := true
 	type summary struct {
 		w      workload
@@ -107,78 +129,87 @@ func report(out io.Writer, cfg config, srv *serverStats, sections []section, acq
 		if sec.w.bulk() {
 			loadCol = "insert/s\t"
 		}
-		fmt.Fprintf(tw, "round\tsystem\tunits/s\t%sp50\tp99\tstmts/unit\tBEGIN/unit\txacts/unit\tstore stmts/unit\t%s\tduplicates\tdone in db\tshares %%\t\n",
-			loadCol, srv.what())
+		fmt.Fprintf(tw, "round\tsystem\tunits/s\t%sp50\tp99\tstmts/unit\tBEGIN/unit\txacts/unit\tdb xacts/unit\tWAL B/unit\tduplicates\tdone in db\tledger\tshares %%\t\n",
+			loadCol)
 		row := func(label string, r result) {
-			srvText := "n/a"
-			if r.srv >= 0 {
-				srvText = fmt.Sprintf("%.2f", float64(r.srv)/float64(r.units))
-			}
-			storeText := "-"
-			if r.storeStmts >= 0 {
-				storeText = fmt.Sprintf("%.2f", perUnit(r.storeStmts, r))
-			}
 			load := ""
 			if sec.w.bulk() {
 				load = fmt.Sprintf("%.0f\t", r.insertRate())
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%.0f\t%s%v\t%v\t%.2f\t%.2f\t%.2f\t%s\t%s\t%d\t%d/%d\t%s\t\n", label, r.system, r.throughput(),
+			fmt.Fprintf(tw, "%s\t%s\t%.0f\t%s%v\t%v\t%.2f\t%.2f\t%.2f\t%s\t%s\t%d\t%d/%d\t%d/%d\t%s\t\n", label, r.system, r.throughput(),
 				load, ms(percentile(r.lat, 50)), ms(percentile(r.lat, 99)), perUnit(r.stmts, r), perUnit(r.begins, r),
-				perUnit(r.xacts, r), storeText, srvText, r.duplicates, r.db.done, r.units, shares(r))
+				perUnit(r.xacts, r), perUnitText(r.dbXacts, r, "%.2f"), perUnitText(r.wal, r, "%.0f"), r.duplicates,
+				r.db.done, r.units, r.db.ledger, r.units, shares(r))
 		}
-		for i := range sec.river {
-			for _, v := range sec.lh {
-				row(fmt.Sprint(v[i].round), v[i])
+		all := append(slices.Clone(sec.lh), sec.river...)
+		for i := range cfg.rounds {
+			for _, rs := range all {
+				row(fmt.Sprint(rs[i].round), rs[i])
 			}
-			row(fmt.Sprint(sec.river[i].round), sec.river[i])
 		}
-		pr := pooled(sec.river)
-		var pls []result
-		for _, v := range sec.lh {
-			pls = append(pls, pooled(v))
+		var pls, prs []result
+		for _, rs := range sec.lh {
+			pls = append(pls, pooled(rs))
 			row("all", pls[len(pls)-1])
 		}
-		row("all", pr)
+		for _, rs := range sec.river {
+			prs = append(prs, pooled(rs))
+			row("all", prs[len(prs)-1])
+		}
 		_ = tw.Flush()
 
+		lfl := sec.likeForLikeIndex()
 		for vi, v := range sec.lh {
+			if len(sec.river) == 0 {
+				break // every River row left out (see the workload's header)
+			}
 			fmt.Fprintln(out)
-			ratios(out, sec.w, v, sec.river, pls[vi], pr)
-			sums = append(sums, summary{w: sec.w, l: pls[vi], r: pr, lr: v, rr: sec.river})
+			ratios(out, sec.w, v, pls[vi], sec.river, prs, lfl)
+			for ri, rv := range sec.river {
+				sums = append(sums, summary{w: sec.w, l: pls[vi], r: prs[ri], lr: v, rr: rv})
+			}
 		}
 
 		fmt.Fprintf(out, "\nexactly-once check, from the database (a done row per unit, no other row, none attempted twice), "+
-			"one completion event per unit, %d submissions per round reported duplicate:\n", sec.w.duplicates(cfg.nodes))
-		for _, r := range append(pls, pr) {
+			"the ledger (a row per unit, no second run, no other row), one completion event per unit, "+
+			"%d submissions per round reported duplicate:\n", sec.w.duplicates(cfg.nodes))
+		for _, r := range append(slices.Clone(pls), prs...) {
 			verdict := "ok"
 			if !r.exactlyOnce() {
 				verdict = "MISMATCH"
 				allOK = false
 			}
-			fmt.Fprintf(out, "  %-22s %s: rows %d, done %d/%d, distinct %d, max attempts %d, duplicates %d/%d, "+
-				"repeated completions %d, unknown completions %d\n", r.system, verdict, r.db.rows, r.db.done, r.units,
-				r.db.distinct, r.db.maxAttempts, r.duplicates, r.wantDups, r.again, r.unknown)
+			fmt.Fprintf(out, "  %-27s %s: rows %d, done %d/%d, distinct %d, max attempts %d, ledger lost %d, "+
+				"ledger duplicated %d, ledger stray %d, duplicates %d/%d, repeated completions %d, unknown completions %d\n",
+				r.system, verdict, r.db.rows, r.db.done, r.units, r.db.distinct, r.db.maxAttempts, r.lost(), r.dupRuns,
+				r.db.stray, r.duplicates, r.wantDups, r.again, r.unknown)
 		}
 
 		fmt.Fprintln(out, "\nstatements per unit by name, all rounds (sqlc name, else first keyword; under 0.005 left out):")
-		for _, r := range append(pls, pr) {
-			fmt.Fprintf(out, "  %-22s %s\n", r.system, breakdown(r))
+		for _, r := range append(pls, prs...) {
+			fmt.Fprintf(out, "  %-27s %s\n", r.system, breakdown(r))
 		}
 		fmt.Fprintln(out)
 	}
 
-	fmt.Fprintf(out, "== summary: leasehold / River (%s), all rounds pooled ==\n", cfg.riverConfig)
+	fmt.Fprintf(out, "== summary: leasehold / River (%s), all rounds pooled; * = like-for-like (River deduplicating as leasehold does) ==\n",
+		cfg.riverConfig)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "workload\tsystem\tunits/s\tRiver units/s\tthroughput\t(per round)\tp50\tp99\tstmts/unit\txacts/unit\t\n")
+	fmt.Fprintf(tw, "workload\tsystem\tagainst\tunits/s\tRiver units/s\tthroughput\t(per round)\tp50\tp99\tstmts/unit\tdb xacts/unit\tWAL B/unit\t\n")
 	for _, s := range sums {
 		var per []string
 		for i := range s.rr {
 			per = append(per, fmt.Sprintf("%.2f", s.lr[i].throughput()/s.rr[i].throughput()))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%.2f×\t%s\t%.2f×\t%.2f×\t%.2f / %.2f\t%.2f / %.2f\t\n", s.w.name, s.l.system,
-			s.l.throughput(), s.r.throughput(), s.l.throughput()/s.r.throughput(), strings.Join(per, " "),
+		against := s.r.system
+		if against == likeForLike.name() {
+			against += " *"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.0f\t%.0f\t%.2f×\t%s\t%.2f×\t%.2f×\t%.2f / %.2f\t%s / %s\t%s / %s\t\n", s.w.name, s.l.system,
+			against, s.l.throughput(), s.r.throughput(), s.l.throughput()/s.r.throughput(), strings.Join(per, " "),
 			dur(percentile(s.l.lat, 50))/dur(percentile(s.r.lat, 50)), dur(percentile(s.l.lat, 99))/dur(percentile(s.r.lat, 99)),
-			perUnit(s.l.stmts, s.l), perUnit(s.r.stmts, s.r), perUnit(s.l.xacts, s.l), perUnit(s.r.xacts, s.r))
+			perUnit(s.l.stmts, s.l), perUnit(s.r.stmts, s.r), perUnitText(s.l.dbXacts, s.l, "%.2f"), perUnitText(s.r.dbXacts, s.r, "%.2f"),
+			perUnitText(s.l.wal, s.l, "%.0f"), perUnitText(s.r.wal, s.r, "%.0f"))
 	}
 	_ = tw.Flush()
 
@@ -206,34 +237,67 @@ func report(out io.Writer, cfg config, srv *serverStats, sections []section, acq
 	return allOK
 }
 
-// ratios prints leasehold variant v against River rv, pooled (l, r) and per
-// round.
-func ratios(out io.Writer, w workload, v, rv []result, l, r result) {
-	tput := func(l, r result) float64 { return l.throughput() / r.throughput() }
-	p50 := func(l, r result) float64 { return dur(percentile(l.lat, 50)) / dur(percentile(r.lat, 50)) }
-	p99 := func(l, r result) float64 { return dur(percentile(l.lat, 99)) / dur(percentile(r.lat, 99)) }
-	stm := func(l, r result) float64 { return perUnit(l.stmts, l) / perUnit(r.stmts, r) }
-	xac := func(l, r result) float64 { return perUnit(l.xacts, l) / perUnit(r.xacts, r) }
-	perRound := func(f func(l, r result) float64) string {
-		var parts []string
-		for i := range rv {
-			parts = append(parts, fmt.Sprintf("%.2f", f(v[i], rv[i])))
+// ratios prints leasehold variant v (pooled: l) against every River variant
+// (rounds rv, pooled rp): all rounds pooled, and per round in parentheses.
+// The column of River variant lfl, the like-for-like one, comes first.
+func ratios(out io.Writer, w workload, v []result, l result, rv [][]result, rp []result, lfl int) {
+	type metric struct {
+		name, better string
+		f            func(l, r result) float64
+	}
+	metrics := []metric{
+		{"throughput", "> 1", func(l, r result) float64 { return l.throughput() / r.throughput() }},
+	}
+	if w.bulk() {
+		metrics = append(metrics, metric{"insert/s (the load)", "> 1", func(l, r result) float64 { return l.insertRate() / r.insertRate() }})
+	}
+	metrics = append(metrics,
+		metric{"p50 latency", "< 1", func(l, r result) float64 { return dur(percentile(l.lat, 50)) / dur(percentile(r.lat, 50)) }},
+		metric{"p99 latency", "< 1", func(l, r result) float64 { return dur(percentile(l.lat, 99)) / dur(percentile(r.lat, 99)) }},
+		metric{"stmts/unit", "< 1", func(l, r result) float64 { return perUnit(l.stmts, l) / perUnit(r.stmts, r) }},
+		metric{"xacts/unit", "< 1", func(l, r result) float64 { return perUnit(l.xacts, l) / perUnit(r.xacts, r) }},
+		metric{"db xacts/unit", "< 1", func(l, r result) float64 { return known(l.dbXacts, r.dbXacts, l, r) }},
+		metric{"WAL B/unit", "< 1", func(l, r result) float64 { return known(l.wal, r.wal, l, r) }},
+	)
+	order := []int{lfl}
+	for i := range rv {
+		if i != lfl {
+			order = append(order, i)
 		}
-		return strings.Join(parts, " ")
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "ratio %s / River, %s\tall rounds\tper round\tbetter for leasehold when\n", v[0].system, w.name)
-	fmt.Fprintf(tw, "throughput\t%.2f\t%s\t> 1\n", tput(l, r), perRound(tput))
-	if w.bulk() {
-		ins := func(l, r result) float64 { return l.insertRate() / r.insertRate() }
-		fmt.Fprintf(tw, "insert/s (the load)\t%.2f\t%s\t> 1\n", ins(l, r), perRound(ins))
+	fmt.Fprintf(tw, "ratio %s / River, %s (per round in parentheses)", v[0].system, w.name)
+	for _, i := range order {
+		name := rp[i].system
+		if i == lfl {
+			name += " (like-for-like)"
+		}
+		fmt.Fprintf(tw, "\t%s", name)
 	}
-	fmt.Fprintf(tw, "p50 latency\t%.2f\t%s\t< 1\n", p50(l, r), perRound(p50))
-	fmt.Fprintf(tw, "p99 latency\t%.2f\t%s\t< 1\n", p99(l, r), perRound(p99))
-	fmt.Fprintf(tw, "stmts/unit\t%.2f\t%s\t< 1\n", stm(l, r), perRound(stm))
-	fmt.Fprintf(tw, "xacts/unit\t%.2f\t%s\t< 1\n", xac(l, r), perRound(xac))
+	fmt.Fprintf(tw, "\tbetter for leasehold when\n")
+	for _, m := range metrics {
+		fmt.Fprint(tw, m.name)
+		for _, i := range order {
+			var parts []string
+			for j := range rv[i] {
+				parts = append(parts, fmt.Sprintf("%.2f", m.f(v[j], rv[i][j])))
+			}
+			fmt.Fprintf(tw, "\t%.2f (%s)", m.f(l, rp[i]), strings.Join(parts, " "))
+		}
+		fmt.Fprintf(tw, "\t%s\n", m.better)
+	}
 	_ = tw.Flush()
 }
+
+// known is the ratio of two per-unit counters, NaN when either is unread.
+func known(a, b int64, l, r result) float64 {
+	if a < 0 || b < 0 {
+		return nan
+	}
+	return perUnit(a, l) / perUnit(b, r)
+}
+
+var nan = math.NaN()
 
 func perUnit(n int64, r result) float64 { return float64(n) / float64(r.units) }
 

@@ -14,17 +14,17 @@ import (
 const (
 	sysLeasehold            = "leasehold"
 	sysLeaseholdEventJitter = "leasehold/eventjitter"
-	sysRiver                = "River"
 
 	// eventJitterWait is the Config.EventJitter of the eventjitter variant:
 	// up to this long a random wait inside each Fire, to spread the wins.
 	eventJitterWait = 200 * time.Millisecond
 )
 
-// settle is the pause between starting a system's nodes or clients and the
-// first submission: start-up work (River's leader election and queue
-// registration, leasehold's membership row) stays out of the measured span,
-// and the server publishes the counters of the set-up sessions.
+// settle is the pause between the members' Start calls having returned and
+// the measured span: start-up work (River's leader election and queue
+// registration, leasehold's membership row) stays out of it, and the
+// server publishes the counters of the set-up sessions (the migrations
+// among them).
 const settle = 1500 * time.Millisecond
 
 var errTimeout = errors.New("round timed out")
@@ -36,18 +36,19 @@ type result struct {
 	round      int
 	units      int
 	wall       time.Duration    // first submit to the later of last done and last submit returned
-	burn       time.Duration    // bulk: the members' start to the last done; 0 otherwise
-	insert     time.Duration    // bulk: the load before the members start; 0 otherwise
-	startUp    time.Duration    // bulk: the members' Start calls, inside burn
+	burn       time.Duration    // bulk: the gate's opening (every member started before) to the last done; 0 otherwise
+	insert     time.Duration    // bulk: the load, while the members are started but gated; 0 otherwise
+	startUp    time.Duration    // the members' Start calls, before the measured span
 	lat        []time.Duration  // sorted, per unit
-	stmts      int64            // statements the system's pools sent during wall
-	xacts      int64            // transactions they ended during wall
+	stmts      int64            // statements the system's pools sent during the measured span
+	xacts      int64            // transactions they ended during it
 	begins     int64            // of stmts, BEGINs
-	storeStmts int64            // leasehold: statements its Stores sent (a db.DBTX wrapper); -1 for River
 	byName     map[string]int64 // stmts by statement name
-	srv        int64            // server counter delta (see serverStats), -1 if unread
+	dbXacts    int64            // server: xact_commit delta (database-wide), -1 if unread
+	wal        int64            // server: WAL bytes written during the measured span (cluster-wide), -1 if unread
 	duplicates int              // submissions the system reported as duplicates
 	wantDups   int              // submissions that must be reported as duplicates
+	dupRuns    int              // ledger inserts that found the unit's row there already: second runs
 	db         dbCheck          // the database's view of the round's units at the end
 	members    int
 	again      int // second completion events for one unit
@@ -78,6 +79,8 @@ type dbCheck struct {
 	done        int // of them done (leasehold) or completed (River)
 	distinct    int // distinct units among the done rows
 	maxAttempts int // the highest attempt count among them: 1 when no unit ran twice
+	ledger      int // ledger rows of the round's units (at most one each)
+	stray       int // ledger rows of anything else
 	byMember    map[int]int
 }
 
@@ -87,6 +90,8 @@ func (c *dbCheck) add(d dbCheck) {
 	c.done += d.done
 	c.distinct += d.distinct
 	c.maxAttempts = max(c.maxAttempts, d.maxAttempts)
+	c.ledger += d.ledger
+	c.stray += d.stray
 	if c.byMember == nil {
 		c.byMember = map[int]int{}
 	}
@@ -95,37 +100,41 @@ func (c *dbCheck) add(d dbCheck) {
 	}
 }
 
+// lost is how many units have no ledger row.
+func (r result) lost() int { return r.units - r.db.ledger }
+
 // exactlyOnce reports whether every unit of r was done exactly once: one
-// done row per unit and no other row, no row attempted twice, one completion
-// event per unit, and the expected duplicates reported.
+// done row per unit and no other row, no row attempted twice, one ledger
+// row per unit and no second run, one completion event per unit, and the
+// expected duplicates reported.
 func (r result) exactlyOnce() bool {
 	return r.db.rows == r.units && r.db.done == r.units && r.db.distinct == r.units && r.db.maxAttempts == 1 &&
+		r.lost() == 0 && r.dupRuns == 0 && r.db.stray == 0 &&
 		r.again == 0 && r.unknown == 0 && r.duplicates == r.wantDups
 }
 
 // bulkStart is set by a bulk round's produce: loaded when the load is in,
-// started just before the first member's Start call (the burn-down is timed
-// from there, so both systems' start-up is inside it), up when the last
-// Start call returned.
+// opened just before the gate opens (the burn-down is timed from there;
+// every member's Start returned before the measured span began).
 type bulkStart struct {
-	loaded, started, up time.Time
+	loaded, opened time.Time
 }
 
 // measure runs produce (which submits every unit and returns when its own
-// calls have returned; for bulk it loads every unit, then starts the members
+// calls have returned; for bulk it loads every unit, then opens the gate
 // and records when in bs), waits until every unit is done, and fills res.
-// store, when not nil, counts the statements of leasehold's Stores
-// (countingDBTX). verify reads the round's units from the database; teardown stops the
-// system and closes its pools, which makes every backend publish its
-// statistics as it exits, before the server counter is read again.
-func measure(ctx context.Context, w workload, srv *serverStats, stmts, store *stmtCounter, tr *tracker, res *result, bs *bulkStart,
+// Every member's Start has returned before measure is called. verify reads
+// the round's units from the database; teardown stops the system and
+// closes its pools, which makes every backend publish its statistics as it
+// exits, before the server's transaction counter is read again.
+func measure(ctx context.Context, w workload, srv *serverStats, stmts *stmtCounter, tr *tracker, res *result, bs *bulkStart,
 	produce func(ctx context.Context, fail func(error)), verify func(ctx context.Context) (dbCheck, error), teardown func(),
 ) (result, error) {
 	if err := sleep(ctx, settle); err != nil {
 		return *res, err
 	}
-	srvBefore, srvErr := srv.read(ctx)
-	countsBefore, storeBefore := stmts.snapshot(), store.snapshot()
+	xactsBefore, walBefore, srvErr := srv.read(ctx)
+	countsBefore := stmts.snapshot()
 
 	runCtx, cancel := context.WithTimeoutCause(ctx, w.timeout, errTimeout)
 	defer cancel()
@@ -149,9 +158,11 @@ func measure(ctx context.Context, w workload, srv *serverStats, stmts, store *st
 	}
 	lastSubmit := <-produced
 	used := stmts.snapshot().minus(countsBefore)
-	res.storeStmts = -1
-	if store != nil {
-		res.storeStmts = store.snapshot().minus(storeBefore).stmts
+	res.wal = -1
+	if srvErr == nil {
+		if _, walAfter, err := srv.read(ctx); err == nil {
+			res.wal = walAfter - walBefore
+		}
 	}
 	done, again, unknown, lastDone := tr.counts()
 	res.again, res.unknown = again, unknown
@@ -167,10 +178,9 @@ func measure(ctx context.Context, w workload, srv *serverStats, stmts, store *st
 		end = lastSubmit
 	}
 	res.wall = end.Sub(start)
-	if bs != nil && !bs.started.IsZero() {
+	if bs != nil && !bs.opened.IsZero() {
 		res.insert = bs.loaded.Sub(start)
-		res.burn = lastDone.Sub(bs.started)
-		res.startUp = bs.up.Sub(bs.started)
+		res.burn = lastDone.Sub(bs.opened)
 	}
 	res.lat = tr.latencies()
 	res.stmts, res.xacts, res.begins, res.byName = used.stmts, used.xacts, used.byName["BEGIN"], used.byName
@@ -181,13 +191,13 @@ func measure(ctx context.Context, w workload, srv *serverStats, stmts, store *st
 	}
 	res.db = check
 	teardown()
-	res.srv = -1
+	res.dbXacts = -1
 	if srvErr == nil {
 		if err := sleep(ctx, statsFlush); err != nil {
 			return *res, err
 		}
-		if after, err := srv.read(ctx); err == nil {
-			res.srv = after - srvBefore
+		if after, _, err := srv.read(ctx); err == nil {
+			res.dbXacts = after - xactsBefore
 		}
 	}
 	return *res, nil
