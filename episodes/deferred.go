@@ -206,6 +206,34 @@ func (b DeferredBatch) BatchJSON() ([]byte, error) {
 	return json.Marshal(items)
 }
 
+// BatchColumns is a DeferredBatch's items as parallel arrays, one element
+// per item in order: what a statement that unnests arrays reads (Postgres's
+// CreateDeferredEpisodes). An absent document or trace is "".
+type BatchColumns struct {
+	DedupeKeys   []string
+	KeyVersions  []int16
+	TriggerRefs  []string
+	Payloads     []string
+	TraceParents []string
+}
+
+// Columns returns b's items as BatchColumns, with BatchJSON's checks.
+func (b DeferredBatch) Columns() (BatchColumns, error) {
+	n := len(b.Items)
+	c := BatchColumns{
+		DedupeKeys: make([]string, n), KeyVersions: make([]int16, n),
+		TriggerRefs: make([]string, n), Payloads: make([]string, n), TraceParents: make([]string, n),
+	}
+	for i, it := range b.Items {
+		if it.DedupeKey == "" {
+			return BatchColumns{}, fmt.Errorf("episodes: batch item %d has no dedupe key", i)
+		}
+		c.DedupeKeys[i], c.KeyVersions[i] = it.DedupeKey, KeyVersionOf(it.KeyVersion)
+		c.TriggerRefs[i], c.Payloads[i], c.TraceParents[i] = string(it.TriggerRef), string(it.Payload), it.TraceParent
+	}
+	return c, nil
+}
+
 // Episode is the episode item i creates, as the statement left it.
 func (b DeferredBatch) Episode(i int, id int64, createdAt time.Time) Episode {
 	n := b.New

@@ -187,12 +187,13 @@ func (s *Store) CreateDeferredEpisodes(ctx context.Context, b episodes.DeferredB
 	if len(b.Items) == 0 {
 		return nil, nil
 	}
-	items, err := b.BatchJSON()
+	cols, err := b.Columns()
 	if err != nil {
 		return nil, err
 	}
 	rows, err := s.q.CreateDeferredEpisodes(ctx, s.conn, db.CreateDeferredEpisodesParams{
-		Items: items, ActorID: b.ActorID, ExpectationID: b.ExpectationID, TriggerType: string(b.TriggerType),
+		DedupeKeys: cols.DedupeKeys, KeyVersions: cols.KeyVersions, TriggerRefs: cols.TriggerRefs,
+		Payloads: cols.Payloads, TraceParents: cols.TraceParents, ActorID: b.ActorID, ExpectationID: b.ExpectationID, TriggerType: string(b.TriggerType),
 		MaxAttempts: b.MaxAttempts, Budget: b.Budget, SourceStack: b.SourceStack, SourceEnv: b.SourceEnv,
 		SourceNode: b.SourceNode, DelayMs: b.Delay.Milliseconds(),
 	})

@@ -378,6 +378,13 @@ func TestUnitParamsMatchPostgres(t *testing.T) {
 	pg := postgresParams(t)
 	pg["RenewClaims"] = []string{"held", "lease_ms", "owner_node"}
 	pg["ReleaseClaims"] = []string{"held", "owner_node"}
+	// Postgres unnests the batch's items from parallel arrays (cheaper for
+	// its server than a JSON document); T-SQL reads them from @items
+	// (OPENJSON), as SQLite does.
+	pg["CreateDeferredEpisodes"] = slices.DeleteFunc(slices.Clone(pg["CreateDeferredEpisodes"]), func(p string) bool {
+		return slices.Contains([]string{"dedupe_keys", "key_versions", "trigger_refs", "payloads", "trace_parents"}, p)
+	})
+	pg["CreateDeferredEpisodes"] = append(pg["CreateDeferredEpisodes"], "items")
 
 	f := newFake(t)
 	f.answer = func(name string, _ map[string]any) fakeResult {

@@ -63,19 +63,26 @@ WHERE NOT EXISTS (SELECT 1 FROM created);
 -- A batch of triggers of one expectation (Node.FireBatch, FireBatchTx): one
 -- available episode per item and its trigger request, in one statement,
 -- each item deduplicated on its own dedupe_key exactly like
--- CreateDeferredEpisode (the same index and predicate). items is a JSON
--- array of {"dedupe_key", "key_version", "trigger_ref", "payload",
--- "trace_parent"} (key_version as CreateEpisode's, per item: one refused
--- key fails the whole batch, LH002); keys
--- are distinct within a batch (the caller folds repeats). One row back per
--- item: created with its episode and request, or a duplicate with the id of
--- the live episode that holds its key as the statement's snapshot shows it
--- (0 when that episode committed after the snapshot began).
+-- CreateDeferredEpisode (the same index and predicate). The items arrive
+-- as parallel arrays, one element per item in order (dedupe_keys,
+-- key_versions, trigger_refs, payloads, trace_parents; an absent document
+-- or trace is '' and becomes NULL, as a JSON null does): unnested in the
+-- select list they zip row by row, and binary arrays cost the server less
+-- than parsing a JSON document of the batch (measured: 68,000 against
+-- 61,000 units/s in batches of 500; a COPY into a staging table first,
+-- 62,000, was no faster). key_version as CreateEpisode's, per item (one
+-- refused key fails the whole batch, LH002); keys are distinct within a
+-- batch (the caller folds repeats). One row back per item: created with
+-- its episode and request, or a duplicate with the id of the live episode
+-- that holds its key as the statement's snapshot shows it (0 when that
+-- episode committed after the snapshot began).
 WITH input AS (
-    SELECT (j ->> 'dedupe_key')::text AS dedupe_key, nullif(j -> 'trigger_ref', 'null'::jsonb) AS trigger_ref,
-        nullif(j -> 'payload', 'null'::jsonb) AS payload, (j ->> 'trace_parent')::text AS trace_parent,
-        (j ->> 'key_version')::smallint AS key_version, t.ord
-    FROM jsonb_array_elements(sqlc.arg(items)::jsonb) WITH ORDINALITY AS t(j, ord)
+    SELECT generate_series(1, cardinality(sqlc.arg(dedupe_keys)::text[])) AS ord,
+        unnest(sqlc.arg(dedupe_keys)::text[]) AS dedupe_key,
+        unnest(sqlc.arg(key_versions)::smallint[]) AS key_version,
+        nullif(nullif(unnest(sqlc.arg(trigger_refs)::text[]), '')::jsonb, 'null'::jsonb) AS trigger_ref,
+        nullif(nullif(unnest(sqlc.arg(payloads)::text[]), '')::jsonb, 'null'::jsonb) AS payload,
+        nullif(unnest(sqlc.arg(trace_parents)::text[]), '') AS trace_parent
 ), created AS (
     INSERT INTO leasehold_episodes (
         actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status,
