@@ -2,6 +2,8 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -346,6 +348,52 @@ func TestHandOverRechecksTheEpisodeItStarts(t *testing.T) {
 				require.Equal(t, c.owner, ep.OwnerNode, "the hand-over took the episode over")
 			})
 		}
+	}
+}
+
+// A poller's claim on a request that lapses and is taken by another poller
+// while the first hands it over: the hand-over, alone or batched, waits for
+// the second claim, then reads the request's latest version and hands
+// nothing over (no row back: the claim is not the first poller's any
+// more), so the request is completed by the poller that holds it, once.
+func TestHandOverRechecksTheRequestClaim(t *testing.T) {
+	t.Parallel()
+	for _, batched := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batched=%v", batched), func(t *testing.T) {
+			t.Parallel()
+			pool := pgtest.Schema(t)
+			s := postgres.New(pool)
+			made, err := s.CreateDeferredEpisode(t.Context(), episodes.Deferred{SourceNode: "trigger-only",
+				New: episodes.New{ActorID: "a", ExpectationID: "e", TriggerType: episodes.TriggerEvent, DedupeKey: "claim-moves", MaxAttempts: 3}})
+			require.NoError(t, err)
+			reqs, err := s.ClaimTriggerRequests(t.Context(), episodes.RequestQuery{Owner: "node-a", Lease: time.Minute,
+				Runnable: []episodes.Runnable{{ActorID: "a", ExpectationID: "e"}}, Limit: 1})
+			require.NoError(t, err)
+			require.Len(t, reqs, 1)
+
+			var handed int
+			waited, err := interleave(t, pool, writes(t, []string{`UPDATE leasehold_trigger_requests
+				SET claimed_by = 'node-b', fence = fence + 1, claim_until = now() + interval '1 minute' WHERE id = $1`},
+				[]any{reqs[0].ID}), func() error {
+				if batched {
+					ds, err := s.DispatchTriggerRequests(t.Context(), "node-a", reqs, time.Minute)
+					handed = len(ds)
+					return err
+				}
+				_, err := s.DispatchTriggerRequest(t.Context(), reqs[0], time.Minute)
+				if errors.Is(err, claims.ErrLeaseLost) {
+					return nil
+				}
+				handed = 1
+				return err
+			})
+			require.True(t, waited, "the hand-over did not wait for the competing claim")
+			require.NoError(t, err)
+			require.Zero(t, handed, "a lapsed request claim was handed over")
+			ep, err := s.GetEpisode(t.Context(), made.Episode.ID)
+			require.NoError(t, err)
+			require.Equal(t, episodes.StatusQueued, ep.Status, "the episode was started under a lapsed request claim")
+		})
 	}
 }
 

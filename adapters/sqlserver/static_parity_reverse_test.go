@@ -55,6 +55,10 @@ var tsqlOnly = []onlyInTSQL{
 		"as Postgres's ON CONFLICT DO NOTHING does", []string{"error_number() NOT IN (2601, 2627)"}},
 	{"AppendStep", "GREATEST spelled as CASE WHEN a > b THEN a ELSE b END (read back as greatest in the SET); its WHEN is a predicate here",
 		[]string{"lease_until > now+ms(@lease_ms)"}},
+	{"ClaimTriggerRequests", "the UPDATE through the READPAST-picked CTE re-checks the claimable condition on the row it writes; Postgres's UPDATE " +
+		"writes exactly the rows its pick locked (FOR UPDATE SKIP LOCKED) and checked on their latest version, with no condition beside the ids, " +
+		"so that the planner can reach them only by primary key",
+		[]string{"'pending' = status", "now >= run_after", "'claimed' = status", "claim_until <= now"}},
 	{"ArchiveEpisodes", "the UPDATE through the READPAST-picked CTE re-checks archived_at IS NULL on the row it writes (Postgres: FOR UPDATE SKIP LOCKED in the pick)",
 		[]string{"archived_at IS NULL"}},
 	{"CancelEpisode", "the claim key is read into @claim_key and the live-grant test into @held (CASE WHEN state = 'claimed' AND lease_until > now) " +

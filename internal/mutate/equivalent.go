@@ -147,20 +147,20 @@ var equivalents = map[string]equivalent{
 		what: `RequeueOrphan: predicate removed: "AND e.archived_at IS NULL"`,
 		why:  archivedIsTerminal,
 	},
+	"postgres:DispatchTriggerRequests:drop#3": {
+		what: `DispatchTriggerRequests: predicate removed: "AND e.archived_at IS NULL"`,
+		why:  archivedIsTerminal,
+	},
+	"postgres:DispatchTriggerRequests:drop#4": {
+		what: `DispatchTriggerRequests: predicate removed: "AND e.archived_at IS NULL"`,
+		why:  archivedIsTerminal,
+	},
 	"postgres:DispatchTriggerRequest:drop#5": {
 		what: `DispatchTriggerRequest: predicate removed: "AND e.archived_at IS NULL"`,
 		why:  archivedIsTerminal,
 	},
 	"postgres:DispatchTriggerRequest:drop#7": {
 		what: `DispatchTriggerRequest: predicate removed: "AND e.archived_at IS NULL"`,
-		why:  archivedIsTerminal,
-	},
-	"postgres:DispatchTriggerRequests:drop#5": {
-		what: `DispatchTriggerRequests: predicate removed: "AND e.archived_at IS NULL"`,
-		why:  archivedIsTerminal,
-	},
-	"postgres:DispatchTriggerRequests:drop#7": {
-		what: `DispatchTriggerRequests: predicate removed: "AND e.archived_at IS NULL"`,
 		why:  archivedIsTerminal,
 	},
 	"postgres:ClaimForRecovery:drop#1": {
@@ -279,26 +279,6 @@ var equivalents = map[string]equivalent{
 	"postgres:ExpireTriggerRequests:cmp-strict#1": {
 		what: `ExpireTriggerRequests: "=" -> ">=" in "AND (r.status = 'pending' OR r.claim_until <= now())"`,
 		why:  pendingIsTheLastRequestStatus,
-	},
-	"postgres:ClaimTriggerRequests:cmp-strict#5": {
-		what: `ClaimTriggerRequests: "=" -> ">=" in "AND ((r.status = 'pending' AND r.run_after <= now()) OR (r.status = 'claimed' AND r.claim_until <= now()))"`,
-		why:  pickedRowsDecide,
-	},
-	"postgres:ClaimTriggerRequests:cmp-strict#6": {
-		what: `ClaimTriggerRequests: "<=" -> "<" in "AND ((r.status = 'pending' AND r.run_after <= now()) OR (r.status = 'claimed' AND r.claim_until <= now()))"`,
-		why:  pickedRowsDecide,
-	},
-	"postgres:ClaimTriggerRequests:cmp-strict#7": {
-		what: `ClaimTriggerRequests: "=" -> ">=" in "AND ((r.status = 'pending' AND r.run_after <= now()) OR (r.status = 'claimed' AND r.claim_until <= now()))"`,
-		why:  pickedRowsDecide,
-	},
-	"postgres:ClaimTriggerRequests:cmp-strict#8": {
-		what: `ClaimTriggerRequests: "<=" -> "<" in "AND ((r.status = 'pending' AND r.run_after <= now()) OR (r.status = 'claimed' AND r.claim_until <= now()))"`,
-		why:  pickedRowsDecide,
-	},
-	"postgres:ClaimTriggerRequests:drop#2": {
-		what: `ClaimTriggerRequests: predicate removed: "AND ((r.status = 'pending' AND r.run_after <= now()) OR (r.status = 'claimed' AND r.claim_until <= now()))"`,
-		why:  pickedRowsDecide,
 	},
 	"postgres:ExpireTriggerRequests:cmp-strict#3": {
 		what: `ExpireTriggerRequests: "<" -> "<=" in "AND r.run_after < now() - ($4::bigint * interval '1 millisecond')"`,
@@ -1243,13 +1223,6 @@ const requeuedStatusIsQueuedOrCanceled = "the episode CTE sets status to 'queued
 // 'claimed', 'completed' and 'expired'.
 const pendingIsTheLastRequestStatus = "status >= 'pending' is status = 'pending': 'pending' sorts after every other " +
 	"value the requests table's CHECK admits ('claimed', 'completed', 'expired')"
-
-// pickedRowsDecide: ClaimTriggerRequests' UPDATE re-checks, on the rows
-// its picked CTE locked, the condition picked selected them by.
-const pickedRowsDecide = "the UPDATE's condition repeats picked's, on rows picked has locked (FOR UPDATE, whose " +
-	"READ COMMITTED re-check evaluates picked's WHERE on each row's latest version before locking it) and under the " +
-	"same now(), so no row can change between them and the UPDATE's copy cannot exclude a row picked admitted: " +
-	"removing or loosening it changes nothing"
 
 // expiryInstant: ExpireTriggerRequests' run_after < now() - ttl made <=.
 const expiryInstant = "the mutant differs only when run_after is exactly now() - ttl to the clock's resolution; now() is " +

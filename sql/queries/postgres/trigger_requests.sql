@@ -138,10 +138,23 @@ WHERE NOT EXISTS (SELECT 1 FROM created AS c WHERE c.dedupe_key = i.dedupe_key);
 -- condition on the locked row. Every claim bumps fence, which the hand-over
 -- is conditioned on.
 --
--- Plan: the picked ids reach the UPDATE as an array (= ANY (ARRAY(...))),
--- so each is a primary-key lookup whatever the planner guesses of the
--- CTE's size; a join against the CTE can become a nested loop over every
--- open request per picked row (measured: 2.4 s for 500 of 10,000).
+-- The UPDATE writes exactly the picked rows: picked locked each one and
+-- checked the claimable condition on its latest version (a row another
+-- poller changed meanwhile is skipped or re-checked there), and the lock
+-- holds until this statement's transaction ends, so nothing can change a
+-- picked row before the UPDATE writes it.
+--
+-- Plan: the pick reads the due index in due order (source_env, run_after)
+-- and stops once it has max_rows claimable rows: ties keep the index's
+-- order, which is insertion order; an ORDER BY the index cannot give made
+-- the planner, guessing from a never analyzed table, read and sort every
+-- due request on every poll (measured: 17,000 rows, 47 ms, per poll of a
+-- 20,000 unit backlog). The picked ids reach the UPDATE as an array
+-- (= ANY (ARRAY(...))) and the UPDATE has no other condition, so the
+-- primary key is the only way to them: a condition that implied the due
+-- index's predicate let the planner scan the whole index instead, and a
+-- join against the CTE could become a nested loop over every open request
+-- per picked row (measured: 2.4 s for 500 of 10,000).
 WITH picked AS (
     SELECT r.id
     FROM leasehold_trigger_requests AS r
@@ -154,7 +167,7 @@ WITH picked AS (
             FROM jsonb_to_recordset(sqlc.arg(runnable)::text::jsonb) AS k (actor_id text, expectation_id text)
             WHERE k.actor_id = r.actor_id
               AND k.expectation_id = r.expectation_id)
-    ORDER BY r.run_after, r.id
+    ORDER BY r.run_after
     LIMIT sqlc.arg(max_rows)::integer
     FOR UPDATE SKIP LOCKED
 )
@@ -165,7 +178,6 @@ SET status      = 'claimed',
     claim_until = now() + (sqlc.arg(lease_ms)::bigint * interval '1 millisecond'),
     fence       = r.fence + 1
 WHERE r.id = ANY (ARRAY(SELECT picked.id FROM picked))
-  AND ((r.status = 'pending' AND r.run_after <= now()) OR (r.status = 'claimed' AND r.claim_until <= now()))
 RETURNING r.id, r.episode_id, r.actor_id, r.expectation_id, r.source_node,
     r.fence, r.opts;
 
@@ -285,12 +297,21 @@ LEFT JOIN started ON true;
 -- claim lapsed and another poller owns it. Work claims are granted in key
 -- order, so two batches never wait on each other in opposite orders.
 --
--- Plan: rows of the tables are reached by primary key from arrays of the
--- CTEs' ids (= ANY (ARRAY(...))), never by a join against a CTE, which the
--- planner may run as a nested loop over the whole table (measured: 4.6 s
--- for 500 hand-overs among 10,000 queued episodes). The runner sends at
--- most 64 requests per statement, which keeps the joins between the CTEs
--- below small.
+-- Plan: every row is reached by its primary key, whatever the planner
+-- guesses of the tables: a request or an episode is looked up by id alone
+-- (a LATERAL subquery per id, which OFFSET 0 keeps every other condition
+-- out of), locked
+-- where it is written, and only then checked (mine, start_row: on the
+-- latest version, under the lock, which holds until the statement's
+-- transaction ends); the UPDATEs then write exactly those ids (= ANY
+-- (ARRAY(...)), no other condition). A condition beside the id that
+-- implied a partial index's predicate (status = 'queued', 'claimed') let
+-- the planner, misled by a never analyzed table, scan that whole index per
+-- hand-over (measured: 20,000 rows, 50 ms, per batch of 64 in a 20,000
+-- unit burn-down), and a join against a whole table could become a nested
+-- loop over it (4.6 s for 500 hand-overs among 10,000 queued episodes).
+-- The runner sends at most 64 requests per statement, which keeps the
+-- joins between the CTEs below small.
 --
 -- Bound: as DispatchTriggerRequest's.
 WITH bound AS MATERIALIZED (
@@ -298,22 +319,38 @@ WITH bound AS MATERIALIZED (
                 THEN set_config('lock_timeout', sqlc.arg(bound_ms)::bigint || 'ms', true)
            END AS lock_timeout
 ), input AS (
+    -- Joined with bound, so no input row (and no lock) exists before the
+    -- bound is set.
     SELECT (j ->> 'id')::bigint AS id, (j ->> 'fence')::bigint AS fence
-    FROM jsonb_array_elements(sqlc.arg(items)::jsonb) AS j
+    FROM bound, jsonb_array_elements(sqlc.arg(items)::jsonb) AS j
+), mine AS (
+    SELECT r.id
+    FROM input
+    CROSS JOIN LATERAL (
+        SELECT r.id, r.claimed_by, r.fence, r.status
+        FROM leasehold_trigger_requests AS r
+        WHERE r.id = input.id
+        OFFSET 0
+        FOR UPDATE
+    ) AS r
+    WHERE r.claimed_by = sqlc.arg(owner_node)::text
+      AND r.fence = input.fence
+      AND r.status = 'claimed'
 ), request AS (
     UPDATE leasehold_trigger_requests AS r
     SET status = 'completed', finished_at = now()
-    FROM input, bound
-    WHERE r.id = input.id
-      AND r.claimed_by = sqlc.arg(owner_node)::text
-      AND r.fence = input.fence
-      AND r.status = 'claimed'
+    WHERE r.id = ANY (ARRAY(SELECT mine.id FROM mine))
     RETURNING r.id, r.episode_id
 ), episode AS (
     SELECT e.id, coalesce(e.dedupe_key, 'episode:' || e.id) AS claim_key
-    FROM leasehold_episodes AS e
-    WHERE e.id = ANY (ARRAY(SELECT request.episode_id FROM request))
-      AND e.status = 'queued'
+    FROM request
+    CROSS JOIN LATERAL (
+        SELECT e.id, e.dedupe_key, e.status, e.archived_at
+        FROM leasehold_episodes AS e
+        WHERE e.id = request.episode_id
+        OFFSET 0
+    ) AS e
+    WHERE e.status = 'queued'
       AND e.archived_at IS NULL
 ), granted AS (
     INSERT INTO leasehold_work_claims AS c (
@@ -339,6 +376,19 @@ WITH bound AS MATERIALIZED (
         work_type         = excluded.work_type
     WHERE c.state <> 'claimed' OR c.lease_until <= now()
     RETURNING c.dedupe_key, c.fence, c.attempt, c.lease_until, c.claimed_at, c.grant_kind
+), start_row AS (
+    SELECT e.id
+    FROM episode
+    JOIN granted ON granted.dedupe_key = episode.claim_key
+    CROSS JOIN LATERAL (
+        SELECT e.id, e.status, e.archived_at
+        FROM leasehold_episodes AS e
+        WHERE e.id = episode.id
+        OFFSET 0
+        FOR UPDATE
+    ) AS e
+    WHERE e.status = 'queued'
+      AND e.archived_at IS NULL
 ), started AS (
     UPDATE leasehold_episodes AS e
     SET status       = 'running',
@@ -346,11 +396,7 @@ WITH bound AS MATERIALIZED (
         owner_node   = sqlc.arg(owner_node)::text,
         started_at   = coalesce(e.started_at, now()),
         last_step_at = now()
-    WHERE e.id = ANY (ARRAY(
-              SELECT episode.id FROM episode
-              WHERE episode.claim_key = ANY (ARRAY(SELECT granted.dedupe_key FROM granted))))
-      AND e.status = 'queued'
-      AND e.archived_at IS NULL
+    WHERE e.id = ANY (ARRAY(SELECT start_row.id FROM start_row))
     RETURNING e.id, e.actor_id, e.expectation_id, e.trigger_type, e.trigger_ref, e.dedupe_key,
         e.attempts, e.max_attempts, e.source_stack, e.source_env, e.payload, e.result,
         e.error_class, e.error_detail, e.created_at, e.started_at, e.last_step_at, e.trace_parent
