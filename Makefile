@@ -73,10 +73,13 @@ bench:
 
 ## bench-compare: leasehold against River (from the Go module proxy) tuned
 ## as its own `river bench` tunes it (FetchCooldown 2ms, FetchPollInterval
-## 20ms), on the same Postgres: three workloads (broadcast, single, and a
-## bulk burn-down of 20,000 units per round), 3 rounds each, alternating,
-## plus claim acquire against pgbench; in its own module (bench/compare) so
-## the library never depends on River. About 2 minutes on 2 cores.
+## 20ms), on the same Postgres: four workloads (broadcast, single, a bulk
+## burn-down of 20,000 units per round, and 2,000 units that hold a lease
+## for 2 s), River with InsertMany and InsertManyFast, each with and without
+## UniqueOpts, 3 rounds each, a fresh schema per system-round, the order
+## alternating, plus claim acquire against pgbench; in its own module
+## (bench/compare) so the library never depends on River. About 6.5 minutes
+## on 2 cores.
 ## COMPARE_FLAGS adds or overrides flags (go -C bench/compare run . -h).
 bench-compare:
 	scripts/with-postgres.sh $(GO) -C bench/compare run . -workload all -river-config tuned $(COMPARE_FLAGS)

@@ -105,14 +105,8 @@ func TestTakeoverWaitsAtMostTheBoundOnTheEpisodeRow(t *testing.T) {
 	const bound = 300 * time.Millisecond
 	// available makes a deferred episode and claims its request for node-a.
 	available := func(ctx context.Context, t *testing.T, s *postgres.Store) (int64, episodes.TriggerRequest) {
-		made, err := s.CreateDeferredEpisode(ctx, episodes.Deferred{SourceNode: "trigger-only",
-			New: episodes.New{ActorID: "a", ExpectationID: "e", TriggerType: episodes.TriggerEvent, DedupeKey: "bounded", MaxAttempts: 3}})
-		require.NoError(t, err)
-		reqs, err := s.ClaimTriggerRequests(ctx, episodes.RequestQuery{Owner: "node-a", Lease: time.Minute,
-			Runnable: []episodes.Runnable{{ActorID: "a", ExpectationID: "e"}}, Limit: 1})
-		require.NoError(t, err)
-		require.Len(t, reqs, 1)
-		return made.Episode.ID, reqs[0]
+		made, req := claimedRequest(ctx, t, s, "bounded")
+		return made.Episode.ID, req
 	}
 	// orphan makes a started episode whose lease has expired.
 	orphan := func(ctx context.Context, t *testing.T, s *postgres.Store, pool *pgxpool.Pool) (int64, episodes.TriggerRequest) {

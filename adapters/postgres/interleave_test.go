@@ -328,13 +328,8 @@ func TestHandOverRechecksTheEpisodeItStarts(t *testing.T) {
 				t.Parallel()
 				pool := pgtest.Schema(t)
 				s := postgres.New(pool)
-				made, err := s.CreateDeferredEpisode(t.Context(), episodes.Deferred{SourceNode: "trigger-only",
-					New: episodes.New{ActorID: "a", ExpectationID: "e", TriggerType: episodes.TriggerEvent, DedupeKey: "hand-over-race", MaxAttempts: 3}})
-				require.NoError(t, err)
-				reqs, err := s.ClaimTriggerRequests(t.Context(), episodes.RequestQuery{Owner: "node-a", Lease: time.Minute,
-					Runnable: []episodes.Runnable{{ActorID: "a", ExpectationID: "e"}}, Limit: 1})
-				require.NoError(t, err)
-				require.Len(t, reqs, 1)
+				made, req := claimedRequest(t.Context(), t, s, "hand-over-race")
+				reqs := []episodes.TriggerRequest{req}
 
 				var got episodes.Dispatched
 				waited, err := interleave(t, pool, writes(t, []string{c.stmt}, []any{made.Episode.ID}),
@@ -351,6 +346,20 @@ func TestHandOverRechecksTheEpisodeItStarts(t *testing.T) {
 	}
 }
 
+// claimedRequest makes an available episode of actor a, expectation e under
+// key and claims its trigger request for node-a, as a poll would.
+func claimedRequest(ctx context.Context, t *testing.T, s *postgres.Store, key string) (episodes.DeferredCreated, episodes.TriggerRequest) {
+	t.Helper()
+	made, err := s.CreateDeferredEpisode(ctx, episodes.Deferred{SourceNode: "trigger-only",
+		New: episodes.New{ActorID: "a", ExpectationID: "e", TriggerType: episodes.TriggerEvent, DedupeKey: key, MaxAttempts: 3}})
+	require.NoError(t, err)
+	reqs, err := s.ClaimTriggerRequests(ctx, episodes.RequestQuery{Owner: "node-a", Lease: time.Minute,
+		Runnable: []episodes.Runnable{{ActorID: "a", ExpectationID: "e"}}, Limit: 1})
+	require.NoError(t, err)
+	require.Len(t, reqs, 1)
+	return made, reqs[0]
+}
+
 // A poller's claim on a request that lapses and is taken by another poller
 // while the first hands it over: the hand-over, alone or batched, waits for
 // the second claim, then reads the request's latest version and hands
@@ -363,13 +372,8 @@ func TestHandOverRechecksTheRequestClaim(t *testing.T) {
 			t.Parallel()
 			pool := pgtest.Schema(t)
 			s := postgres.New(pool)
-			made, err := s.CreateDeferredEpisode(t.Context(), episodes.Deferred{SourceNode: "trigger-only",
-				New: episodes.New{ActorID: "a", ExpectationID: "e", TriggerType: episodes.TriggerEvent, DedupeKey: "claim-moves", MaxAttempts: 3}})
-			require.NoError(t, err)
-			reqs, err := s.ClaimTriggerRequests(t.Context(), episodes.RequestQuery{Owner: "node-a", Lease: time.Minute,
-				Runnable: []episodes.Runnable{{ActorID: "a", ExpectationID: "e"}}, Limit: 1})
-			require.NoError(t, err)
-			require.Len(t, reqs, 1)
+			made, req := claimedRequest(t.Context(), t, s, "claim-moves")
+			reqs := []episodes.TriggerRequest{req}
 
 			var handed int
 			waited, err := interleave(t, pool, writes(t, []string{`UPDATE leasehold_trigger_requests
