@@ -19,7 +19,7 @@ import (
 	"github.com/leasehold/leasehold/internal/pgtest"
 )
 
-// capturing passes statements through to conn and keeps the last Query's
+// capturing passes statements through to conn and keeps the last query's
 // text and arguments, so the test can EXPLAIN exactly what the adapter
 // sent. It has no SendBatch, so takeovers send plain statements.
 type capturing struct {
@@ -34,6 +34,7 @@ func (c *capturing) Query(ctx context.Context, sql string, args ...any) (pgx.Row
 }
 
 func (c *capturing) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	c.sql, c.args = sql, args
 	return c.conn.QueryRow(ctx, sql, args...)
 }
 
@@ -95,6 +96,12 @@ func TestHandOverPlansReachRowsByKey(t *testing.T) {
 		return err
 	})
 	requireRowsByKey(t, pool, dispatch, 500)
+	one := dryRun(t, pool, func(s *postgres.Store) error {
+		d, err := s.DispatchTriggerRequest(ctx, reqs[64], time.Minute)
+		require.True(t, d.Started)
+		return err
+	})
+	requireRowsByKey(t, pool, one, 10)
 }
 
 func asNodes(v any) []map[string]any {

@@ -91,7 +91,7 @@ var tsqlOnly = []onlyInTSQL{
 	{"DispatchTriggerRequest", "the request read into @request joins the episode; the grant runs under IF @claim_key IS NOT NULL and reaches the claim row " +
 		"by @claim_key (the UPDATE, then the fresh INSERT's NOT EXISTS); the answer LEFT JOINs @started and the episode (started: st.id IS NULL)",
 		[]string{"episode_id = id", "$claim_key IS NOT NULL", "$claim_key = dedupe_key", "NOT EXISTS(leasehold_work_claims)", "$claim_key = dedupe_key",
-			"id IS NULL", "id = id", "episode_id = id"}},
+			"id IS NULL"}},
 	{"ExpireTriggerRequests", "the expired requests' episodes are joined through @expired, and the answer LEFT JOINs @canceled (episode_canceled: c.id IS NULL)",
 		[]string{"episode_id = id", "episode_id = id", "id IS NULL"}},
 	{"FinishEpisode", whyNested, []string{"0 < @@trancount()", "$nested = 0", "$nested = 0", "$nested = 1"}},

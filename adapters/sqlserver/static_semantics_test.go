@@ -78,9 +78,6 @@ var dialectDifferences = []difference{
 	{"ExpireTriggerRequests", "any(array((SELECT FROM ))) = id",
 		"Postgres's episode UPDATE reaches the expired requests' episodes by primary key through an array (a plan choice, as in ClaimTriggerRequests); " +
 			"T-SQL joins its @expired table variable"},
-	{"DispatchTriggerRequest", "(SELECT FROM ) = id",
-		"Postgres reads the episode by the request CTE's episode id in the episode CTE (a scalar subquery, for a primary-key lookup); T-SQL joins @request in the SELECT that reads @claim_key " +
-			"(its start UPDATE's WHERE id = (SELECT episode_id FROM @request) matches the other)"},
 	{"DeleteSpentClaims", "greatest(coalesce(finished_at, lease_until), lease_until) < now-ms(@horizon_ms)",
 		"GREATEST needs SQL Server 2022: CASE WHEN finished_at > lease_until THEN finished_at ELSE lease_until END is the same value (a NULL finished_at fails the comparison and yields lease_until); listed twice, candidate list and re-check"},
 	{"DeleteSpentClaims", "greatest(coalesce(finished_at, lease_until), lease_until) < now-ms(@horizon_ms)", "the re-check on the locked row, as above"},
@@ -102,8 +99,6 @@ var dialectDifferences = []difference{
 	{"UpdateFinding", "env = source_env", "the episode's source_env is read into @ep_env (env = @ep_env)"},
 	{"CreateDeferredEpisode", "episode_id = id", "Postgres joins the created episode to its request (request.episode_id = created.id); T-SQL inserts both " +
 		"from @created and returns them from the same variables"},
-	{"DispatchTriggerRequest", "(SELECT FROM ) = claim_key", "Postgres finds the started episode by the granted key (episode.claim_key = (SELECT dedupe_key FROM granted)); " +
-		"T-SQL starts it only IF EXISTS (@granted) and names it by @claim_key"},
 	{"RequeueOrphan", "claim_key = dedupe_key", "the orphan's claim key is @orphan_key in T-SQL ($orphan_key = dedupe_key is matched under that name)"},
 	{"RequeueOrphan", "id = id", "the episode UPDATE joins taken on id; T-SQL's names WHERE id = @id"},
 }

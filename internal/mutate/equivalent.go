@@ -155,11 +155,11 @@ var equivalents = map[string]equivalent{
 		what: `DispatchTriggerRequests: predicate removed: "AND e.archived_at IS NULL"`,
 		why:  archivedIsTerminal,
 	},
-	"postgres:DispatchTriggerRequest:drop#5": {
+	"postgres:DispatchTriggerRequest:drop#4": {
 		what: `DispatchTriggerRequest: predicate removed: "AND e.archived_at IS NULL"`,
 		why:  archivedIsTerminal,
 	},
-	"postgres:DispatchTriggerRequest:drop#7": {
+	"postgres:DispatchTriggerRequest:drop#5": {
 		what: `DispatchTriggerRequest: predicate removed: "AND e.archived_at IS NULL"`,
 		why:  archivedIsTerminal,
 	},

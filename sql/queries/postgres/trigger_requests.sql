@@ -201,6 +201,9 @@ RETURNING r.id, r.episode_id, r.actor_id, r.expectation_id, r.source_node,
 -- the episode changed between this statement's snapshot and its write (a
 -- cancel), and the caller releases the grant.
 --
+-- Plan: as DispatchTriggerRequests', every row by its primary key alone
+-- (the episode looked up by id, then locked, then checked).
+--
 -- Bound: bound_ms > 0 sets lock_timeout, LOCAL, before any row is locked
 -- (every row this statement writes is reached through a join with bound),
 -- so a frozen holder of the work claim makes it fail after bound_ms (55P03,
@@ -221,9 +224,14 @@ WITH bound AS MATERIALIZED (
     RETURNING r.id, r.episode_id
 ), episode AS (
     SELECT e.id, coalesce(e.dedupe_key, 'episode:' || e.id) AS claim_key
-    FROM leasehold_episodes AS e
-    WHERE e.id = (SELECT request.episode_id FROM request)
-      AND e.status = 'queued'
+    FROM request
+    CROSS JOIN LATERAL (
+        SELECT e.id, e.dedupe_key, e.status, e.archived_at
+        FROM leasehold_episodes AS e
+        WHERE e.id = request.episode_id
+        OFFSET 0
+    ) AS e
+    WHERE e.status = 'queued'
       AND e.archived_at IS NULL
 ), granted AS (
     INSERT INTO leasehold_work_claims AS c (
@@ -248,6 +256,19 @@ WITH bound AS MATERIALIZED (
         work_type         = excluded.work_type
     WHERE c.state <> 'claimed' OR c.lease_until <= now()
     RETURNING c.dedupe_key, c.fence, c.attempt, c.lease_until, c.claimed_at, c.grant_kind
+), start_row AS (
+    SELECT e.id
+    FROM episode
+    JOIN granted ON granted.dedupe_key = episode.claim_key
+    CROSS JOIN LATERAL (
+        SELECT e.id, e.status, e.archived_at
+        FROM leasehold_episodes AS e
+        WHERE e.id = episode.id
+        OFFSET 0
+        FOR UPDATE
+    ) AS e
+    WHERE e.status = 'queued'
+      AND e.archived_at IS NULL
 ), started AS (
     UPDATE leasehold_episodes AS e
     SET status       = 'running',
@@ -255,10 +276,7 @@ WITH bound AS MATERIALIZED (
         owner_node   = sqlc.arg(owner_node)::text,
         started_at   = coalesce(e.started_at, now()),
         last_step_at = now()
-    WHERE e.id = (SELECT episode.id FROM episode
-                  WHERE episode.claim_key = (SELECT granted.dedupe_key FROM granted))
-      AND e.status = 'queued'
-      AND e.archived_at IS NULL
+    WHERE e.id = (SELECT start_row.id FROM start_row)
     RETURNING e.id, e.actor_id, e.expectation_id, e.trigger_type, e.trigger_ref, e.dedupe_key,
         e.attempts, e.max_attempts, e.source_stack, e.source_env, e.payload, e.result,
         e.error_class, e.error_detail, e.created_at, e.started_at, e.last_step_at, e.trace_parent
