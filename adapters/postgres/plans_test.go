@@ -56,6 +56,24 @@ func dryRun(t *testing.T, pool *pgxpool.Pool, call func(s *postgres.Store) error
 	return c
 }
 
+// backlog makes n available episodes of actor a, expectation e, in
+// batches of 500, as FireBatch would: never analyzed, the planner's worst
+// guesses.
+func backlog(t *testing.T, s *postgres.Store, n int) {
+	t.Helper()
+	items := make([]episodes.BatchItem, n)
+	for i := range items {
+		items[i] = episodes.BatchItem{DedupeKey: fmt.Sprintf("event:a:e:%d", i)}
+	}
+	for i := 0; i < len(items); i += 500 {
+		_, err := s.CreateDeferredEpisodes(t.Context(), episodes.DeferredBatch{
+			New:        episodes.New{ActorID: "a", ExpectationID: "e", TriggerType: episodes.TriggerEvent, MaxAttempts: 3},
+			SourceNode: "trigger-node", Items: items[i:min(i+500, len(items))],
+		})
+		require.NoError(t, err)
+	}
+}
+
 // TestHandOverPlansReachRowsByKey: on a fresh, never analyzed schema (the
 // planner's worst guesses) with 10,000 available episodes, claiming 500
 // requests and handing 64 over reach each row by key: no join filter
@@ -67,17 +85,7 @@ func TestHandOverPlansReachRowsByKey(t *testing.T) {
 	pool := pgtest.Schema(t)
 	ctx := t.Context()
 	s := postgres.New(pool)
-	items := make([]episodes.BatchItem, 10_000)
-	for i := range items {
-		items[i] = episodes.BatchItem{DedupeKey: fmt.Sprintf("event:a:e:%d", i)}
-	}
-	for i := 0; i < len(items); i += 500 {
-		_, err := s.CreateDeferredEpisodes(ctx, episodes.DeferredBatch{
-			New:        episodes.New{ActorID: "a", ExpectationID: "e", TriggerType: episodes.TriggerEvent, MaxAttempts: 3},
-			SourceNode: "trigger-node", Items: items[i : i+500],
-		})
-		require.NoError(t, err)
-	}
+	backlog(t, s, 10_000)
 
 	reqs, err := s.ClaimTriggerRequests(ctx, episodes.RequestQuery{
 		Owner: "poller", Lease: time.Minute, Runnable: []episodes.Runnable{{ActorID: "a", ExpectationID: "e"}}, Limit: 500,
@@ -123,17 +131,7 @@ func TestExpiryPlanReachesRowsByKey(t *testing.T) {
 	pool := pgtest.Schema(t)
 	ctx := t.Context()
 	s := postgres.New(pool)
-	items := make([]episodes.BatchItem, 10_000)
-	for i := range items {
-		items[i] = episodes.BatchItem{DedupeKey: fmt.Sprintf("event:a:e:%d", i)}
-	}
-	for i := 0; i < len(items); i += 500 {
-		_, err := s.CreateDeferredEpisodes(ctx, episodes.DeferredBatch{
-			New:        episodes.New{ActorID: "a", ExpectationID: "e", TriggerType: episodes.TriggerEvent, MaxAttempts: 3},
-			SourceNode: "trigger-node", Items: items[i : i+500],
-		})
-		require.NoError(t, err)
-	}
+	backlog(t, s, 10_000)
 	pgtest.Exec(t, pool, `UPDATE leasehold_trigger_requests SET run_after = run_after - interval '2 hours'`)
 	expire := dryRun(t, pool, func(s *postgres.Store) error {
 		expired, err := s.ExpireTriggerRequests(ctx, episodes.ExpireQuery{TTL: time.Hour, AllEnvs: true})
@@ -192,17 +190,7 @@ func TestBurnDownPlansReachRowsByKey(t *testing.T) {
 	pool := pgtest.Schema(t)
 	ctx := t.Context()
 	s := postgres.New(pool)
-	items := make([]episodes.BatchItem, 10_064)
-	for i := range items {
-		items[i] = episodes.BatchItem{DedupeKey: fmt.Sprintf("event:a:e:%d", i)}
-	}
-	for i := 0; i < len(items); i += 500 {
-		_, err := s.CreateDeferredEpisodes(ctx, episodes.DeferredBatch{
-			New:        episodes.New{ActorID: "a", ExpectationID: "e", TriggerType: episodes.TriggerEvent, MaxAttempts: 3},
-			SourceNode: "trigger-node", Items: items[i:min(i+500, len(items))],
-		})
-		require.NoError(t, err)
-	}
+	backlog(t, s, 10_064)
 	runnable := []episodes.Runnable{{ActorID: "a", ExpectationID: "e"}}
 	reqs, err := s.ClaimTriggerRequests(ctx, episodes.RequestQuery{Owner: "poller", Lease: time.Minute, Runnable: runnable, Limit: 64})
 	require.NoError(t, err)
