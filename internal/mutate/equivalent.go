@@ -74,8 +74,9 @@ var equivalents = map[string]equivalent{
 	"postgres:ClaimTriggerRequests:lock#2": {
 		what: `ClaimTriggerRequests: lock clause removed: "SKIP LOCKED"`,
 		why: "SKIP LOCKED only makes a poller pass over requests another poller is " +
-			"claiming instead of waiting for them; without it the poller waits, and the UPDATE re-checks the claimable " +
-			"condition on the committed row, so each request still goes to one poller: slower under contention, never wrong",
+			"claiming instead of waiting for them; without it the poller waits, and its FOR UPDATE re-checks picked's " +
+			"claimable condition on the committed row (READ COMMITTED's re-check of a locking read) before the lock is " +
+			"taken, so each request still goes to one poller: slower under contention, never wrong",
 	},
 	"sqlite:ClaimTriggerRequests:cmp-strict#3": {
 		what: `ClaimTriggerRequests: "<=" -> "<" in "OR r.claim_until <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER))"`,
