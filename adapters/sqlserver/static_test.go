@@ -1629,6 +1629,10 @@ var (
 // lines indented deeper; "ALTER TABLE t ADD COLUMN c" (one column each)
 // appends c to t, which base holds when an earlier migration created it.
 func postgresSchema(text string, base map[string][]string) (tables map[string][]string, indexes []string) {
+	// The Up section only: a Down may create again what its Up dropped.
+	if up, _, found := strings.Cut(text, "-- +goose Down"); found {
+		text = up
+	}
 	text = pgCommentRE.ReplaceAllString(text, "")
 	tables = map[string][]string{}
 	for _, m := range pgTableRE.FindAllStringSubmatch(text, -1) {
