@@ -194,11 +194,11 @@ type BatchItem struct {
 // BatchJSON encodes b's items for the statement's items argument (absent
 // documents are null).
 func (b DeferredBatch) BatchJSON() ([]byte, error) {
+	if err := b.checkKeys(); err != nil {
+		return nil, err
+	}
 	items := make([]BatchItem, len(b.Items))
 	for i, it := range b.Items {
-		if it.DedupeKey == "" {
-			return nil, fmt.Errorf("episodes: batch item %d has no dedupe key", i)
-		}
 		it.TriggerRef, it.Payload = nullJSON(it.TriggerRef), nullJSON(it.Payload)
 		it.KeyVersion = KeyVersionOf(it.KeyVersion)
 		items[i] = it
@@ -217,17 +217,27 @@ type BatchColumns struct {
 	TraceParents []string
 }
 
+// checkKeys refuses a batch with an item that has no dedupe key.
+func (b DeferredBatch) checkKeys() error {
+	for i, it := range b.Items {
+		if it.DedupeKey == "" {
+			return fmt.Errorf("episodes: batch item %d has no dedupe key", i)
+		}
+	}
+	return nil
+}
+
 // Columns returns b's items as BatchColumns, with BatchJSON's checks.
 func (b DeferredBatch) Columns() (BatchColumns, error) {
+	if err := b.checkKeys(); err != nil {
+		return BatchColumns{}, err
+	}
 	n := len(b.Items)
 	c := BatchColumns{
 		DedupeKeys: make([]string, n), KeyVersions: make([]int16, n),
 		TriggerRefs: make([]string, n), Payloads: make([]string, n), TraceParents: make([]string, n),
 	}
 	for i, it := range b.Items {
-		if it.DedupeKey == "" {
-			return BatchColumns{}, fmt.Errorf("episodes: batch item %d has no dedupe key", i)
-		}
 		c.DedupeKeys[i], c.KeyVersions[i] = it.DedupeKey, KeyVersionOf(it.KeyVersion)
 		c.TriggerRefs[i], c.Payloads[i], c.TraceParents[i] = string(it.TriggerRef), string(it.Payload), it.TraceParent
 	}

@@ -66,8 +66,11 @@ func BenchmarkAcquire(b *testing.B) {
 	var lh, pg time.Duration // the time each took for its two turns
 	b.ResetTimer()
 	lh += leasehold(turn)
-	pg += time.Duration(float64(2*turn) / runPgbench(b, searchPath, script, turn) * float64(time.Second) / 2)
-	pg += time.Duration(float64(2*turn) / runPgbench(b, searchPath, script, turn) * float64(time.Second) / 2)
+	pgbench := func(n int) time.Duration { // the time n transactions took at pgbench's rate
+		return time.Duration(float64(n) / runPgbench(b, searchPath, script, n) * float64(time.Second))
+	}
+	pg += pgbench(turn)
+	pg += pgbench(turn)
 	lh += leasehold(turn)
 	b.StopTimer()
 	lhRate, pgRate := float64(2*turn)/lh.Seconds(), float64(2*turn)/pg.Seconds()

@@ -103,56 +103,50 @@ func TestTakeoverWaitsAtMostTheBound(t *testing.T) {
 func TestTakeoverWaitsAtMostTheBoundOnTheEpisodeRow(t *testing.T) {
 	t.Parallel()
 	const bound = 300 * time.Millisecond
+	type setup = func(context.Context, *testing.T, *postgres.Store, *pgxpool.Pool) (int64, episodes.TriggerRequest)
+	type takeover = func(ctx context.Context, s *postgres.Store, id int64, r episodes.TriggerRequest) error
 	// available makes a deferred episode and claims its request for node-a.
-	available := func(ctx context.Context, t *testing.T, s *postgres.Store) (int64, episodes.TriggerRequest) {
+	var available setup = func(ctx context.Context, t *testing.T, s *postgres.Store, _ *pgxpool.Pool) (int64, episodes.TriggerRequest) {
 		made, req := claimedRequest(ctx, t, s, "bounded")
 		return made.Episode.ID, req
 	}
 	// orphan makes a started episode whose lease has expired.
-	orphan := func(ctx context.Context, t *testing.T, s *postgres.Store, pool *pgxpool.Pool) (int64, episodes.TriggerRequest) {
+	var orphan setup = func(_ context.Context, t *testing.T, s *postgres.Store, pool *pgxpool.Pool) (int64, episodes.TriggerRequest) {
 		ep, _ := ownedEpisode(t, s, "bounded", "node-a")
 		pgtest.ExpireClaim(t, pool, "bounded")
 		return ep.ID, episodes.TriggerRequest{}
 	}
 	// claimless makes a started episode with no claim row that has taken no
 	// step for an hour: an orphan by staleness alone.
-	claimless := func(ctx context.Context, t *testing.T, s *postgres.Store, pool *pgxpool.Pool) (int64, episodes.TriggerRequest) {
+	var claimless setup = func(_ context.Context, t *testing.T, s *postgres.Store, pool *pgxpool.Pool) (int64, episodes.TriggerRequest) {
 		ep, _ := ownedEpisode(t, s, "bounded", "node-a")
 		pgtest.Exec(t, pool, `DELETE FROM leasehold_work_claims WHERE dedupe_key = 'bounded'`)
 		pgtest.Exec(t, pool, `UPDATE leasehold_episodes SET started_at = now() - interval '1 hour',
 			last_step_at = now() - interval '1 hour' WHERE id = $1`, ep.ID)
 		return ep.ID, episodes.TriggerRequest{}
 	}
+	var claimForRecovery takeover = func(ctx context.Context, s *postgres.Store, id int64, _ episodes.TriggerRequest) error {
+		_, _, err := s.ClaimForRecovery(ctx, id, "sweeper", time.Minute, time.Minute)
+		return err
+	}
+	var requeueOrphan takeover = func(ctx context.Context, s *postgres.Store, id int64, _ episodes.TriggerRequest) error {
+		_, err := s.RequeueOrphan(ctx, id, 0, "sweeper", time.Minute)
+		return err
+	}
 	for _, c := range []struct {
 		name     string
-		make     func(context.Context, *testing.T, *postgres.Store, *pgxpool.Pool) (int64, episodes.TriggerRequest)
-		takeover func(ctx context.Context, s *postgres.Store, id int64, r episodes.TriggerRequest) error
+		make     setup
+		takeover takeover
 	}{
-		{"ClaimForRecovery", orphan, func(ctx context.Context, s *postgres.Store, id int64, _ episodes.TriggerRequest) error {
-			_, _, err := s.ClaimForRecovery(ctx, id, "sweeper", time.Minute, time.Minute)
-			return err
-		}},
-		{"RequeueOrphan", orphan, func(ctx context.Context, s *postgres.Store, id int64, _ episodes.TriggerRequest) error {
-			_, err := s.RequeueOrphan(ctx, id, 0, "sweeper", time.Minute)
-			return err
-		}},
-		{"ClaimForRecovery claim-less", claimless, func(ctx context.Context, s *postgres.Store, id int64, _ episodes.TriggerRequest) error {
-			_, _, err := s.ClaimForRecovery(ctx, id, "sweeper", time.Minute, time.Minute)
-			return err
-		}},
-		{"RequeueOrphan claim-less", claimless, func(ctx context.Context, s *postgres.Store, id int64, _ episodes.TriggerRequest) error {
-			_, err := s.RequeueOrphan(ctx, id, 0, "sweeper", time.Minute)
-			return err
-		}},
-		{"DispatchTriggerRequest", func(ctx context.Context, t *testing.T, s *postgres.Store, _ *pgxpool.Pool) (int64, episodes.TriggerRequest) {
-			return available(ctx, t, s)
-		}, func(ctx context.Context, s *postgres.Store, _ int64, r episodes.TriggerRequest) error {
+		{"ClaimForRecovery", orphan, claimForRecovery},
+		{"RequeueOrphan", orphan, requeueOrphan},
+		{"ClaimForRecovery claim-less", claimless, claimForRecovery},
+		{"RequeueOrphan claim-less", claimless, requeueOrphan},
+		{"DispatchTriggerRequest", available, func(ctx context.Context, s *postgres.Store, _ int64, r episodes.TriggerRequest) error {
 			_, err := s.DispatchTriggerRequest(ctx, r, time.Minute)
 			return err
 		}},
-		{"DispatchTriggerRequests", func(ctx context.Context, t *testing.T, s *postgres.Store, _ *pgxpool.Pool) (int64, episodes.TriggerRequest) {
-			return available(ctx, t, s)
-		}, func(ctx context.Context, s *postgres.Store, _ int64, r episodes.TriggerRequest) error {
+		{"DispatchTriggerRequests", available, func(ctx context.Context, s *postgres.Store, _ int64, r episodes.TriggerRequest) error {
 			_, err := s.DispatchTriggerRequests(ctx, "node-a", []episodes.TriggerRequest{r}, time.Minute)
 			return err
 		}},

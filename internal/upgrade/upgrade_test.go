@@ -88,7 +88,6 @@ var seeds = []seed{
 // dialect is what the test needs of a database: its clock expression, how
 // to run a statement, how to reach it from nodes.
 type dialect struct {
-	now    string                // the database clock, in the dialect's time type
 	plus   func(ms int64) string // now + ms
 	json   func(s string) string // a JSON literal
 	exec   func(q string) int64  // runs a test-only statement
@@ -184,8 +183,10 @@ func upgradeWithLiveWork(t *testing.T, d dialect, upgrade func()) {
 	actor := runner.Actor{ID: "upgrade", Expectations: []runner.Expectation{{ID: "run", Trigger: runner.Manual{},
 		Strategy: rs.strategy(), Recovery: runner.RecoveryRestart, MaxAttempts: 3}}}
 	var nodes []*runner.Node
+	ended := nodetest.NewSignals() // every node's ended episodes
 	for i := range 2 {
 		cfg := d.node(i)
+		cfg.Observer = ended
 		node, err := runner.NewNode(cfg)
 		require.NoError(t, err)
 		require.NoError(t, node.Register(actor))
@@ -207,8 +208,9 @@ func upgradeWithLiveWork(t *testing.T, d dialect, upgrade func()) {
 		}
 	}
 	status := func(key string) string { return d.status(ids[key]) }
-	// waitDone sweeps and polls until every key's episode is done. The
-	// bound: a sweep and a poll each round; the margin covers a loaded host.
+	// waitDone sweeps and polls until every key's episode is done, woken by
+	// each episode that ends. The bound: a sweep and a poll each round; the
+	// margin covers a loaded host.
 	waitDone := func(keys ...string) {
 		deadline := time.Now().Add(3 * testbound.Margin)
 		for {
@@ -223,7 +225,12 @@ func upgradeWithLiveWork(t *testing.T, d dialect, upgrade func()) {
 			}
 			require.True(t, time.Now().Before(deadline), "not done after the upgrade: %s", strings.Join(pending, ", "))
 			sweepAndPoll()
-			time.Sleep(50 * time.Millisecond) // a poll interval, not an expiry
+			// Until an episode ends; a sweep after a quarter second in
+			// case one was given back meanwhile and needs requeuing.
+			select {
+			case <-ended.Ended():
+			case <-time.After(250 * time.Millisecond):
+			}
 		}
 	}
 
@@ -267,7 +274,6 @@ func TestUpgradeFromSchema10WithLiveWorkOnPostgres(t *testing.T) {
 	pool := pgtest.Schema(t, pgtest.Options{UpTo: fromSchema})
 	ctx := context.Background()
 	d := dialect{
-		now:  "now()",
 		plus: func(ms int64) string { return fmt.Sprintf("(now() + %d * interval '1 millisecond')", ms) },
 		json: func(s string) string { return "'" + s + "'::jsonb" },
 		exec: func(q string) int64 { return pgtest.Exec(t, pool, q) },
@@ -308,7 +314,6 @@ func TestUpgradeFromSchema10WithLiveWorkOnSQLite(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, sqlitetest.OffsetIdentities(ctx, db))
 	d := dialect{
-		now:  sqlitetest.Now,
 		plus: func(ms int64) string { return fmt.Sprintf("(%s + %d)", sqlitetest.Now, ms) },
 		json: func(s string) string { return "'" + s + "'" },
 		exec: func(q string) int64 { return sqlitetest.Exec(t, db, q) },
