@@ -73,7 +73,7 @@
 //	AcquireClaim (fresh, steal, re-claim)      the adapter's Acquire
 //	CreateEpisode (an episode born owned)      the adapter, via episodes.GrantedClaim
 //	ClaimForRecovery (recovery)                the adapter, via episodes.GrantedClaim
-//	DispatchTriggerRequest (deferred work)     the adapter, via episodes.GrantedClaim
+//	ClaimAvailable (available work)            the adapter, via episodes.GrantedClaim
 //	RenewClaims (each renewal)                 the Heartbeat, before RenewMany
 //
 // An adapter that knows a later instant at which the statement still had
@@ -100,7 +100,7 @@
 // transaction an adapter opens starts with BoundTransaction (Postgres:
 // idle_in_transaction_session_timeout and lock_timeout, LOCAL), and each
 // takeover statement (AcquireClaim, ClaimForRecovery, RequeueOrphan,
-// DispatchTriggerRequest) is bounded too: on Postgres it sets its own
+// ClaimAvailable) is bounded too: on Postgres it sets its own
 // lock_timeout, LOCAL, before it reaches a row (no second statement); on
 // SQL Server BoundLockWait tops its batch. Callers put the bound on the context (WithTxBound); a frozen
 // holder then delays a takeover by at most TxBound, and a takeover that met

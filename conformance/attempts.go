@@ -53,13 +53,10 @@ func runGivenBack(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		require.ErrorIs(t, b.Store.AppendStep(ctx(t), o.Episode.ID, o.Claim.Token, 2, nil, time.Minute), claims.ErrLeaseLost,
 			"the grant given back is fenced out")
 		_, err = b.Store.RequeueOrphan(ctx(t), o.Episode.ID, 0, "late-sweeper", time.Minute)
-		require.ErrorIs(t, err, claims.ErrBusy, "a sweeper that listed it before the requeue finds the pollers' request")
+		require.ErrorIs(t, err, claims.ErrBusy, "a sweeper that listed it before the requeue finds it available, the pollers'")
 
-		reqs := claimRequests(t, b, "poller", "", "", 10)
-		require.Len(t, reqs, 1)
-		d, err := b.Store.DispatchTriggerRequest(ctx(t), reqs[0], time.Minute)
-		require.NoError(t, err)
-		require.True(t, d.Started)
+		d := takeOne(t, b, "poller")
+		require.Equal(t, o.Episode.ID, d.EpisodeID)
 		require.EqualValues(t, 1, d.Episode.Attempt(), "the restarted run is attempt 1")
 		require.EqualValues(t, 2, d.NextStep, "and resumes after the journal")
 
@@ -113,7 +110,7 @@ func runGivenBack(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		t.Parallel()
 		b := newBackend(t)
 		e := EpisodesBackend{Store: b.Store}
-		// Dispatched to a node that never started it (too slow to start it
+		// Granted to a node that never started it (too slow to start it
 		// before its lease ran out, and then to give it back; or dead
 		// before StartEpisode): the strategy was never called.
 		n := flowEpisode("event:a:e:expired-before-start")
@@ -135,11 +132,8 @@ func runGivenBack(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		require.ErrorIs(t, b.Store.AppendStep(ctx(t), o.Episode.ID, o.Claim.Token, 1, nil, time.Minute), claims.ErrLeaseLost,
 			"the expired grant is fenced out")
 
-		reqs := claimRequests(t, b, "poller", "", "", 10)
-		require.Len(t, reqs, 1)
-		d, err := b.Store.DispatchTriggerRequest(ctx(t), reqs[0], time.Minute)
-		require.NoError(t, err)
-		require.True(t, d.Started)
+		d := takeOne(t, b, "poller")
+		require.Equal(t, o.Episode.ID, d.EpisodeID)
 		require.EqualValues(t, 1, d.Episode.Attempt(), "the only attempt, at last")
 		require.Equal(t, episodes.StatusRunning, get(t, e, o.Episode.ID).Status)
 
@@ -178,11 +172,8 @@ func runGivenBack(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 				break
 			}
 			attempts = res.Attempts
-			reqs := claimRequests(t, b, "poller", "", "", 10)
-			require.Len(t, reqs, 1)
-			d, err := b.Store.DispatchTriggerRequest(ctx(t), reqs[0], time.Minute)
-			require.NoError(t, err)
-			require.True(t, d.Started)
+			d := takeOne(t, b, "poller")
+			require.Equal(t, id, d.EpisodeID)
 			grant = d.Claim
 		}
 		require.Equal(t, []int32{1, 1, 1, 2}, seen, "attempt 1 three times (twice given back for free), then attempt 2, the last")
@@ -239,7 +230,6 @@ func runBatchRequeue(t *testing.T, newBackend func(t *testing.T) DeferredBackend
 			}
 			require.NoError(t, r.Err, "item %d", i)
 			require.Equal(t, episodes.StatusQueued, r.Status, "item %d", i)
-			require.NotZero(t, r.RequestID, "item %d", i)
 			require.Equal(t, episodes.StatusQueued, get(t, e, items[i].ID).Status, "item %d", i)
 		}
 		require.EqualValues(t, 1, got[0].Attempts, "an expired grant counts an attempt")
@@ -249,7 +239,12 @@ func runBatchRequeue(t *testing.T, newBackend func(t *testing.T) DeferredBackend
 		for i, r := range again {
 			require.ErrorIs(t, r.Err, claims.ErrBusy, "item %d requeued once", i)
 		}
-		require.Len(t, claimRequests(t, b, "poller", "", "", 10), 3, "one open request per requeued orphan")
+		var taken []int64
+		for _, d := range claimAvailable(t, b, "poller", "", "", 10) {
+			require.True(t, d.Started)
+			taken = append(taken, d.EpisodeID)
+		}
+		require.ElementsMatch(t, []int64{items[0].ID, items[2].ID, items[4].ID}, taken, "each requeued orphan available, once")
 	})
 
 	t.Run("ConcurrentBatchRequeuesTakeEachOrphanOnce", func(t *testing.T) {
@@ -298,7 +293,7 @@ func runBatchRequeue(t *testing.T, newBackend func(t *testing.T) DeferredBackend
 		for i, w := range wins {
 			require.Equal(t, 1, w, "orphan %d requeued by exactly one sweeper", i)
 		}
-		require.Len(t, claimRequests(t, b, "poller", "", "", 100), len(items))
+		require.Len(t, claimAvailable(t, b, "poller", "", "", 100), len(items), "each requeued orphan available, once")
 	})
 }
 

@@ -110,7 +110,7 @@ func runFlow(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 	t.Run("CancelEndsAvailableWorkAndAsksTheHolder", func(t *testing.T) {
 		t.Parallel()
 		b := newBackend(t)
-		// Available: ended at once, its request closed, nothing to dispatch.
+		// Available: ended at once, out of the available set.
 		d := deferEpisode(t, b, "event:a:e:avail", "", "")
 		c, err := b.Store.CancelEpisode(ctx(t), d.Episode.ID, []byte(`{"reason":"ops"}`))
 		require.NoError(t, err)
@@ -120,7 +120,12 @@ func runFlow(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		require.Equal(t, episodes.StatusCanceled, got.Status)
 		require.Equal(t, episodes.ClassCanceled, got.ErrorClass)
 		require.NotNil(t, got.FinishedAt)
-		require.Empty(t, claimRequests(t, b, "poller", "", "", 10))
+		b.AgeAvailable(t, d.Episode.ID, time.Hour) // due long ago, had it stayed available
+		require.Empty(t, claimAvailable(t, b, "poller", "", "", 10), "a canceled episode is never taken")
+		expired, err := b.Store.ExpireAvailable(ctx(t), episodes.ExpireQuery{TTL: time.Minute})
+		require.NoError(t, err)
+		require.Empty(t, expired, "nor expired")
+		require.Equal(t, episodes.ClassCanceled, get(t, EpisodesBackend{Store: b.Store}, d.Episode.ID).ErrorClass)
 		_, err = b.Store.CancelEpisode(ctx(t), d.Episode.ID, nil)
 		require.ErrorIs(t, err, episodes.ErrNotLive)
 		_, err = b.Store.CancelEpisode(ctx(t), 987654321, nil)
@@ -182,7 +187,7 @@ func runFlow(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		require.NoError(t, err)
 		require.True(t, retried.Canceled)
 		require.Equal(t, episodes.StatusCanceled, get(t, EpisodesBackend{Store: b.Store}, r.Episode.ID).Status)
-		require.Empty(t, claimRequests(t, b, "poller", "", "", 10))
+		require.Empty(t, claimAvailable(t, b, "poller", "", "", 10), "the canceled retry is not available")
 	})
 
 	// A holder lists the cancel requests of the runs it holds, and no
@@ -249,11 +254,10 @@ func runFlow(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		_, err = b.Store.RequeueEpisode(ctx(t), f.Episode.ID, "ops")
 		require.ErrorIs(t, err, episodes.ErrNotRetryable, "two operators: the second changes nothing")
 
-		reqs := claimRequests(t, b, "poller", "", "", 10)
-		require.Len(t, reqs, 1, "available at once")
-		d, err := b.Store.DispatchTriggerRequest(ctx(t), reqs[0], time.Minute)
-		require.NoError(t, err)
+		d := takeOne(t, b, "poller")
+		require.Equal(t, f.Episode.ID, d.EpisodeID, "available at once")
 		require.Equal(t, f.Claim.Fence+1, d.Claim.Fence, "a new grant")
+		require.EqualValues(t, 2, d.Episode.Attempt())
 		_, err = b.Store.StartEpisode(ctx(t), f.Episode.ID, d.Claim.Token)
 		require.NoError(t, err)
 		require.NoError(t, b.Store.FinishEpisode(ctx(t), f.Episode.ID, d.Claim.Token, episodes.Finish{Status: episodes.StatusDone}))
@@ -266,8 +270,9 @@ func runFlow(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 	t.Run("ARunMadeAvailableAgainKeepsItsScope", func(t *testing.T) {
 		t.Parallel()
 		b := newBackend(t)
-		// Actor, expectation, stack and env all differ, so that a request
-		// made with one in another's place is seen.
+		// Actor, expectation, stack and env all differ, so that an episode
+		// made available with one in another's place is seen: a poller of
+		// the swapped scope takes nothing.
 		start := func(key string) episodes.Created {
 			n := flowEpisode(key)
 			n.SourceStack, n.SourceEnv = "blue", "prod"
@@ -276,30 +281,15 @@ func runFlow(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 			require.NoError(t, err)
 			return res
 		}
-		requireScope := func(how string, episodeID, requestID int64) {
-			t.Helper()
-			var found bool
-			for _, r := range listRequests(t, b, "prod", "") {
-				if r.ID != requestID {
-					continue
-				}
-				found = true
-				require.Equal(t, episodeID, r.EpisodeID, how)
-				require.Equal(t, [4]string{"a", "e", "blue", "prod"}, [4]string{r.ActorID, r.ExpectationID, r.SourceStack, r.SourceEnv}, how)
-			}
-			require.True(t, found, "%s: request %d is not listed in env prod", how, requestID)
-		}
-
 		retried := start("event:a:e:retried")
 		r, err := b.Store.RetryEpisode(ctx(t), retried.Episode.ID, retried.Claim.Token, episodes.Retry{ErrorClass: "error", Backoff: time.Hour})
 		require.NoError(t, err)
-		requireScope("retry", retried.Episode.ID, r.RequestID)
+		require.False(t, r.Canceled)
 
 		requeued := start("event:a:e:requeued")
 		require.NoError(t, b.Store.FinishEpisode(ctx(t), requeued.Episode.ID, requeued.Claim.Token, episodes.Finish{Status: episodes.StatusFailed, ErrorClass: "error"}))
-		r, err = b.Store.RequeueEpisode(ctx(t), requeued.Episode.ID, "ops")
+		_, err = b.Store.RequeueEpisode(ctx(t), requeued.Episode.ID, "ops")
 		require.NoError(t, err)
-		requireScope("operator's requeue", requeued.Episode.ID, r.RequestID)
 
 		orphan := start("event:a:e:orphan")
 		b.ExpireClaim(t, "event:a:e:orphan")
@@ -308,24 +298,46 @@ func runFlow(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		require.Equal(t, episodes.StatusQueued, q.Status)
 		require.EqualValues(t, 1, q.Attempts)
 		require.EqualValues(t, 3, q.MaxAttempts)
-		requireScope("recovery's requeue", orphan.Episode.ID, q.RequestID)
 
-		// Each is claimed by a poller of that scope.
-		reqs, err := b.Store.ClaimTriggerRequests(ctx(t), episodes.RequestQuery{
-			Owner: "poller", Lease: time.Minute, Env: "prod", Stack: "blue", Runnable: onE("a"), Limit: 10})
-		require.NoError(t, err)
-		ids := make([]int64, len(reqs))
-		for i, x := range reqs {
-			ids[i] = x.EpisodeID
+		poll := func(env, stack string, runnable ...episodes.Runnable) []episodes.Dispatched {
+			t.Helper()
+			ds, err := b.Store.ClaimAvailable(ctx(t), episodes.AvailableQuery{
+				Owner: "poller", Lease: time.Minute, Env: env, Stack: stack, Runnable: runnable, Limit: 10})
+			require.NoError(t, err)
+			return ds
 		}
-		require.ElementsMatch(t, []int64{requeued.Episode.ID, orphan.Episode.ID}, ids, "the retry waits its backoff; the requeues are due")
+		mine := episodes.Runnable{ActorID: "a", ExpectationID: "e"}
+		require.Empty(t, poll("blue", "prod", mine), "stack and env are not each other's")
+		require.Empty(t, poll("", "blue", mine), "nor is prod the unset env")
+		require.Empty(t, poll("prod", "green", mine), "nor blue another stack")
+		require.Empty(t, poll("prod", "blue", episodes.Runnable{ActorID: "e", ExpectationID: "a"}), "actor and expectation are not each other's")
+		w, ok, err := b.Store.NextAvailableDue(ctx(t), episodes.AvailableQuery{Env: "prod", Stack: "blue", Runnable: []episodes.Runnable{mine}})
+		require.NoError(t, err)
+		require.True(t, ok, "the retry waits its backoff in its scope")
+		require.Greater(t, w, 59*time.Minute)
+
+		// Each is taken by a poller of that scope.
+		requireTaken := func(ds []episodes.Dispatched, ids ...int64) {
+			t.Helper()
+			got := make([]int64, len(ds))
+			for i, d := range ds {
+				got[i] = d.EpisodeID
+				require.True(t, d.Started)
+				require.Equal(t, [4]string{"a", "e", "blue", "prod"},
+					[4]string{d.ActorID, d.ExpectationID, d.Episode.SourceStack, d.Episode.SourceEnv})
+			}
+			require.ElementsMatch(t, ids, got)
+		}
+		requireTaken(poll("prod", "blue", mine), requeued.Episode.ID, orphan.Episode.ID)
+		b.AgeAvailable(t, retried.Episode.ID, time.Hour+time.Second)
+		requireTaken(poll("prod", "blue", mine), retried.Episode.ID)
 	})
 
 	t.Run("BatchCreatesEachKeyOnce", func(t *testing.T) {
 		t.Parallel()
 		b := newBackend(t)
 		first := deferEpisode(t, b, "event:a:e:b1", "", "")
-		batch := episodes.DeferredBatch{New: flowEpisode(""), SourceNode: "trigger-node", Items: []episodes.BatchItem{
+		batch := episodes.DeferredBatch{New: flowEpisode(""), Items: []episodes.BatchItem{
 			{DedupeKey: "event:a:e:b1", Payload: []byte(`{"n":1}`)},
 			{DedupeKey: "event:a:e:b2", Payload: []byte(`{"n":2}`), TriggerRef: []byte(`{"event":"x"}`)},
 			{DedupeKey: "event:a:e:b3"},
@@ -337,13 +349,14 @@ func runFlow(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		require.Equal(t, first.Episode.ID, res[0].ExistingID, "a duplicate names the live episode")
 		require.True(t, res[1].Created)
 		require.True(t, res[2].Created)
-		require.Positive(t, res[1].RequestID)
+		for _, r := range res[1:] {
+			requireSameEpisode(t, get(t, EpisodesBackend{Store: b.Store}, r.Episode.ID), r.Episode)
+		}
 		got := get(t, EpisodesBackend{Store: b.Store}, res[1].Episode.ID)
 		require.Equal(t, episodes.StatusQueued, got.Status)
 		require.JSONEq(t, `{"n":2}`, string(got.Payload))
 		require.Equal(t, "event:a:e:b2", got.DedupeKey)
-		reqs := claimRequests(t, b, "poller", "", "", 10)
-		require.Len(t, reqs, 3, "the two new ones and the first, all available")
+		require.Len(t, claimAvailable(t, b, "poller", "", "", 10), 3, "the two new ones and the first, all available")
 
 		// Fired again with every key live: each duplicate names its own
 		// key's episode, never another live one of the batch.
@@ -358,18 +371,21 @@ func runFlow(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		require.Error(t, err, "an item without a key is refused")
 	})
 
-	t.Run("BatchRequestsKeepTheirScope", func(t *testing.T) {
+	t.Run("BatchEpisodesKeepTheirScope", func(t *testing.T) {
 		t.Parallel()
 		b := newBackend(t)
 		n := flowEpisode("")
 		n.SourceStack, n.SourceEnv = "blue", "prod"
-		res, err := b.Store.CreateDeferredEpisodes(ctx(t), episodes.DeferredBatch{New: n, SourceNode: "trigger-node",
+		res, err := b.Store.CreateDeferredEpisodes(ctx(t), episodes.DeferredBatch{New: n,
 			Items: []episodes.BatchItem{{DedupeKey: "event:a:e:s1"}, {DedupeKey: "event:a:e:s2"}}})
 		require.NoError(t, err)
 		require.Len(t, res, 2)
-		require.Empty(t, claimRequests(t, b, "poller", "prod", "blue", 10), "stack and env are not each other's")
-		reqs := claimRequests(t, b, "poller", "blue", "prod", 10)
-		require.Len(t, reqs, 2, "each request carries the batch's stack and env")
+		require.Empty(t, claimAvailable(t, b, "poller", "prod", "blue", 10), "stack and env are not each other's")
+		ds := claimAvailable(t, b, "poller", "blue", "prod", 10)
+		require.Len(t, ds, 2, "each episode carries the batch's stack and env")
+		for _, d := range ds {
+			require.Equal(t, [2]string{"blue", "prod"}, [2]string{d.Episode.SourceStack, d.Episode.SourceEnv})
+		}
 	})
 
 	t.Run("GroupedFinishIsFencedRowByRow", func(t *testing.T) {
@@ -525,7 +541,9 @@ func runFlow(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		require.NoError(t, err)
 		require.Equal(t, episodes.StatusQueued, r.Status)
 		require.Equal(t, episodes.StatusQueued, get(t, e, requeued.ID).Status)
-		require.Len(t, claimRequests(t, b, "poller", "", "", 10), 1, "requeued as available work")
+		_, err = b.Store.RequeueOrphan(ctx(t), requeued.ID, requeued.Attempts, "sweeper", stale)
+		require.ErrorIs(t, err, claims.ErrBusy, "a second requeue of the same orphan matches nothing")
+		require.Equal(t, requeued.ID, takeOne(t, b, "poller").EpisodeID, "requeued as available work")
 		require.Equal(t, episodes.StatusQueued, get(t, e, queued.Episode.ID).Status)
 	})
 
@@ -545,7 +563,10 @@ func runFlow(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 			require.ErrorIs(t, err, claims.ErrBusy, "a %s episode was requeued", status)
 			require.Equal(t, status, get(t, EpisodesBackend{Store: b.Store}, res.Episode.ID).Status)
 		}
-		require.Empty(t, listRequests(t, b, "", episodes.RequestPending))
+		require.Empty(t, claimAvailable(t, b, "poller", "", "", 10), "nothing was made available")
+		_, ok, err := b.Store.NextAvailableDue(ctx(t), episodes.AvailableQuery{Runnable: onE("a")})
+		require.NoError(t, err)
+		require.False(t, ok)
 	})
 
 	t.Run("RequeueOrphanOnceAcrossSweepers", func(t *testing.T) {
@@ -592,12 +613,9 @@ func runFlow(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		_, err = b.Store.RequeueOrphan(ctx(t), o.Episode.ID, 1, "sweeper", time.Minute)
 		require.ErrorIs(t, err, claims.ErrBusy, "available work is the pollers'")
 
-		reqs := claimRequests(t, b, "poller", "", "", 10)
-		require.Len(t, reqs, 1)
-		d, err := b.Store.DispatchTriggerRequest(ctx(t), reqs[0], time.Minute)
-		require.NoError(t, err)
-		require.Positive(t, d.Claim.Fence)
-		require.True(t, d.Started)
+		d := takeOne(t, b, "poller")
+		require.Equal(t, o.Episode.ID, d.EpisodeID)
+		require.Equal(t, o.Claim.Fence+2, d.Claim.Fence, "after the requeue's fence")
 		require.EqualValues(t, 2, d.Episode.Attempt(), "the requeued attempt runs")
 		steps, err := b.Store.ListSteps(ctx(t), o.Episode.ID)
 		require.NoError(t, err)
@@ -638,12 +656,12 @@ func runFlow(t *testing.T, newBackend func(t *testing.T) DeferredBackend) {
 		rq, err := b.Store.RequeueOrphan(ctx(t), cn.Episode.ID, 0, "sweeper", time.Minute)
 		require.NoError(t, err)
 		require.Equal(t, episodes.StatusCanceled, rq.Status)
-		require.Zero(t, rq.RequestID)
 		require.Equal(t, episodes.StatusCanceled, get(t, EpisodesBackend{Store: b.Store}, cn.Episode.ID).Status)
+		require.Equal(t, o.Episode.ID, takeOne(t, b, "poller").EpisodeID, "the requeued orphan is available; the canceled one is not")
 	})
 }
 
-// flowEpisode is newEpisode of the actor the pollers of claimRequests run.
+// flowEpisode is newEpisode of the pair the pollers of claimAvailable run.
 func flowEpisode(key string) episodes.New {
 	n := newEpisode(key)
 	n.ActorID, n.ExpectationID = "a", "e"

@@ -105,9 +105,9 @@ func RunKeyVersion(t *testing.T, switchable bool, newBackend func(t *testing.T) 
 		// nothing of it.
 		_, err = s.CreateEpisode(ctx(t), newKeyed("event:a:e:v1-after", 1))
 		require.ErrorIs(t, err, episodes.ErrKeyVersion)
-		_, err = s.CreateDeferredEpisode(ctx(t), episodes.Deferred{New: newKeyed("event:a:e:v1-deferred", 1), SourceNode: "n"})
+		_, err = s.CreateDeferredEpisode(ctx(t), episodes.Deferred{New: newKeyed("event:a:e:v1-deferred", 1)})
 		require.ErrorIs(t, err, episodes.ErrKeyVersion)
-		_, err = s.CreateDeferredEpisodes(ctx(t), episodes.DeferredBatch{New: newKeyed("", 0), SourceNode: "n",
+		_, err = s.CreateDeferredEpisodes(ctx(t), episodes.DeferredBatch{New: newKeyed("", 0),
 			Items: []episodes.BatchItem{{DedupeKey: "event:a:e:batch-v2", KeyVersion: 2}, {DedupeKey: "event:a:e:batch-v1", KeyVersion: 1}}})
 		require.ErrorIs(t, err, episodes.ErrKeyVersion)
 		require.Error(t, b.InsertAsOldNode(t, "event:a:e:old-after"), "a node older than the key version writes a version 1 key")
@@ -124,10 +124,10 @@ func RunKeyVersion(t *testing.T, switchable bool, newBackend func(t *testing.T) 
 			require.NoError(t, err)
 			require.True(t, c.Created)
 		}
-		d, err := s.CreateDeferredEpisode(ctx(t), episodes.Deferred{New: newKeyed("event:a:e:v2-deferred", 2), SourceNode: "n"})
+		d, err := s.CreateDeferredEpisode(ctx(t), episodes.Deferred{New: newKeyed("event:a:e:v2-deferred", 2)})
 		require.NoError(t, err)
 		require.True(t, d.Created)
-		created, err := s.CreateDeferredEpisodes(ctx(t), episodes.DeferredBatch{New: newKeyed("", 0), SourceNode: "n",
+		created, err := s.CreateDeferredEpisodes(ctx(t), episodes.DeferredBatch{New: newKeyed("", 0),
 			Items: []episodes.BatchItem{{DedupeKey: "event:a:e:batch-v2", KeyVersion: 2}, {DedupeKey: "event:a:e:batch-shared"}}})
 		require.NoError(t, err)
 		require.Len(t, created, 2)

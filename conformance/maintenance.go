@@ -18,7 +18,7 @@ import (
 )
 
 // MaintenanceStore is the maintenance surface of an adapter, with the
-// episode, claim, trigger-request and membership statements its scenarios
+// episode, claim, available-work and membership statements its scenarios
 // set the database up with.
 type MaintenanceStore interface {
 	DeferredStore
@@ -40,9 +40,9 @@ type MaintenanceBackend struct {
 	// AgeClaim moves key's claimed_at, last_heartbeat_at, lease_until and
 	// finished_at (when set) back by d.
 	AgeClaim func(t testing.TB, key string, d time.Duration)
-	// AgeRequest moves trigger request id's created_at and run_after back
-	// by d.
-	AgeRequest func(t testing.TB, id int64, d time.Duration)
+	// AgeAvailable moves available episode id's run_after and created_at
+	// back by d (it fell due d earlier).
+	AgeAvailable func(t testing.TB, id int64, d time.Duration)
 	// AgeNode moves node id's started_at and heartbeat_at back by d.
 	AgeNode func(t testing.TB, id string, d time.Duration)
 	// HoldLock takes the maintenance lock in a transaction of another
@@ -62,7 +62,7 @@ func RunMaintenance(t *testing.T, newBackend func(t *testing.T) MaintenanceBacke
 	t.Run("WaitingForNode", func(t *testing.T) { RunWaitingForNode(t, newBackend) })
 	const day = 24 * time.Hour
 	// The default Plan: Retention 7 days, ClaimHorizon 30 days, no
-	// RequestTTL (requests never expire), NodeStaleAfter 24 hours.
+	// RequestTTL (available work never expires), NodeStaleAfter 24 hours.
 	base := maintenance.DefaultConfig().Plan()
 	retention, horizon := base.Retention, base.ClaimHorizon
 	t.Run("ArchivesTerminalEpisodesPastRetention", func(t *testing.T) {
@@ -195,20 +195,20 @@ func RunMaintenance(t *testing.T, newBackend func(t *testing.T) MaintenanceBacke
 		}
 	})
 
-	t.Run("ExpiresStaleRequestsOfEveryEnv", func(t *testing.T) {
+	t.Run("ExpiresStaleAvailableWorkOfEveryEnv", func(t *testing.T) {
 		t.Parallel()
 		f := newMaintenanceFixture(t, newBackend)
 		d := DeferredBackend{Store: f.b.Store}
-		polled := deferEpisode(t, d, "event:a:e:polled", "", "")
-		require.Len(t, claimRequests(t, d, "poller", "", "", 1), 1)
+		taken := deferEpisode(t, d, "event:a:e:taken", "", "")
+		require.Equal(t, taken.Episode.ID, takeOne(t, d, "poller").EpisodeID)
 		def := deferEpisode(t, d, "event:a:e:default", "", "")
 		rc := deferEpisode(t, d, "env:rc:event:a:e:rc", "", "rc")
 		staging := deferEpisode(t, d, "env:staging:event:a:e:s", "stack-b", "staging")
 		held := deferEpisode(t, d, "event:a:e:held", "", "")
 		acquire(t, f.eb, "event:a:e:held", "recoverer")
 		fresh := deferEpisode(t, d, "event:a:e:fresh", "", "")
-		for _, r := range []episodes.DeferredCreated{polled, def, rc, staging, held} {
-			f.b.AgeRequest(t, r.RequestID, 30*day)
+		for _, r := range []episodes.DeferredCreated{taken, def, rc, staging, held} {
+			f.b.AgeAvailable(t, r.Episode.ID, 30*day)
 		}
 		// No node runs a/e here, so this work also waits for a node; those
 		// findings are RunWaitingForNode's subject, kept out of these counts.
@@ -218,31 +218,23 @@ func RunMaintenance(t *testing.T, newBackend func(t *testing.T) MaintenanceBacke
 
 		withTTL := f.plan
 		withTTL.RequestTTL = time.Hour
-		require.Equal(t, maintenance.Result{Ran: true, RequestsExpired: 4, EpisodesCanceled: 3}, f.maintain(t, withTTL))
+		require.Equal(t, maintenance.Result{Ran: true, EpisodesExpired: 3}, f.maintain(t, withTTL))
 		for _, r := range []episodes.DeferredCreated{def, rc, staging} {
 			got := get(t, f.eb, r.Episode.ID)
 			require.Equal(t, episodes.StatusCanceled, got.Status, r.Episode.DedupeKey)
 			require.Equal(t, episodes.ClassTriggerExpired, got.ErrorClass)
+			require.NotNil(t, got.FinishedAt)
 		}
 		require.Equal(t, episodes.StatusQueued, get(t, f.eb, held.Episode.ID).Status, "its work claim is live: left to its holder")
-		require.Equal(t, episodes.StatusQueued, get(t, f.eb, fresh.Episode.ID).Status)
-		require.Equal(t, episodes.StatusQueued, get(t, f.eb, polled.Episode.ID).Status)
-
-		status := func(env string, id int64) string {
-			for _, r := range listRequests(t, d, env, "") {
-				if r.ID == id {
-					return r.Status
-				}
-			}
-			t.Fatalf("no request %d in env %q", id, env)
-			return ""
+		require.Equal(t, episodes.StatusQueued, get(t, f.eb, fresh.Episode.ID).Status, "due less than the TTL ago")
+		require.Equal(t, episodes.StatusRunning, get(t, f.eb, taken.Episode.ID).Status, "a started episode is never expired")
+		require.Equal(t, maintenance.Result{Ran: true}, f.maintain(t, withTTL), "each expires once")
+		// Still available: fresh, and held, which a poll leaves to its holder.
+		granted := map[int64]int64{}
+		for _, x := range claimAvailable(t, d, "poller", "", "", 10) {
+			granted[x.EpisodeID] = x.Claim.Fence
 		}
-		require.Equal(t, episodes.RequestExpired, status("", def.RequestID))
-		require.Equal(t, episodes.RequestExpired, status("rc", rc.RequestID))
-		require.Equal(t, episodes.RequestExpired, status("staging", staging.RequestID))
-		require.Equal(t, episodes.RequestExpired, status("", held.RequestID))
-		require.Equal(t, episodes.RequestPending, status("", fresh.RequestID))
-		require.Equal(t, episodes.RequestClaimed, status("", polled.RequestID), "a live poller claim is never expired")
+		require.Equal(t, map[int64]int64{fresh.Episode.ID: 1, held.Episode.ID: 0}, granted)
 	})
 
 	t.Run("DeletesStaleNodeRows", func(t *testing.T) {
@@ -315,14 +307,14 @@ func RunMaintenance(t *testing.T, newBackend func(t *testing.T) MaintenanceBacke
 			f.b.AgeClaim(t, "work:old", horizon+day)
 			require.Equal(t, maintenance.Result{Ran: true, ClaimsDeleted: 1}, f.maintain(t, f.plan))
 		})
-		t.Run("a request past its TTL", func(t *testing.T) {
+		t.Run("an available episode past its TTL", func(t *testing.T) {
 			t.Parallel()
 			f := newMaintenanceFixture(t, newBackend)
 			d := deferEpisode(t, DeferredBackend{Store: f.b.Store}, "event:a:e:stale", "", "")
-			f.b.AgeRequest(t, d.RequestID, 2*time.Hour)
+			f.b.AgeAvailable(t, d.Episode.ID, 2*time.Hour)
 			p := f.plan
 			p.RequestTTL, p.WaitingForNodeAfter = time.Hour, 365*day
-			require.Equal(t, maintenance.Result{Ran: true, RequestsExpired: 1, EpisodesCanceled: 1}, f.maintain(t, p))
+			require.Equal(t, maintenance.Result{Ran: true, EpisodesExpired: 1}, f.maintain(t, p))
 		})
 	})
 

@@ -20,8 +20,9 @@ import (
 // which do not: silent, draining, another env, another stack, not full),
 // and maintenance's waiting-for-node finding, raised only once the work has
 // waited longer than the bound and cleared once a node that runs the pair
-// is live or the work is canceled. Node and request ages are moved back
-// with the backend's Age hooks, never slept for. RunMaintenance runs it.
+// is live or the work is canceled. Node and available episodes' ages are
+// moved back with the backend's Age hooks, never slept for. RunMaintenance
+// runs it.
 func RunWaitingForNode(t *testing.T, newBackend func(t *testing.T) MaintenanceBackend) {
 	refund := []episodes.Runnable{{ActorID: "billing", ExpectationID: "refund"}}
 	charge := []episodes.Runnable{{ActorID: "billing", ExpectationID: "charge"}}
@@ -34,7 +35,7 @@ func RunWaitingForNode(t *testing.T, newBackend func(t *testing.T) MaintenanceBa
 		first := deferPair(t, b, "billing", "refund", "", "")
 		second := deferPair(t, b, "billing", "refund", "", "")
 		deferPair(t, b, "billing", "charge", "", "") // node-charge runs it
-		b.AgeRequest(t, first.RequestID, time.Minute)
+		b.AgeAvailable(t, first.Episode.ID, time.Minute)
 
 		got := waitingFor(t, b, time.Hour)
 		require.Len(t, got, 1, "only refund waits: %+v", got)
@@ -43,7 +44,7 @@ func RunWaitingForNode(t *testing.T, newBackend func(t *testing.T) MaintenanceBa
 		require.Equal(t, "", w.Env)
 		require.EqualValues(t, 2, w.Episodes)
 		require.Equal(t, first.Episode.ID, w.OldestEpisodeID, "the oldest by due time")
-		require.WithinDuration(t, first.Episode.CreatedAt.Add(-time.Minute), w.Since, time.Second, "waiting since its request fell due")
+		require.WithinDuration(t, first.Episode.CreatedAt.Add(-time.Minute), w.Since, time.Second, "waiting since it fell due")
 		require.False(t, w.Overdue, "a minute is not an hour")
 		require.Empty(t, w.LastNode, "no node row lists refund")
 		require.True(t, w.LastHeartbeatAt.IsZero())
@@ -63,9 +64,9 @@ func RunWaitingForNode(t *testing.T, newBackend func(t *testing.T) MaintenanceBa
 		b := newBackend(t)
 		register(t, b, membership.Member{ID: "node-refund", Mode: "full", Runnable: refund})
 		void := deferPair(t, b, "billing", "void", "", "")
-		b.AgeRequest(t, void.RequestID, 2*time.Minute)
+		b.AgeAvailable(t, void.Episode.ID, 2*time.Minute)
 		charged := deferPair(t, b, "billing", "charge", "", "")
-		b.AgeRequest(t, charged.RequestID, time.Minute)
+		b.AgeAvailable(t, charged.Episode.ID, time.Minute)
 
 		byPair := map[string]membership.Waiting{}
 		for _, w := range waitingFor(t, b, time.Hour) {
@@ -152,7 +153,7 @@ func RunWaitingForNode(t *testing.T, newBackend func(t *testing.T) MaintenanceBa
 		b := newBackend(t)
 		n := newEpisode("")
 		n.ActorID, n.ExpectationID = "billing", "refund"
-		_, err := b.Store.CreateDeferredEpisode(ctx(t), episodes.Deferred{New: n, SourceNode: "trigger-node", Delay: time.Hour})
+		_, err := b.Store.CreateDeferredEpisode(ctx(t), episodes.Deferred{New: n, Delay: time.Hour})
 		require.NoError(t, err)
 		require.Empty(t, waitingFor(t, b, 0), "work due in an hour does not wait for a node yet")
 
@@ -162,17 +163,17 @@ func RunWaitingForNode(t *testing.T, newBackend func(t *testing.T) MaintenanceBa
 		require.True(t, c.Ended, "a waiting episode is canceled at once: no node holds it")
 		require.Empty(t, waitingFor(t, b, 0), "a canceled episode waits for nothing")
 
-		// A request a poller holds (its claim live) is being handed over,
-		// not waiting.
-		held := deferPair(t, b, "billing", "refund", "", "")
-		reqs, err := b.Store.ClaimTriggerRequests(ctx(t), episodes.RequestQuery{Owner: "poller", Lease: time.Hour, Runnable: refund, Limit: 10})
+		// An episode a poller took runs: it waits for nothing.
+		taken := deferPair(t, b, "billing", "refund", "", "")
+		ds, err := b.Store.ClaimAvailable(ctx(t), episodes.AvailableQuery{Owner: "poller", Lease: time.Hour, Runnable: refund, Limit: 10})
 		require.NoError(t, err)
-		require.Len(t, reqs, 1)
-		require.Equal(t, held.RequestID, reqs[0].ID)
-		require.Empty(t, waitingFor(t, b, 0), "a request held by a poller waits for nothing")
+		require.Len(t, ds, 1)
+		require.Equal(t, taken.Episode.ID, ds[0].EpisodeID)
+		require.True(t, ds[0].Started)
+		require.Empty(t, waitingFor(t, b, 0), "an episode a poller took waits for nothing")
 
-		// An episode its claim's holder started directly runs: its request,
-		// still open, waits for nothing.
+		// An available episode its key's holder (a direct claims user)
+		// started under its own grant runs: it waits for nothing.
 		started := deferPair(t, b, "billing", "refund", "", "")
 		grant, err := b.Store.Acquire(ctx(t), claims.AcquireParams{Key: "episode:" + strconv.FormatInt(started.Episode.ID, 10),
 			Owner: "node-x", Lease: time.Minute, WorkType: "episode"})
@@ -191,13 +192,13 @@ func RunWaitingForNode(t *testing.T, newBackend func(t *testing.T) MaintenanceBa
 		register(t, b, membership.Member{ID: "node-7", Mode: "full", Runnable: charge})
 		older := deferPair(t, b, "billing", "refund", "", "")
 		newer := deferPair(t, b, "billing", "refund", "", "")
-		b.AgeRequest(t, newer.RequestID, 59*time.Minute)
+		b.AgeAvailable(t, newer.Episode.ID, 59*time.Minute)
 
 		res := maintain(t, b, plan)
 		require.Zero(t, res.WaitingRaised, "not yet waited an hour")
 		require.Empty(t, activeFinding(t, b, key))
 
-		b.AgeRequest(t, older.RequestID, 2*time.Hour)
+		b.AgeAvailable(t, older.Episode.ID, 2*time.Hour)
 		res = maintain(t, b, plan)
 		require.EqualValues(t, 1, res.WaitingRaised)
 		got := activeFinding(t, b, key)
@@ -234,7 +235,7 @@ func RunWaitingForNode(t *testing.T, newBackend func(t *testing.T) MaintenanceBa
 		plan := maintenance.DefaultConfig().Plan()
 		key := maintenance.WaitingKey("rc", "billing", "refund")
 		ep := deferPair(t, b, "billing", "refund", "", "rc")
-		b.AgeRequest(t, ep.RequestID, 3*time.Hour)
+		b.AgeAvailable(t, ep.Episode.ID, 3*time.Hour)
 		require.EqualValues(t, 1, maintain(t, b, plan).WaitingRaised)
 		require.Len(t, activeFindingIn(t, b, "rc", key), 1)
 
@@ -265,7 +266,7 @@ func deferPair(t testing.TB, b MaintenanceBackend, actor, expectation, stack, en
 	t.Helper()
 	n := newEpisode("")
 	n.ActorID, n.ExpectationID, n.SourceStack, n.SourceEnv = actor, expectation, stack, env
-	res, err := b.Store.CreateDeferredEpisode(ctx(t), episodes.Deferred{New: n, SourceNode: "trigger-node"})
+	res, err := b.Store.CreateDeferredEpisode(ctx(t), episodes.Deferred{New: n})
 	require.NoError(t, err)
 	require.True(t, res.Created)
 	return res

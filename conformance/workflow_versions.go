@@ -290,7 +290,7 @@ func legacyInstance(t *testing.T, b WorkflowsBackend, subject, version string, d
 	}))
 	n := newEpisode("workflow:" + subject + ":extract:1")
 	n.TriggerType, n.ActorID, n.ExpectationID = episodes.TriggerWorkflow, "wf", "extract"
-	ep, err := b.Store.CreateDeferredEpisode(context.Background(), episodes.Deferred{New: n, SourceNode: "old"})
+	ep, err := b.Store.CreateDeferredEpisode(context.Background(), episodes.Deferred{New: n})
 	require.NoError(t, err)
 	ok, err := b.Store.StartWorkflowStep(ctx(t), id, "extract", workflows.StepPending, 0, ep.Episode.ID)
 	require.NoError(t, err)

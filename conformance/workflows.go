@@ -100,7 +100,7 @@ func RunWorkflows(t *testing.T, newBackend func(t *testing.T) WorkflowsBackend) 
 			require.NoError(t, err)
 			require.True(t, created)
 			require.NoError(t, tx.InsertWorkflowStep(ctx(t), id, "a", 1))
-			d, err := tx.CreateDeferredEpisode(ctx(t), episodes.Deferred{New: newEpisode("workflow:x:a:1"), SourceNode: "n"})
+			d, err := tx.CreateDeferredEpisode(ctx(t), episodes.Deferred{New: newEpisode("workflow:x:a:1")})
 			require.NoError(t, err)
 			require.True(t, d.Created)
 			return boom
@@ -315,7 +315,7 @@ func mustCreate(t *testing.T, b WorkflowsBackend, key string) int64 {
 	t.Helper()
 	n := newEpisode(key)
 	n.TriggerType = episodes.TriggerWorkflow
-	res, err := b.Store.CreateDeferredEpisode(context.Background(), episodes.Deferred{New: n, SourceNode: "test"})
+	res, err := b.Store.CreateDeferredEpisode(context.Background(), episodes.Deferred{New: n})
 	require.NoError(t, err)
 	require.True(t, res.Created)
 	return res.Episode.ID

@@ -27,15 +27,12 @@ SELECT e.id, e.actor_id, e.expectation_id, e.trigger_type, e.trigger_ref,
     c.lease_until AS claim_lease_until,
     c.last_heartbeat_at AS claim_heartbeat_at,
     (CASE WHEN c.state = 'claimed' AND c.lease_until > now() THEN true ELSE false END)::boolean AS claim_live,
-    coalesce(r.status, '')::text AS request_status,
-    r.run_after AS request_run_after,
+    e.run_after,
     (SELECT count(*) FROM leasehold_episode_steps AS s
      WHERE s.episode_id = e.id)::bigint AS journal_steps
 FROM leasehold_episodes AS e
 LEFT JOIN leasehold_work_claims AS c
     ON c.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id)
-LEFT JOIN leasehold_trigger_requests AS r
-    ON r.episode_id = e.id
 WHERE e.id = $1
 `
 
@@ -73,17 +70,16 @@ type InspectEpisodeRow struct {
 	ClaimLeaseUntil  *time.Time
 	ClaimHeartbeatAt *time.Time
 	ClaimLive        bool
-	RequestStatus    string
-	RequestRunAfter  *time.Time
+	RunAfter         *time.Time
 	JournalSteps     int64
 }
 
 // Reads one episode with everything `episodes show` prints beside its row,
 // in one statement, so the parts are of one snapshot: the claim row of its
-// claim key (its dedupe key, or episode:{id}, the key its runs hold), its
-// trigger request (unique per episode) and the size of its journal. No
-// claim row: claim_state ” and the claim's other columns zero or NULL; no
-// request: request_status ”. claim_live says, on the database clock,
+// claim key (its dedupe key, or episode:{id}, the key its runs hold) and
+// the size of its journal; run_after is set while it is available work
+// (its due time). No claim row: claim_state ” and the claim's other
+// columns zero or NULL. claim_live says, on the database clock,
 // whether the claim is held by a lease that has not expired.
 func (q *Queries) InspectEpisode(ctx context.Context, db DBTX, id int64) (InspectEpisodeRow, error) {
 	row := db.QueryRow(ctx, inspectEpisode, id)
@@ -122,8 +118,7 @@ func (q *Queries) InspectEpisode(ctx context.Context, db DBTX, id int64) (Inspec
 		&i.ClaimLeaseUntil,
 		&i.ClaimHeartbeatAt,
 		&i.ClaimLive,
-		&i.RequestStatus,
-		&i.RequestRunAfter,
+		&i.RunAfter,
 		&i.JournalSteps,
 	)
 	return i, err
@@ -182,7 +177,7 @@ type InspectEpisodesRow struct {
 //
 // None has a coordination role. Nothing decides anything from them: the runs,
 // recovery and the pollers decide with the statements of episodes.sql,
-// recovery.sql and trigger_requests.sql, each re-checking its own condition.
+// recovery.sql and available.sql, each re-checking its own condition.
 // So they take no lock, and a row they return may have changed by the time
 // it is printed. Whether a lease is live is judged on the database clock,
 // never the operator's.

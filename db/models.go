@@ -46,6 +46,8 @@ type LeaseholdEpisode struct {
 	CancelRequestedAt *time.Time
 	TraceParent       *string
 	KeyVersion        *int16
+	RunAfter          *time.Time
+	Opts              []byte
 }
 
 type LeaseholdEpisodeStep struct {

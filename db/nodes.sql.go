@@ -115,13 +115,11 @@ func (q *Queries) ListNodes(ctx context.Context, db DBTX) ([]ListNodesRow, error
 
 const listWaitingForNode = `-- name: ListWaitingForNode :many
 WITH waiting AS (
-    SELECT r.source_env, r.actor_id, r.expectation_id, r.episode_id, r.run_after
-    FROM leasehold_trigger_requests AS r
-    JOIN leasehold_episodes AS e ON e.id = r.episode_id
-    WHERE r.status IN ('pending', 'claimed')
-      AND ((r.status = 'pending' AND r.run_after <= now()) OR r.claim_until <= now())
-      AND e.status = 'queued'
-      AND e.archived_at IS NULL
+    SELECT r.source_env, r.actor_id, r.expectation_id, r.id AS episode_id, r.run_after
+    FROM leasehold_episodes AS r
+    WHERE r.run_after <= now()
+      AND r.status = 'queued'
+      AND r.archived_at IS NULL
       AND NOT EXISTS (
             SELECT 1
             FROM leasehold_nodes AS n
@@ -189,29 +187,28 @@ type ListWaitingForNodeRow struct {
 // (env, actor, expectation) with queued work of that pair that is due and
 // that no live node could claim. A read that decides nothing: it locks
 // nothing, grants nothing and changes nothing; the pollers' claim
-// (ClaimTriggerRequests) alone decides who runs the work, and a node that
+// (ClaimAvailable) alone decides who runs the work, and a node that
 // registers the pair takes it on its next poll whatever this read said.
 //
-// Waiting: an unarchived queued episode whose trigger request is open and
-// due as ClaimTriggerRequests would take it (pending with run_after come,
-// or claimed with the poller's claim lapsed), for which no node row is a
-// node that could claim it now: same env, stack-compatible as the claim
+// Waiting: an available episode (run_after set; see available.sql) that
+// is due as ClaimAvailable would take it (run_after come), for which no
+// node row is a node that could take it now: same env, stack-compatible as the claim
 // matches source_stack (a node of stack S takes requests of S and of no
 // stack; a node of no stack takes all), mode full, not draining, heartbeat
 // within silent_after_ms on the database clock (the dashboard's "silent"
 // bound), and the pair in its runnable array (read with
-// jsonb_to_recordset, as ClaimTriggerRequests reads its parameter). A node
+// jsonb_to_recordset, as ClaimAvailable reads its parameter). A node
 // that polls another env or stack than its own (runner.PollConfig's
 // SourceEnv, SourceStack) is counted by its row's.
 //
-// waiting_since is the oldest such request's run_after, the instant it
-// could first have been claimed, and oldest_episode_id its episode;
+// waiting_since is the oldest such episode's run_after, the instant it
+// could first have been taken, and oldest_episode_id that episode;
 // overdue is whether that is longer ago than overdue_after_ms (database
 // clock). last_node_id and last_heartbeat_at name the node row of the same
 // env, whatever its state, that lists the pair and heartbeated last, or ”
 // and NULL when no row lists it (rows of nodes gone for NodeStaleAfter are
-// deleted by maintenance). The open-request scan uses
-// leasehold_trigger_requests_open_idx; the node table is small.
+// deleted by maintenance). The available scan uses
+// leasehold_episodes_available_idx; the node table is small.
 func (q *Queries) ListWaitingForNode(ctx context.Context, db DBTX, arg ListWaitingForNodeParams) ([]ListWaitingForNodeRow, error) {
 	rows, err := db.Query(ctx, listWaitingForNode, arg.OverdueAfterMs, arg.SilentAfterMs)
 	if err != nil {
@@ -273,7 +270,7 @@ type RegisterNodeParams struct {
 // A node announces itself on start: a restarted node with the same
 // identity replaces its old row (started_at is reset). runnable is the
 // (actor, expectation) pairs its poller asks work for, the JSON array of
-// ClaimTriggerRequests' runnable (episodes.RunnableJSON), passed as text;
+// ClaimAvailable's runnable (episodes.RunnableJSON), passed as text;
 // key_version the newest dedupe key version it computes (migration 00014).
 func (q *Queries) RegisterNode(ctx context.Context, db DBTX, arg RegisterNodeParams) error {
 	_, err := db.Exec(ctx, registerNode,

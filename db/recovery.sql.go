@@ -33,8 +33,7 @@ WITH bound AS MATERIALIZED (
             AND coalesce(e.last_step_at, e.started_at, e.created_at)
                 < now() - ($3::bigint * interval '1 millisecond'))
       )
-      AND NOT EXISTS (SELECT 1 FROM leasehold_trigger_requests AS r
-                      WHERE r.episode_id = e.id AND r.status IN ('pending', 'claimed'))
+      AND e.run_after IS NULL
     FOR UPDATE OF e
 ), grant_row AS (
     INSERT INTO leasehold_work_claims AS c (
@@ -119,8 +118,8 @@ type ClaimForRecoveryRow struct {
 //   - claim_row locks the episode's claim row (FOR UPDATE waits for a writer
 //     in progress, then reads its committed version);
 //   - orphan locks the episode row and re-checks it is still running or
-//     queued, not archived, and has no open trigger request (available work
-//     is the pollers'; see above): a zombie that finished the episode while
+//     queued, not archived, and not available (run_after IS NULL: available
+//     work is the pollers'; see above): a zombie that finished the episode while
 //     this statement waited made it terminal, and nothing is granted;
 //   - the claim upsert takes over only a grant nobody can still use: an
 //     expired or released one, or a done or failed one of a non-terminal
@@ -219,8 +218,7 @@ WHERE e.status = 'running'
             < now() - ($4::bigint * interval '1 millisecond')
         ELSE (c.state = 'claimed' AND c.lease_until <= now()) OR c.state IN ('released', 'done', 'failed')
       END
-  AND NOT EXISTS (SELECT 1 FROM leasehold_trigger_requests AS r
-                  WHERE r.episode_id = e.id AND r.status IN ('pending', 'claimed'))
+  AND e.run_after IS NULL
 UNION ALL
 SELECT e.id, e.actor_id, e.expectation_id, e.status, e.dedupe_key, e.attempts,
     e.max_attempts, e.source_stack, e.source_env, e.owner_node,
@@ -246,8 +244,7 @@ WHERE e.status = 'queued'
   AND ($2::text = '' OR e.source_stack IN ($2::text, ''))
   AND e.source_env = $3::text
   AND ((c.state = 'claimed' AND c.lease_until <= now()) OR c.state IN ('released', 'done', 'failed'))
-  AND NOT EXISTS (SELECT 1 FROM leasehold_trigger_requests AS r
-                  WHERE r.episode_id = e.id AND r.status IN ('pending', 'claimed'))
+  AND e.run_after IS NULL
 LIMIT $1::integer
 `
 
@@ -292,9 +289,8 @@ type ListOrphanedEpisodesRow struct {
 //     created, or stole it later) and nobody will ever finish the episode:
 //     without this rule it would stay queued for ever and block its trigger.
 //
-// Never an orphan, whatever its claim: an episode with an open trigger
-// request (pending or claimed). It is available work that belongs to the
-// pollers: a deferred or overflowing episode (perhaps reusing an archived
+// Never an orphan, whatever its claim: an available episode (run_after
+// set; see available.sql). It belongs to the pollers: a deferred or overflowing episode (perhaps reusing an archived
 // episode's key, whose claim is done), or one a failed attempt requeued
 // (RetryEpisode released its claim and made it due after its backoff;
 // recovery taking it would skip the backoff and count the attempt twice).
@@ -431,8 +427,7 @@ WITH bound AS MATERIALIZED (
             AND coalesce(e.last_step_at, e.started_at, e.created_at)
                 < now() - ($4::bigint * interval '1 millisecond'))
       )
-      AND NOT EXISTS (SELECT 1 FROM leasehold_trigger_requests AS r
-                      WHERE r.episode_id = e.id AND r.status IN ('pending', 'claimed'))
+      AND e.run_after IS NULL
     FOR UPDATE OF e
 ), fenced AS (
     UPDATE leasehold_work_claims AS c
@@ -458,34 +453,14 @@ WITH bound AS MATERIALIZED (
                            ELSE e.attempts + 1 END,
         owner_node  = NULL,
         error_class = CASE WHEN e.cancel_requested_at IS NOT NULL THEN 'canceled' ELSE e.error_class END,
-        finished_at = CASE WHEN e.cancel_requested_at IS NOT NULL THEN now() END
+        finished_at = CASE WHEN e.cancel_requested_at IS NOT NULL THEN now() END,
+        run_after   = CASE WHEN e.cancel_requested_at IS NULL THEN now() END
     FROM taken
     WHERE e.id = taken.id
-    RETURNING e.id, e.actor_id, e.expectation_id, e.source_stack, e.source_env,
-        e.attempts, e.max_attempts, e.status
-), request AS (
-    INSERT INTO leasehold_trigger_requests AS t (
-        episode_id, actor_id, expectation_id, source_node, source_stack,
-        source_env, status, created_at, run_after
-    )
-    SELECT episode.id, episode.actor_id, episode.expectation_id, $5::text,
-        episode.source_stack, episode.source_env, 'pending', now(), now()
-    FROM episode
-    WHERE episode.status = 'queued'
-    ON CONFLICT (episode_id) DO UPDATE SET
-        status      = 'pending',
-        source_node = excluded.source_node,
-        claimed_by  = NULL,
-        claimed_at  = NULL,
-        claim_until = NULL,
-        finished_at = NULL,
-        run_after   = excluded.run_after
-    RETURNING t.id
+    RETURNING e.id, e.attempts, e.max_attempts, e.status
 )
-SELECT episode.id, episode.status::text AS status, episode.attempts, episode.max_attempts,
-    coalesce(request.id, 0)::bigint AS request_id
+SELECT episode.id, episode.status::text AS status, episode.attempts, episode.max_attempts
 FROM episode
-LEFT JOIN request ON true
 `
 
 type RequeueOrphanParams struct {
@@ -501,34 +476,32 @@ type RequeueOrphanRow struct {
 	Status      string
 	Attempts    int32
 	MaxAttempts int32
-	RequestID   int64
 }
 
 // Recovery's restart: makes one orphan available work again instead of
 // running it on the sweeping node, so recovered episodes flow to whichever
-// full nodes have free slots for their actor (ClaimTriggerRequests,
-// DispatchTriggerRequest), never past an actor's MaxConcurrent. The
+// full nodes have free slots for their actor (ClaimAvailable), never past
+// an actor's MaxConcurrent. The
 // orphan's grant is fenced out (released, fence + 1: a zombie still
 // running it writes nothing more), the episode is queued (phase
 // recovering, no owner) as its next attempt (attempts + 1), or as the same
 // attempt again when its holder gave the grant back (given_back, decided
-// on the locked claim row; see the top of this file), and its trigger
-// request is made pending, due at once. An orphan with a cancel request
-// ends canceled instead (class canceled) and gets no request.
+// on the locked claim row; see the top of this file), and available, due
+// at once (run_after). An orphan with a cancel request ends canceled
+// instead (class canceled) and is not made available.
 //
 // Guarantee: exactly one caller requeues each orphan, and work that
 // finished during the sweep is never reopened: the rows are locked and
 // re-checked as in ClaimForRecovery (claim row, then episode row; the grant
 // taken over must be one nobody can still use; a claim-less episode must
-// still be stale; an episode with an open request is the pollers'
-// already). Unlike ClaimForRecovery's, this takeover leaves no live grant
-// behind, and the request it opens may be newer than the statement's
-// snapshot, so a second sweeper that waited for the first on the claim row
-// inside this statement would find a released claim and no open request.
-// It locks the row in RequeueOrphanLock instead, before this statement
-// begins (and gives up at once while the first holds it), so this
-// statement sees the first requeue's open request and matches nothing,
-// whether or not that requeue counted an attempt. A claim-less
+// still be stale; an available episode is the pollers' already).
+// Unlike ClaimForRecovery's, this takeover leaves no live grant behind: a
+// second sweeper is stopped by the episode row instead, whose latest
+// version (available, run_after set) the orphan step re-checks under its
+// lock, and before that by RequeueOrphanLock, which gives up at once while
+// the first holds the claim row, so sweepers never queue behind each
+// other; either way this statement matches nothing, whether or not the
+// first requeue counted an attempt. A claim-less
 // orphan has no claim row to wait on: attempts, the count the sweeper
 // listed, is compared on the locked episode row, whose latest version the
 // first requeue changed (a claim-less orphan's run always counts). The
@@ -554,7 +527,6 @@ func (q *Queries) RequeueOrphan(ctx context.Context, db DBTX, arg RequeueOrphanP
 		&i.Status,
 		&i.Attempts,
 		&i.MaxAttempts,
-		&i.RequestID,
 	)
 	return i, err
 }
@@ -570,9 +542,9 @@ FOR UPDATE NOWAIT
 // RequeueOrphan's first statement, sent with it in one implicit
 // transaction (the adapter's pipelined takeover): locks the orphan's claim
 // row before RequeueOrphan takes its snapshot, so that RequeueOrphan sees
-// everything a requeue of the same orphan committed before: its open
-// trigger request above all, which a requeue that did not count an attempt
-// leaves as the only sign that it happened. NOWAIT: when the row is locked
+// everything a requeue of the same orphan committed before (the episode
+// row's run_after, which RequeueOrphan also re-checks under its own lock,
+// is what a requeue that did not count an attempt leaves). NOWAIT: when the row is locked
 // (another sweeper requeuing it, a holder finishing, a holder frozen inside
 // its transaction), this fails at once with lock_not_available (55P03), the
 // transaction is rolled back before RequeueOrphan runs, and the adapter

@@ -9,29 +9,19 @@ import (
 	"github.com/leasehold/leasehold/claims"
 )
 
-// Trigger request statuses (sql/queries/<dialect>/trigger_requests.sql).
-const (
-	RequestPending   = "pending"   // waiting for a full node's poller
-	RequestClaimed   = "claimed"   // a poller holds it until its claim lapses
-	RequestCompleted = "completed" // handed over to the episode's work claim
-	RequestExpired   = "expired"   // not picked up within the TTL; episode canceled
-)
-
-// ClassTriggerExpired is the error class of an episode whose trigger request
-// expired before any full node picked it up.
+// ClassTriggerExpired is the error class of an available episode that
+// expired before any full node took it (PollConfig.TTL).
 const ClassTriggerExpired = "trigger_expired"
 
-// Deferred describes an episode a trigger_only node creates for a full node
-// to run: the episode (New.Owner must be empty: nobody claims it yet) and its
-// trigger request, written by one statement.
+// Deferred describes an episode created available, for a full node's
+// poller to take (New.Owner must be empty: nobody claims it yet): one row,
+// written by one statement (CreateDeferredEpisode).
 type Deferred struct {
 	New
-	// SourceNode is the identity of the trigger_only node.
-	SourceNode string
-	// Opts is handed to the running node with the request, as JSON.
+	// Opts is handed to the node that runs it, as JSON.
 	Opts json.RawMessage
-	// Delay makes the request due that long after its creation on the
-	// database clock (run_after); no poller claims it earlier. Zero: due
+	// Delay makes the episode due that long after its creation on the
+	// database clock (run_after); no poller takes it earlier. Zero: due
 	// at once. Millisecond precision; negative is refused.
 	Delay time.Duration
 }
@@ -44,14 +34,13 @@ type DeferredCreated struct {
 	Created    bool
 	ExistingID int64
 	Episode    Episode
-	RequestID  int64
 }
 
-// RequestQuery claims trigger requests for a poller.
-type RequestQuery struct {
-	// Owner is the polling node; Lease bounds its claim on each request
-	// (between claiming and handing over), after which another poller may
-	// take the request.
+// AvailableQuery is a poll (ClaimAvailable): the due available episodes
+// a node takes, granted and started under its work claim.
+type AvailableQuery struct {
+	// Owner is the polling node; Lease is the work-claim lease each grant
+	// gets, as a local trigger's does.
 	Owner string
 	Lease time.Duration
 	// Env is matched exactly ("" is the unset env). Stack "" means every
@@ -59,11 +48,13 @@ type RequestQuery struct {
 	Env   string
 	Stack string
 	// Runnable are the (actor, expectation) pairs the poller runs in full
-	// mode; requests for any other pair are left for the nodes that run
-	// it (a node of another version never claims work it has no code
-	// for). Empty claims nothing.
+	// mode; episodes of any other pair are left for the nodes that run it
+	// (a node of another version never takes work it has no code for).
+	// Empty takes nothing.
 	Runnable []Runnable
-	Limit    int
+	// Limit is how many episodes the poll may take: the slots the poller
+	// reserved for them.
+	Limit int
 }
 
 // Runnable names one (actor, expectation) pair a node has the code for: what
@@ -88,84 +79,37 @@ func RunnableJSON(rs []Runnable) (string, error) {
 	return string(b), err
 }
 
-// TriggerRequest is a request a poller claimed.
-type TriggerRequest struct {
-	ID            int64
+// Dispatched is one episode a poll (ClaimAvailable) took: Claim is its
+// work claim, granted to the poller, and the same statement started the
+// episode under it (Started; Episode is the started row, NextStep the
+// first free step number), so the run needs no StartEpisode. Opts is what
+// the trigger_only node that deferred it passed on.
+//
+// Claim.Fence 0: the episode was not the poller's to run (its claim was
+// held live elsewhere); it left the available set and its holder, or
+// recovery after that lease, has it. Started false with a grant cannot
+// happen (the statement locked and re-checked the row before granting);
+// a caller that sees it releases the grant.
+type Dispatched struct {
 	EpisodeID     int64
 	ActorID       string
 	ExpectationID string
-	SourceNode    string
-	// Owner and Fence identify the poller's claim on the request; the hand
-	// over is conditioned on them.
-	Owner string
-	Fence int64
-	Opts  json.RawMessage
+	Opts          json.RawMessage
+	Claim         claims.Claim
+	Started       bool
+	Episode       Episode
+	NextStep      int32
 }
 
-// Dispatched is what DispatchTriggerRequest did with a claimed request: it
-// is completed, and Claim is the episode's work claim granted to the
-// poller. Claim.Fence is 0 when the episode is not the poller's to run (it
-// already ran, or its claim is held live elsewhere).
-//
-// With a grant, the same statement started the episode under it (Started,
-// and Episode is the started row, NextStep the first free step number), so
-// the run needs no StartEpisode. Started false with a grant means the
-// episode changed between the statement's read and its write (a cancel):
-// the caller releases the grant.
-type Dispatched struct {
-	RequestID int64
-	EpisodeID int64
-	Claim     claims.Claim
-	Started   bool
-	Episode   Episode
-	NextStep  int32
-}
-
-// ExpireQuery expires open requests of one env (and stack scope, as in
-// RequestQuery) older than TTL.
+// ExpireQuery expires the available episodes of one env (and stack scope,
+// as in AvailableQuery) due more than TTL ago.
 type ExpireQuery struct {
 	Env   string
 	Stack string
 	TTL   time.Duration
 	// AllEnvs ignores Env and Stack: database maintenance expires every
-	// env's stale requests.
+	// env's stale available work.
 	AllEnvs bool
-}
-
-// Expired is one request ExpireTriggerRequests expired; EpisodeCanceled
-// reports whether its episode was still queued and unclaimed, and so was
-// canceled with ClassTriggerExpired.
-type Expired struct {
-	RequestID       int64
-	EpisodeID       int64
-	EpisodeCanceled bool
-}
-
-// RequestListQuery selects trigger requests for an operator or a test;
-// Status "" means any. Newest first, at most Limit.
-type RequestListQuery struct {
-	Env    string
-	Status string
-	Limit  int
-}
-
-// RequestInfo is a trigger request row as listed.
-type RequestInfo struct {
-	ID            int64
-	EpisodeID     int64
-	ActorID       string
-	ExpectationID string
-	SourceNode    string
-	SourceStack   string
-	SourceEnv     string
-	Status        string
-	ClaimedBy     string
-	Fence         int64
-	Opts          json.RawMessage
-	CreatedAt     time.Time
-	ClaimedAt     *time.Time
-	ClaimUntil    *time.Time
-	FinishedAt    *time.Time
 }
 
 // DeferredBatch is a batch of triggers of one expectation, created
@@ -175,9 +119,8 @@ type RequestInfo struct {
 // Keys must be distinct and not empty.
 type DeferredBatch struct {
 	New
-	Items      []BatchItem
-	SourceNode string
-	Delay      time.Duration
+	Items []BatchItem
+	Delay time.Duration
 }
 
 // BatchItem is one trigger of a DeferredBatch.
@@ -253,27 +196,9 @@ func (b DeferredBatch) Episode(i int, id int64, createdAt time.Time) Episode {
 	return n.Queued(id, createdAt)
 }
 
-// HandOverItems encodes reqs for DispatchTriggerRequests' items argument:
-// a JSON array of {"id", "fence"}, each request's own claim. Every request
-// must be claimed by owner, the poller sending the batch.
-func HandOverItems(owner string, reqs []TriggerRequest) ([]byte, error) {
-	type item struct {
-		ID    int64 `json:"id"`
-		Fence int64 `json:"fence"`
-	}
-	items := make([]item, len(reqs))
-	for i, r := range reqs {
-		if r.Owner != owner {
-			return nil, fmt.Errorf("episodes: request %d is claimed by %s, not by the sending node %s", r.ID, r.Owner, owner)
-		}
-		items[i] = item{ID: r.ID, Fence: r.Fence}
-	}
-	return json.Marshal(items)
-}
-
-// DueWait converts NextTriggerRequestDue's answer, milliseconds until the
-// next request becomes claimable on the database clock (-1: none), to a
-// wait and whether there is one.
+// DueWait converts NextAvailableDue's answer, milliseconds until the next
+// available episode falls due on the database clock (-1: none), to a wait
+// and whether there is one.
 func DueWait(ms int64) (time.Duration, bool) {
 	switch {
 	case ms < 0:

@@ -228,14 +228,13 @@ type Retry struct {
 }
 
 // Retried is what RetryEpisode (or an operator's RequeueEpisode) did: the
-// episode is queued as attempt Attempts + 1, with its trigger request due
-// at RunAfter (database time). Canceled: a cancel was requested while the
-// attempt ran, so the episode ended canceled instead (no request).
+// episode is available as attempt Attempts + 1, due at RunAfter (database
+// time). Canceled: a cancel was requested while the attempt ran, so the
+// episode ended canceled instead (not available).
 type Retried struct {
-	Attempts  int32
-	RequestID int64
-	RunAfter  time.Time
-	Canceled  bool
+	Attempts int32
+	RunAfter time.Time
+	Canceled bool
 }
 
 // Cancel outcomes and the errors of the operator's statements.
@@ -266,13 +265,12 @@ type CancelRequest struct {
 }
 
 // Requeued is what RequeueOrphan did with an orphan: made available as
-// attempt Attempts + 1 (Status queued, RequestID its pending request), or
-// ended canceled because a cancel was requested (Status canceled).
+// attempt Attempts + 1 (Status queued, due at once), or ended canceled
+// because a cancel was requested (Status canceled).
 type Requeued struct {
 	Status      Status
 	Attempts    int32
 	MaxAttempts int32
-	RequestID   int64
 }
 
 // RequeueItem names one orphan of a batch requeue (RequeueOrphans): its id
@@ -384,7 +382,7 @@ type Definition struct {
 }
 
 // GrantedClaim builds the claim a granting statement (CreateEpisode,
-// ClaimForRecovery, DispatchTriggerRequest) returns from its result columns;
+// ClaimForRecovery, ClaimAvailable) returns from its result columns;
 // fence 0 (no grant) gives the zero Claim. sent is the local time taken
 // just before the statement was sent: the claim's local lease clock starts
 // there (claims.Claim.SetLocalStart), so a slow answer shortens the run's

@@ -127,9 +127,6 @@ type EpisodeDetail struct {
 	// ClaimLeaseLeft is lease_until - now() on the database clock
 	// (negative once expired); 0 without a claim.
 	ClaimLeaseLeft time.Duration
-	// RequestDetail is the trigger request's bookkeeping; zero when
-	// Request is nil.
-	RequestDetail RequestDetail
 	// WorkflowInstanceID and WorkflowStepID name the workflow step whose
 	// episode this is; 0 and "" when it is none.
 	WorkflowInstanceID int64
@@ -138,15 +135,6 @@ type EpisodeDetail struct {
 	// the episode (a traceparent header, then ";" and its tracestate when
 	// there is one), which every attempt's span continues; "" for none.
 	TraceParent string
-}
-
-// RequestDetail is the rest of an episode's trigger request row.
-type RequestDetail struct {
-	SourceNode string // the node that wrote it (or last made it pending)
-	ClaimedBy  string // the poller that claimed it last, "" if none
-	Fence      int64  // the poller claims' fence
-	CreatedAt  *time.Time
-	FinishedAt *time.Time
 }
 
 // Grant is one fence of an episode's claim as its journal shows it: the

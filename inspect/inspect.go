@@ -45,9 +45,10 @@ type Episode struct {
 	// it is the key's latest grant, which after archiving may belong to a
 	// later episode of the same trigger.
 	Claim *Claim
-	// Request is the episode's trigger request, nil when it has none (it
-	// was run by the node whose trigger created it, and never retried).
-	Request *Request
+	// RunAfter is set while the episode is available work (deferred,
+	// delayed, retried, recovered, or run again by an operator, and not
+	// taken yet): when it falls due, on the database clock. Nil otherwise.
+	RunAfter *time.Time
 	// JournalSteps is the number of steps in the episode's journal.
 	JournalSteps int64
 }
@@ -66,13 +67,6 @@ type Claim struct {
 	LeaseUntil  time.Time
 	HeartbeatAt *time.Time // the last renewal, nil before the first
 	Live        bool
-}
-
-// Request is an episode's trigger request: work available to any full node
-// once due (RunAfter, database time) while it is pending.
-type Request struct {
-	Status   string // episodes.RequestPending, RequestClaimed, ...
-	RunAfter time.Time
 }
 
 // Step is one journal entry. Owner is the node whose grant wrote it, known

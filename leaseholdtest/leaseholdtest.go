@@ -247,13 +247,13 @@ func ExpireLease[D Database](t TB, db D, key string) {
 	}
 }
 
-// MakeDue makes episode id's open trigger request due now: a delayed run,
-// or a retry waiting out its backoff, is taken by the next poll (call
-// node.PollNow to poll at once).
+// MakeDue makes available episode id due now: a delayed run, or a retry
+// waiting out its backoff, is taken by the next poll (call node.PollNow to
+// poll at once).
 func MakeDue[D Database](t TB, db D, id int64) {
 	t.Helper()
 	if n := exec(t, db, "MakeDue", id); n == 0 {
-		t.Fatalf("leaseholdtest: episode %d has no pending trigger request to make due", id)
+		t.Fatalf("leaseholdtest: episode %d is not available work to make due", id)
 	}
 }
 

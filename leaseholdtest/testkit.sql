@@ -11,8 +11,8 @@ SET lease_until = now() - interval '1 second'
 WHERE dedupe_key = $1 AND state = 'claimed';
 
 -- name: MakeDue :execrows
--- Makes episode $1's open trigger request due now (a delayed run, or a
--- retry waiting out its backoff): the next poll takes it.
-UPDATE leasehold_trigger_requests
+-- Makes available episode $1 due now (a delayed run, or a retry waiting
+-- out its backoff): the next poll takes it.
+UPDATE leasehold_episodes
 SET run_after = now()
-WHERE episode_id = $1 AND status = 'pending';
+WHERE id = $1 AND run_after IS NOT NULL;

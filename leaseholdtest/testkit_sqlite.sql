@@ -11,7 +11,7 @@ SET lease_until = CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - 1000
 WHERE dedupe_key = ?1 AND state = 'claimed';
 
 -- name: MakeDue :execrows
--- Makes episode ?1's open trigger request due now: the next poll takes it.
-UPDATE leasehold_trigger_requests
+-- Makes available episode ?1 due now: the next poll takes it.
+UPDATE leasehold_episodes
 SET run_after = CAST(round(unixepoch('subsec') * 1000) AS INTEGER)
-WHERE episode_id = ?1 AND status = 'pending';
+WHERE id = ?1 AND run_after IS NOT NULL;

@@ -34,8 +34,8 @@
 // # Which statement decides
 //
 // Each change is decided by one statement of
-// sql/queries/<dialect>/maintenance.sql (ExpireTriggerRequests lives in
-// trigger_requests.sql, shared with the pollers):
+// sql/queries/<dialect>/maintenance.sql (ExpireAvailable lives in
+// available.sql, shared with the pollers):
 //
 //	statement              changes                   only when
 //	---------------------  ------------------------  -------------------------------------------
@@ -44,9 +44,9 @@
 //	                                                 by a writer are skipped
 //	PurgeArchivedSteps     journal rows deleted      episode archived, journal not yet purged
 //	MarkJournalsPurged     episode journal_purged    archived and no journal row left
-//	ExpireTriggerRequests  request expired           pending, or claimed with the poller claim
-//	                                                 lapsed, created_at < now() - RequestTTL
-//	                       its episode canceled      still queued and its work claim not live
+//	ExpireAvailable        episode canceled,         available (queued, run_after set) and
+//	                       class trigger_expired     run_after < now() - RequestTTL, its work
+//	                                                 claim not live
 //	DeleteSpentClaims      claim row deleted         done|failed|released, lease ended before
 //	                                                 now() - ClaimHorizon (both re-checked on the
 //	                                                 locked row), and no unarchived

@@ -16,8 +16,9 @@ type Plan struct {
 	// lease ended longer ago are deleted. Far beyond any lease, so no
 	// zombie of the old grant can be writing when its fence is forgotten.
 	ClaimHorizon time.Duration
-	// RequestTTL: open trigger requests older than this expire, every env,
-	// and their still-unclaimed episodes are canceled. Zero: nothing
+	// RequestTTL: available episodes (deferred, delayed, retried,
+	// recovered work no node took) due longer ago than this expire, every
+	// env: they end canceled, class trigger_expired. Zero: nothing
 	// expires (the step is skipped).
 	RequestTTL time.Duration
 	// NodeStaleAfter: membership rows not heartbeated for this long are
@@ -25,7 +26,7 @@ type Plan struct {
 	NodeStaleAfter time.Duration
 	// Batch bounds the rows ArchiveEpisodes, PurgeArchivedSteps,
 	// MarkJournalsPurged and DeleteSpentClaims each touch in one run.
-	// ExpireTriggerRequests (shared with the pollers), DeleteStaleNodes and
+	// ExpireAvailable (shared with the pollers), DeleteStaleNodes and
 	// the waiting-for-node findings are not bounded: their backlogs are
 	// small by nature.
 	Batch int
@@ -39,16 +40,15 @@ type Plan struct {
 type Result struct {
 	// Ran is false when another node held the maintenance lock: this run
 	// did nothing and the counts are zero.
-	Ran              bool
-	Archived         int64 // episodes archived
-	StepsPurged      int64 // journal rows deleted
-	JournalsMarked   int64 // archived episodes whose journal is now empty
-	RequestsExpired  int64 // trigger requests expired
-	EpisodesCanceled int64 // their still-unclaimed episodes, canceled
-	ClaimsDeleted    int64 // spent claim rows deleted
-	NodesDeleted     int64 // stale membership rows deleted
-	WaitingRaised    int64 // waiting-for-node findings raised or refreshed
-	WaitingCleared   int64 // waiting-for-node findings cleared
+	Ran             bool
+	Archived        int64 // episodes archived
+	StepsPurged     int64 // journal rows deleted
+	JournalsMarked  int64 // archived episodes whose journal is now empty
+	EpisodesExpired int64 // available episodes expired (RequestTTL): canceled, class trigger_expired
+	ClaimsDeleted   int64 // spent claim rows deleted
+	NodesDeleted    int64 // stale membership rows deleted
+	WaitingRaised   int64 // waiting-for-node findings raised or refreshed
+	WaitingCleared  int64 // waiting-for-node findings cleared
 }
 
 // Store is what maintenance needs from a dialect adapter: one run, in one
@@ -59,7 +59,7 @@ type Result struct {
 // Maintain rejects a Plan that fails Plan.Validate. When the lock is held
 // elsewhere it rolls back and returns Result{} (Ran false) and no error.
 // Otherwise it runs ArchiveEpisodes, PurgeArchivedSteps, MarkJournalsPurged,
-// ExpireTriggerRequests (every env), DeleteSpentClaims, DeleteStaleNodes,
+// ExpireAvailable (every env), DeleteSpentClaims, DeleteStaleNodes,
 // then the waiting-for-node findings (ListWaitingForNode with
 // membership.DefaultSilentAfter and WaitingForNodeAfter;
 // RaiseWaitingForNodeFinding for each overdue pair, WaitingFindings' rows;

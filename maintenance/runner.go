@@ -29,14 +29,14 @@ func (r Result) Counts() map[string]int {
 
 // countNames and values list the counts in one order, for logs.
 var countNames = [...]string{
-	"archived", "steps_purged", "journals_marked", "requests_expired",
-	"episodes_canceled", "claims_deleted", "nodes_deleted", "waiting_raised", "waiting_cleared",
+	"archived", "steps_purged", "journals_marked", "episodes_expired",
+	"claims_deleted", "nodes_deleted", "waiting_raised", "waiting_cleared",
 }
 
 func (r Result) values() [len(countNames)]int64 {
 	return [...]int64{
-		r.Archived, r.StepsPurged, r.JournalsMarked, r.RequestsExpired,
-		r.EpisodesCanceled, r.ClaimsDeleted, r.NodesDeleted, r.WaitingRaised, r.WaitingCleared,
+		r.Archived, r.StepsPurged, r.JournalsMarked, r.EpisodesExpired,
+		r.ClaimsDeleted, r.NodesDeleted, r.WaitingRaised, r.WaitingCleared,
 	}
 }
 

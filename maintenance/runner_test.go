@@ -85,8 +85,8 @@ func returns(res maintenance.Result, err error) func(context.Context, int) (main
 
 func TestRunOnceRan(t *testing.T) {
 	t.Parallel()
-	did := maintenance.Result{Ran: true, Archived: 3, StepsPurged: 40, JournalsMarked: 2, RequestsExpired: 5,
-		EpisodesCanceled: 4, ClaimsDeleted: 6, NodesDeleted: 1, WaitingRaised: 2, WaitingCleared: 7}
+	did := maintenance.Result{Ran: true, Archived: 3, StepsPurged: 40, JournalsMarked: 2, EpisodesExpired: 5,
+		ClaimsDeleted: 6, NodesDeleted: 1, WaitingRaised: 2, WaitingCleared: 7}
 	b := setup(t, &fakeStore{next: returns(did, nil)}, maintenance.Config{})
 
 	res, err := b.runner.RunOnce(t.Context())
@@ -97,13 +97,13 @@ func TestRunOnceRan(t *testing.T) {
 	events := b.recorder.Events()
 	require.Len(t, events, 1)
 	require.Equal(t, maintenance.EventRan, events[0].Name)
-	require.Equal(t, map[string]int{"archived": 3, "steps_purged": 40, "journals_marked": 2, "requests_expired": 5,
-		"episodes_canceled": 4, "claims_deleted": 6, "nodes_deleted": 1, "waiting_raised": 2, "waiting_cleared": 7}, events[0].Counts)
+	require.Equal(t, map[string]int{"archived": 3, "steps_purged": 40, "journals_marked": 2, "episodes_expired": 5,
+		"claims_deleted": 6, "nodes_deleted": 1, "waiting_raised": 2, "waiting_cleared": 7}, events[0].Counts)
 	require.NoError(t, events[0].Err)
 	require.GreaterOrEqual(t, events[0].Duration, time.Duration(0))
 
 	require.Contains(t, b.log.String(), `level=INFO msg="leasehold: maintenance ran" archived=3 steps_purged=40 `+
-		`journals_marked=2 requests_expired=5 episodes_canceled=4 claims_deleted=6 nodes_deleted=1 waiting_raised=2 `+
+		`journals_marked=2 episodes_expired=5 claims_deleted=6 nodes_deleted=1 waiting_raised=2 `+
 		`waiting_cleared=7 duration=`)
 }
 

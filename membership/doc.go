@@ -6,7 +6,7 @@
 //
 // Membership decides nothing. Who may run an episode is decided by its work
 // claim and fence alone, and which node takes deferred work by the pollers'
-// claim (ClaimTriggerRequests), which asks by the pairs the polling node
+// poll (ClaimAvailable), which asks by the pairs the polling node
 // runs; a node row can be stale, missing or duplicated after a crash
 // without any effect on correctness. Operators read it (leasehold nodes
 // ls) and placement may use it as a hint.

@@ -24,7 +24,7 @@ type Member struct {
 	Draining bool
 	// Runnable is the (actor, expectation) pairs the node's poller asks
 	// work for: those of its actors in mode full, the Runnable of its
-	// ClaimTriggerRequests (stored as episodes.RunnableJSON). Nil lists
+	// ClaimAvailable (stored as episodes.RunnableJSON). Nil lists
 	// none.
 	Runnable []episodes.Runnable
 	// KeyVersion is the newest dedupe key version (dedupe.KeyVersion) the

@@ -361,7 +361,7 @@ func requeued(o episodes.Orphan, d Decision, res episodes.RequeueResult, rep *Re
 	}
 	rep.Restarted++
 	d.Action = ActionRestart
-	d.Reason = fmt.Sprintf("%s; available again as attempt %d of %d (request %d)", why, res.Attempts+1, res.MaxAttempts, res.RequestID)
+	d.Reason = fmt.Sprintf("%s; available again as attempt %d of %d", why, res.Attempts+1, res.MaxAttempts)
 	return d
 }
 

@@ -99,7 +99,7 @@ func (n *Node) fireBatch(ctx context.Context, store BatchCreator, callerTx bool,
 // under the database's key version, and returns each event's outcome.
 func (n *Node) fireBatchOf(ctx context.Context, store BatchCreator, as *actorState, e *Expectation, env string,
 	keys []dedupe.EventKeys, refs, payloads []json.RawMessage, trace string, opts FireOptions) ([]Outcome, error) {
-	b := episodes.DeferredBatch{New: n.newEpisode(as, e, env, "", nil, nil), SourceNode: n.id, Delay: opts.Delay}
+	b := episodes.DeferredBatch{New: n.newEpisode(as, e, env, "", nil, nil), Delay: opts.Delay}
 	first := map[string]int{} // key -> its item
 	itemOf := make([]int, len(keys))
 	existing := make([]int64, len(keys))

@@ -10,19 +10,19 @@
 //	   ├─ FireOptions.Delay, trigger_only here, or no free slot here ─────┐
 //	   ▼  (a free slot is reserved first)                                 ▼
 //	CreateEpisode ── no row ──► duplicate        CreateDeferredEpisode ── no row ──► duplicate
-//	   │ one node's insert wins (filtered unique    │ episode queued, unclaimed, and its
-//	   │ index on dedupe_key), and the same         │ trigger request pending, due at
-//	   │ statement grants it the work claim         │ run_after (database clock): AVAILABLE
+//	   │ one node's insert wins (filtered unique    │ one row: the episode queued,
+//	   │ index on dedupe_key), and the same         │ unclaimed, due at run_after
+//	   │ statement grants it the work claim         │ (database clock): AVAILABLE
 //	   │ (its dedupe key, or episode:{id}): no      ▼
-//	   │ crash leaves it queued without an owner  ClaimTriggerRequests on any full node
-//	   │                                            │ with a free slot (SKIP LOCKED / READPAST;
-//	   │                                            │ due only; at most its free slots, each
-//	   │                                            │ reserved before the hand-over), woken by
-//	   │                                            ▼ NOTIFY, a slot freeing, or a due time
-//	   │                                          DispatchTriggerRequest (fenced on the
-//	   │                                            │ request claim): the work claim granted
-//	   │                                            │ to that node, fence + 1, and the episode
-//	   ▼                                            ▼ started under it (no StartEpisode)
+//	   │ crash leaves it queued without an owner  ClaimAvailable on any full node with
+//	   │                                            │ free slots, reserved before it asks
+//	   │                                            │ (SKIP LOCKED / READPAST; due only;
+//	   │                                            │ at most the reserved slots): the
+//	   │                                            │ work claim granted to that node,
+//	   │                                            │ fence + 1, and the episode started
+//	   │                                            │ under it, one statement (no
+//	   │                                            │ StartEpisode); woken by NOTIFY, a
+//	   ▼                                            ▼ slot freeing, or a due time
 //	queued, claim held by this node (a slot's, or its slot queue's: recovered
 //	   │    work, or Poll.Disabled)
 //	   ▼
@@ -33,8 +33,8 @@
 //	   │
 //	   ├─ Done ─────────────► FinishEpisode status done,     claim done
 //	   ├─ error, retries ───► RetryEpisode (fenced): claim released, the error journaled,
-//	   │   left (RetryPolicy)  episode queued as its next attempt, its request pending
-//	   │                       at now() + backoff: AVAILABLE again, as above
+//	   │   left (RetryPolicy)  episode queued as its next attempt and available
+//	   │                       again at now() + backoff (run_after), as above
 //	   ├─ error / panic ────► FinishEpisode status failed,   class error | panic
 //	   ├─ budget ───────────► FinishEpisode status failed,   class budget_exceeded
 //	   ├─ Node.Cancel ──────► FinishEpisode status canceled, class canceled
@@ -84,7 +84,7 @@
 //
 // A run's lease starts, locally, at the instant just before the statement
 // that granted it was sent — CreateEpisode for a trigger this node won,
-// DispatchTriggerRequest for deferred work, ClaimForRecovery for a recovered
+// ClaimAvailable for available work, ClaimForRecovery for a recovered
 // orphan — never when the answer arrives or the run is queued (see package
 // claims, "Where the local lease clock starts"). The adapter stamps the
 // claim; the heartbeat refuses a claim without a stamp. StartEpisode also
@@ -164,17 +164,17 @@
 // sweepers of nodes without an actor's code, and the operator CLI, apply
 // the policy this node would.
 //
-// # Modes and deferred execution
+// # Modes and available work
 //
-// Trigger requests are kept as their own rows, not folded into the
-// episode row (a decision): they carry the statuses the seed specifies
-// (pending, claimed, completed, expired), the poller's claim on the
-// request (claimed_by, fence, claim_until), separate from the work claim
-// it hands over to, the opts a trigger_only node passes on, and run_after.
-// Every kind of available work has one: a trigger_only node's, an
-// overflow, a delayed run, a retry in its backoff, a recovered orphan, an
-// operator's retry; one path (ClaimTriggerRequests, DispatchTriggerRequest)
-// takes them all, and recovery leaves any episode with an open one alone.
+// Available work is an episode row (schema 16; until then a trigger
+// request was a row of its own): status queued, run_after the instant it
+// falls due on the database clock, nobody holding a live grant on it, and
+// opts, what a trigger_only node passes on. Every kind of available work
+// is this one state: a trigger_only node's trigger, an overflow, a delayed
+// run, a retry in its backoff, a recovered orphan, an operator's retry.
+// One statement (ClaimAvailable) takes them all, and recovery leaves any
+// available episode alone (sql/queries/<dialect>/available.sql states the
+// invariant that keeps the two apart).
 //
 // A node with Poll.Disabled takes no available work: deferred, overflowing,
 // delayed, retried and recovered episodes run on the nodes that poll, so
@@ -188,49 +188,45 @@
 //	trigger on a trigger_only node
 //	   ▼
 //	CreateDeferredEpisode ── no row ──► duplicate
-//	   │ the episode (queued, unclaimed) and its trigger request (pending)
-//	   │ in one statement; an insert trigger NOTIFYs pollers (Postgres)
+//	   │ the episode, available, in one statement; an insert trigger
+//	   │ NOTIFYs pollers (Postgres)
 //	   ▼
-//	ClaimTriggerRequests on a full node (SKIP LOCKED / READPAST; only its
-//	   │ env, its stack scope and its full actors; fence + 1, claim lease)
-//	   ▼
-//	DispatchTriggerRequest (fenced on the request claim): request completed,
-//	   │ the episode's work claim granted to this node and the episode started
-//	   │ under that grant, one statement
+//	ClaimAvailable on a full node (SKIP LOCKED / READPAST; only its env, its
+//	   │ stack scope and its full actors' pairs; at most the slots it
+//	   │ reserved): the episode's work claim granted to this node (fence + 1)
+//	   │ and the episode started under that grant, one statement
 //	   ▼
 //	running under this node's claim, then as above from Init
 //
-// A poll claims at most its actor's free slots (PollConfig.Batch at most)
-// and reserves a slot for each request before handing it over: one whose
-// slot a local trigger took during the claim is given back at once, fenced
-// (ReleaseTriggerRequests), and every one handed over starts in its slot
-// the moment it is, so running in the database means the strategy is being
-// called. After each poll the poller asks
-// the database how long until the next request of its scope falls due
-// (NextTriggerRequestDue: a delayed run, a retry's backoff, a lapsing claim)
-// and sleeps no longer than that, so due work starts at its due time on the
-// database clock; the interval is the fallback for what nothing wakes it
-// for (on SQLite and SQL Server, which have no NOTIFY, another node's new
-// requests).
+// A poll reserves up to its actor's free slots (PollConfig.Batch at most)
+// before it asks, and asks for no more: every episode the statement starts
+// here starts in a reserved slot the moment it is running, so running in
+// the database means the strategy is being called, and a local trigger
+// that finds the slots reserved overflows into available work for the
+// nodes with capacity. Slots the poll did not use are given back. After
+// each poll the poller asks the database how long until the next available
+// episode of its scope falls due (NextAvailableDue: a delayed run, a
+// retry's backoff) and sleeps no longer than that, so due work starts at
+// its due time on the database clock; the interval is the fallback for
+// what nothing wakes it for (on SQLite and SQL Server, which have no
+// NOTIFY, another node's new work).
 //
-// A poller that is draining, or whose hand-over failed, gives back the
-// request claims it did not hand over (ReleaseTriggerRequests, each fenced
-// on its own request claim), so another poller takes them at once. One that
-// dies between the two statements leaves a claimed request whose claim
-// lapses (PollConfig.ClaimLease) and another poller takes it; one that dies
-// after the hand-over leaves an ordinary claimed episode for recovery. Requests wait for a full node however long it takes: expiry
+// A drain waits for a poll in flight (both take the node's intake), so
+// what the poll took starts here and the drain hands it back at its next
+// step boundary. A poller that dies after its statement leaves ordinary
+// running episodes under its grants, which recovery finds once the leases
+// end. Available work waits for a full node however long it takes: expiry
 // is opt-in. With PollConfig.TTL (or maintenance's RequestTTL) set,
-// requests nobody picks up within it expire (ExpireTriggerRequests) and
-// their episodes end canceled, class trigger_expired: that work never runs
-// unless triggered again, so set a TTL only for work that is worthless
-// late. A deferred episode is queued without a claim, which recovery never
+// available episodes due longer ago than it expire (ExpireAvailable): they
+// end canceled, class trigger_expired, and that work never runs unless
+// triggered again, so set a TTL only for work that is worthless late. A
+// deferred episode is queued without a claim, which recovery never
 // mistakes for an orphan.
 //
 // # Stacks and envs
 //
-// StackSlug stamps source_stack on episodes and trigger requests; the
-// recovery sweep and the poller see their own stack plus unstamped rows
-// ("" sees every stack). Env stamps source_env and is matched by strict
+// StackSlug stamps source_stack on episodes; the recovery sweep and the
+// poller see their own stack plus unstamped rows ("" sees every stack). Env stamps source_env and is matched by strict
 // equality everywhere (recovery, poller, findings), the unset env being its
 // own world; FireOptions.Env, recovery.Options.Env and PollConfig.SourceEnv
 // target another env for one call or one poller.
@@ -242,19 +238,20 @@
 // above describe what runs today, and each part moves from here to there as
 // it lands (all three dialects at once: the model is the schema).
 //
-// Today an available unit writes eight rows: the episode and its trigger
-// request inserted, the request claimed and completed, the work claim
-// inserted (or upserted), the episode started, and at the end the episode
-// and the claim finished. A River job writes one row three times. The cost
-// is the rows, not the statements, so the design moves the request and the
-// episode's lease into the episode row:
+// Landed (schema 16): the trigger request is folded into the episode row
+// (run_after, opts) and a poll is one statement, ClaimAvailable. An
+// available unit now writes five rows where it wrote eight: the episode
+// inserted, the work claim inserted (or upserted) and the episode started
+// by the poll, and at the end the episode and the claim finished. A River
+// job writes one row three times. What remains is the episode's lease, in
+// the episode row instead of a claim row:
 //
 //	leasehold_episodes gains  fence       bigint, 0 until the first grant
 //	                          lease_until the grant's expiry (database clock),
 //	                                      NULL while nobody holds it
 //	                          claimed_at, grant_kind (fresh | handover |
 //	                                      recovery | retry | operator)
-//	                          run_after   when available work falls due
+//	(landed in schema 16)     run_after   when available work falls due
 //	                          opts        what a trigger_only node passes on
 //
 // owner_node already exists. An episode is then in exactly one of:
@@ -328,24 +325,26 @@
 //   - The keyed claims table stays for Gate, findings and any key that
 //     outlives an episode; a Node's heartbeat renews both kinds it holds.
 //
-// Upgrade (a goose migration per dialect): the columns are added; each
+// Upgrade (a goose migration per dialect). Schema 16 (landed): open
+// requests became available rows (run_after and opts kept; a request a
+// poller had claimed is due at once) unless the episode's claim was live,
+// the requests were closed, and an insert trigger on the requests table
+// refuses what an older binary would still write there (a deferred
+// trigger, a retry, a requeue), so an old node fails loudly instead of
+// leaving work that no new poller sees. An old node's local path, fenced
+// writes and recovery of ordinary orphans still work on schema 16; its
+// poller finds nothing to claim. The next migration moves the lease: each
 // live episode's claim (state claimed) is copied into its row with its
 // fence + 1 and its lease_until unchanged, so an old node's next fenced
-// write matches nothing (it stops; its renewals stop too, so it stops before
-// that lease ends) and nobody takes the episode before the lease it held
-// runs out; open requests become available rows (run_after and opts kept;
-// a request a poller had claimed is available again); terminal episodes are
-// untouched. From then on the database refuses what an older binary would
-// write under the old model (an insert trigger on the requests table and on
-// episode-type work claims): an old node fails loudly instead of running
-// work a new node cannot see, so nothing runs twice and nothing is lost.
+// write matches nothing (it stops; its renewals stop too, so it stops
+// before that lease ends) and nobody takes the episode before the lease it
+// held runs out; terminal episodes are untouched, and an insert trigger on
+// episode-type work claims refuses the old model's grants.
 //
 // Deploy order follows: the new binary refuses a database without the
 // migration (ErrSchema), and the migrated database refuses the old binary's
-// writes. Drain and stop the old nodes, migrate, start the new ones; or
-// migrate under running old nodes, whose Fire calls then fail (the caller
-// retries them on a new node) and whose runs in flight end at their next
-// fenced write and are recovered once their leases end. This release's
-// rolling deploy pauses the old nodes' work; the README's "Deploying a new
-// version" will say so.
+// writes of the old model. Drain and stop the old nodes, migrate, start the
+// new ones; or migrate under running old nodes, whose deferred triggers
+// and retries then fail (the caller retries them on a new node) while
+// their runs in flight finish, or are recovered once their leases end.
 package runner

@@ -16,9 +16,9 @@ import (
 )
 
 // Deferred work waits for a full node however long an outage lasts: with
-// the default PollConfig (no TTL) a request written 30 days ago is still
-// dispatched and run when a full node comes back, never canceled. A TTL is
-// opt-in; with one, the same request expires and its episode is canceled.
+// the default PollConfig (no TTL) an episode made available 30 days ago is
+// still taken and run when a full node comes back, never canceled. A TTL
+// is opt-in; with one, the same episode expires: it ends canceled.
 func TestDeferredWorkNeverExpiresByDefault(t *testing.T) {
 	t.Parallel()
 	for _, ttl := range []time.Duration{0, time.Hour} {
@@ -28,11 +28,10 @@ func TestDeferredWorkNeverExpiresByDefault(t *testing.T) {
 			d, err := postgres.New(pool).CreateDeferredEpisode(context.Background(), episodes.Deferred{
 				New: episodes.New{ActorID: "monitor", ExpectationID: "check", TriggerType: episodes.TriggerEvent,
 					DedupeKey: "event:monitor:check:outage", MaxAttempts: 3},
-				SourceNode: "trigger-node",
 			})
 			require.NoError(t, err)
 			// The only full node was down for 30 days.
-			pgtest.Exec(t, pool, `UPDATE leasehold_trigger_requests SET created_at = now() - interval '30 days', run_after = now() - interval '30 days' WHERE id = $1`, d.RequestID)
+			pgtest.Exec(t, pool, `UPDATE leasehold_episodes SET created_at = now() - interval '30 days', run_after = now() - interval '30 days' WHERE id = $1`, d.Episode.ID)
 
 			ended := make(chan telemetry.Event, 2)
 			want := runner.EventCompleted

@@ -69,10 +69,10 @@ func (f *faultyStore) CreateEpisode(ctx context.Context, n episodes.New) (episod
 	return res, err
 }
 
-func (f *faultyStore) DispatchTriggerRequest(ctx context.Context, r episodes.TriggerRequest, lease time.Duration) (episodes.Dispatched, error) {
-	d, err := f.Store.DispatchTriggerRequest(ctx, r, lease)
+func (f *faultyStore) ClaimAvailable(ctx context.Context, q episodes.AvailableQuery) ([]episodes.Dispatched, error) {
+	ds, err := f.Store.ClaimAvailable(ctx, q)
 	f.slow()
-	return d, err
+	return ds, err
 }
 
 func (f *faultyStore) ClaimForRecovery(ctx context.Context, id int64, owner string, lease, staleAfter time.Duration) (episodes.Episode, claims.Claim, error) {
@@ -262,19 +262,19 @@ func TestEveryGrantPathStopsTheRunBeforeItsLeaseExpires(t *testing.T) {
 	require.NoError(t, err)
 	check("CreateEpisode", fired[0].EpisodeID)
 
-	// 2. A deferred episode dispatched to this node.
+	// 2. A deferred episode taken by this node's poll.
 	deferred := episodes.New{ActorID: "slow", ExpectationID: "wait", TriggerType: episodes.TriggerEvent,
 		DedupeKey: "event:slow:wait:deferred", MaxAttempts: 10}
-	d, err := postgres.New(c.Pool).CreateDeferredEpisode(ctx, episodes.Deferred{New: deferred, SourceNode: "trigger-node"})
+	d, err := postgres.New(c.Pool).CreateDeferredEpisode(ctx, episodes.Deferred{New: deferred})
 	require.NoError(t, err)
 	n, err := node.PollOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
-	check("DispatchTriggerRequest", d.Episode.ID)
+	check("ClaimAvailable", d.Episode.ID)
 
 	// 3. An orphan recovered by this node (its claim's owner is gone): the
-	// sweep makes it available again (RequeueOrphan), and the dispatch
-	// that takes it grants the lease the run holds.
+	// sweep makes it available again (RequeueOrphan), and the poll that
+	// takes it grants the lease the run holds.
 	orphan := deferred
 	orphan.DedupeKey, orphan.Owner, orphan.Lease = "event:slow:wait:orphan", "gone", time.Minute
 	created, err := postgres.New(c.Pool).CreateEpisode(ctx, orphan)
@@ -290,7 +290,7 @@ func TestEveryGrantPathStopsTheRunBeforeItsLeaseExpires(t *testing.T) {
 	n, err = node.PollOnce(ctx)
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, n, 1)
-	check("RequeueOrphan, DispatchTriggerRequest", created.Episode.ID)
+	check("RequeueOrphan, ClaimAvailable", created.Episode.ID)
 
 	// 4. A direct claims user: Gate.Acquire, then Hold.
 	gate, err := claims.NewGate(fs, claims.GateConfig{Owner: "direct", Lease: lease})

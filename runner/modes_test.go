@@ -45,11 +45,7 @@ func TestModeTable(t *testing.T) {
 		require.Len(t, out, 1)
 		return out[0], nil
 	}
-	requests := func(status string) int {
-		var k int
-		require.NoError(t, c.Pool.QueryRow(ctx, `SELECT count(*) FROM leasehold_trigger_requests WHERE status = $1`, status).Scan(&k))
-		return k
-	}
+	available := func() int { return c.Count(t, "run_after IS NOT NULL") }
 
 	// full: runs here, directly, no request.
 	o, err := fire("mon", 1)
@@ -57,16 +53,17 @@ func TestModeTable(t *testing.T) {
 	require.False(t, o.Deferred)
 	waitEnded(t, 1, sig)
 	require.Equal(t, []string{"node-0"}, log.runs[o.EpisodeID])
-	require.Zero(t, requests("pending")+requests("completed"))
+	require.Zero(t, available())
+	require.Zero(t, sig.Count(runner.EventRequestDispatched))
 
-	// trigger_only: the episode exists (queued) with a pending request,
-	// and nothing runs here, even when polled.
+	// trigger_only: the episode exists (queued, available), and nothing
+	// runs here, even when polled.
 	require.NoError(t, n.SetMode(runner.ModeTriggerOnly))
 	o, err = fire("mon", 2)
 	require.NoError(t, err)
 	require.True(t, o.Deferred)
 	require.Equal(t, 1, c.Count(t, "id = $1 AND status = 'queued' AND owner_node IS NULL", o.EpisodeID))
-	require.Equal(t, 1, requests("pending"))
+	require.Equal(t, 1, available())
 	polled, err := n.PollOnce(ctx)
 	require.NoError(t, err)
 	require.Zero(t, polled, "a trigger_only node does not poll")
@@ -82,7 +79,8 @@ func TestModeTable(t *testing.T) {
 	_, err = n.PollOnce(ctx) // or the poll the mode switch woke takes it
 	require.NoError(t, err)
 	waitEnded(t, 1, sig)
-	require.Equal(t, 1, requests("completed"))
+	require.Equal(t, 1, sig.Count(runner.EventRequestDispatched))
+	require.Zero(t, available())
 	require.Equal(t, 2, c.Count(t, "status = 'done'"))
 
 	// Per-actor override: mon defers, other runs directly.
@@ -101,14 +99,14 @@ func TestModeTable(t *testing.T) {
 	polled, err = n.PollOnce(ctx)
 	require.NoError(t, err)
 	require.Zero(t, polled, "the poller skips actors that are not full here")
-	require.Equal(t, 1, requests("pending"))
+	require.Equal(t, 1, available())
 
 	n.ClearActorMode("mon")
 	require.Empty(t, n.Status().Overrides)
 	_, err = n.PollOnce(ctx) // or the waker's poll
 	require.NoError(t, err)
 	waitEnded(t, 1, sig)
-	require.Zero(t, requests("pending"))
+	require.Zero(t, available())
 	require.Equal(t, 4, c.Count(t, "status = 'done'"))
 	for id, nodes := range log.runs {
 		require.Len(t, nodes, 1, "episode %d ran %v", id, nodes)
@@ -176,9 +174,7 @@ func TestTriggerOnlyNodeDefersToFullNodes(t *testing.T) {
 	for id, runs := range log.runs {
 		require.Len(t, runs, 1, "episode %d ran %d times", id, len(runs))
 	}
-	var open int
-	require.NoError(t, c.Pool.QueryRow(ctx, `SELECT count(*) FROM leasehold_trigger_requests WHERE status <> 'completed'`).Scan(&open))
-	require.Zero(t, open)
+	require.Zero(t, c.Count(t, "run_after IS NOT NULL"), "no available work is left")
 	fmt.Fprintf(tWriter{t}, "deferred dispatched: node-0 %d, node-1 %d\n",
 		c.Sigs[0].Count(runner.EventRequestDispatched), c.Sigs[1].Count(runner.EventRequestDispatched))
 }

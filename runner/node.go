@@ -34,15 +34,14 @@ const (
 	EventLeaseLost  = "episode.lease_lost"  // a fenced write matched nothing; the run stopped
 	EventReleased   = "episode.released"    // handed over on stop; still running for recovery
 	EventNotStarted = "episode.not_started" // granted here, but StartEpisode did not land (finished, taken over, lease past its local deadline, database down): the grant was given back (Err says why)
-	EventDeferred   = "episode.deferred"    // episode and trigger request written: trigger_only, delayed, or overflow
+	EventDeferred   = "episode.deferred"    // episode created available: trigger_only, delayed, or overflow
 	EventOverflow   = "episode.overflow"    // no free slot here: the episode is created available to the cluster
 	EventRetrying   = "episode.retrying"    // an attempt failed and may run again: available after its backoff (Attempt: the failed one)
-	// Trigger-request poller (full nodes).
-	EventRequestDispatched = "trigger_request.dispatched" // claimed and handed to a local run
-	EventRequestSkipped    = "trigger_request.skipped"    // completed, but the episode was not ours to run
-	EventRequestLost       = "trigger_request.lost"       // our request claim lapsed; another poller has it
-	EventRequestExpired    = "trigger_request.expired"    // Count: requests expired by this poller
-	EventRequestReleased   = "trigger_request.released"   // Count: claimed requests this poller gave back unhanded (draining, a failed hand-over)
+	// The poller (full nodes). The names keep the trigger request's word
+	// (schema 16 folded it into the episode row) so dashboards keep working.
+	EventRequestDispatched = "trigger_request.dispatched" // an available episode taken, granted and started in a local run
+	EventRequestSkipped    = "trigger_request.skipped"    // taken, but its claim was held live elsewhere: not ours to run
+	EventRequestExpired    = "trigger_request.expired"    // Count: available episodes expired by this poller (TTL)
 )
 
 // Errors callers branch on.
@@ -78,22 +77,27 @@ type Store interface {
 	RequeueEpisode(ctx context.Context, id int64, by string) (episodes.Retried, error)
 	GetEpisode(ctx context.Context, id int64) (episodes.Episode, error)
 
-	// Deferred execution (trigger_only nodes write, full nodes poll).
+	// Available work (deferred, delayed, overflowing, retried, recovered
+	// episodes): created by the trigger path, taken by the full nodes'
+	// pollers.
 	CreateDeferredEpisode(ctx context.Context, d episodes.Deferred) (episodes.DeferredCreated, error)
 	CreateDeferredEpisodes(ctx context.Context, b episodes.DeferredBatch) ([]episodes.DeferredCreated, error)
-	ClaimTriggerRequests(ctx context.Context, q episodes.RequestQuery) ([]episodes.TriggerRequest, error)
-	DispatchTriggerRequest(ctx context.Context, r episodes.TriggerRequest, lease time.Duration) (episodes.Dispatched, error)
-	ExpireTriggerRequests(ctx context.Context, q episodes.ExpireQuery) ([]episodes.Expired, error)
-	// ReleaseTriggerRequests gives back requests owner claimed and will not
-	// hand over (a drain, a failed hand-over), each fenced on its own
-	// request claim, so that another poller takes them at once; it returns
-	// the ids released.
-	ReleaseTriggerRequests(ctx context.Context, owner string, reqs []episodes.TriggerRequest) ([]int64, error)
-	// NextTriggerRequestDue is how long until the next request of a
-	// poller's scope (q's Env, Stack and Runnable pairs) becomes claimable, on
-	// the database clock; false when none waits. The poller sleeps until
-	// then rather than until its next interval.
-	NextTriggerRequestDue(ctx context.Context, q episodes.RequestQuery) (time.Duration, bool, error)
+	// ClaimAvailable is a poll: up to q.Limit due available episodes of
+	// q's scope, each granted to q.Owner (fence + 1, lease q.Lease) and
+	// started under that grant, in one statement. Each Dispatched's claim
+	// is stamped (claims.Claim.SetLocalStart) with the instant before the
+	// statement was sent.
+	// With an error it returns the episodes it took before the error, if
+	// any (an adapter that commits a poll in several transactions).
+	ClaimAvailable(ctx context.Context, q episodes.AvailableQuery) ([]episodes.Dispatched, error)
+	// ExpireAvailable cancels (class trigger_expired) the available
+	// episodes of q's scope due more than q.TTL ago, and returns their ids.
+	ExpireAvailable(ctx context.Context, q episodes.ExpireQuery) ([]int64, error)
+	// NextAvailableDue is how long until the next available episode of a
+	// poller's scope (q's Env, Stack and Runnable pairs) falls due, on the
+	// database clock; false when none waits. The poller sleeps until then
+	// rather than until its next interval.
+	NextAvailableDue(ctx context.Context, q episodes.AvailableQuery) (time.Duration, bool, error)
 
 	// Membership (advisory): the node's row, refreshed with the heartbeat.
 	membership.Store
@@ -207,6 +211,9 @@ type Node struct {
 	log    *slog.Logger
 	obs    telemetry.Observer
 	actors map[string]*actorState
+	// afterPoll, set by tests only (export_test.go), runs between a poll
+	// and its look-ahead (nextDue).
+	afterPoll atomic.Pointer[func()]
 
 	// intake guards the lifecycle: triggers hold it shared for their whole
 	// create-and-submit path, Start and Stop hold it exclusively, so no
@@ -473,7 +480,7 @@ func (n *Node) Register(a Actor) error {
 	for _, id := range slices.Sorted(maps.Keys(as.exps)) {
 		as.runnable = append(as.runnable, episodes.Runnable{ActorID: a.ID, ExpectationID: id})
 	}
-	as.exec = &executor{node: n, max: a.MaxConcurrent}
+	as.exec = newExecutor(n, a.MaxConcurrent)
 	n.actors[a.ID] = as
 	return nil
 }

@@ -102,7 +102,7 @@ func TestDelayedRunWaitsForItsTime(t *testing.T) {
 	require.Zero(t, n, "not due for an hour")
 	require.Equal(t, 1, c.Count(t, "id = $1 AND status = 'queued'", out[0].EpisodeID))
 
-	pgExec(t, c, `UPDATE leasehold_trigger_requests SET run_after = now() - interval '1 second' WHERE episode_id = $1`, out[0].EpisodeID)
+	pgExec(t, c, `UPDATE leasehold_episodes SET run_after = now() - interval '1 second' WHERE id = $1 AND run_after IS NOT NULL`, out[0].EpisodeID)
 	node.PollNow() // its poller (or one already under way) takes it now
 	nodetest.WaitEnded(t, 1, c.Sigs[0])
 	require.Equal(t, 1, c.Count(t, "id = $1 AND status = 'done'", out[0].EpisodeID))

@@ -2,15 +2,12 @@ package runner
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/leasehold/leasehold/claims"
 	"github.com/leasehold/leasehold/episodes"
 	"github.com/leasehold/leasehold/telemetry"
 )
@@ -20,35 +17,29 @@ import (
 // that are full here.
 type PollConfig struct {
 	// Interval between polls, default 5s: the fallback for what nothing
-	// wakes the poller for. The poller also wakes when a request is written
-	// (a TriggerWaker's notification), when a slot frees here while due
-	// work waits, and when the next request of its scope falls due: after
-	// each poll it asks the database how long until then
-	// (NextTriggerRequestDue) and sleeps no longer, so a delayed run, a
+	// wakes the poller for. The poller also wakes when an episode is made
+	// available (a TriggerWaker's notification), when a slot frees here
+	// while due work waits, and when the next available episode of its
+	// scope falls due: after each poll it asks the database how long until
+	// then (NextAvailableDue) and sleeps no longer, so a delayed run, a
 	// retry's backoff or a recovery requeue starts at its due time on the
 	// database clock, not on the next interval.
 	Interval time.Duration
-	// Batch is how many requests one statement claims, default 16.
+	// Batch is how many episodes one poll statement takes at most (never
+	// more than the actor's free slots, nor 64), default 16.
 	Batch int
-	// ClaimLease bounds the poller's claim on a request between claiming
-	// and handing it over, default 30s: a poller that dies in between
-	// leaves the request claimable again after it, so available work (a
-	// deferred, overflowing or retried episode) it had claimed waits that
-	// long; recovery leaves such an episode to the pollers. The hand-over
-	// is fenced on the claim, so a shorter lease is always safe.
-	ClaimLease time.Duration
-	// TTL is opt-in. Zero (the default): requests never expire, and
-	// deferred work waits for a full node however long an outage lasts.
-	// Set: open requests of this poller's scope older than TTL are expired
-	// and their still-unclaimed episodes canceled (status canceled, class
-	// trigger_expired), so that work never runs unless triggered again.
-	// Only for work that is worthless late; never for payments.
+	// TTL is opt-in. Zero (the default): available work never expires,
+	// and deferred work waits for a full node however long an outage
+	// lasts. Set: available episodes of this poller's scope due more than
+	// TTL ago are canceled (status canceled, class trigger_expired), so
+	// that work never runs unless triggered again. Only for work that is
+	// worthless late; never for payments.
 	TTL time.Duration
-	// SourceStack selects whose requests this node runs; nil means the
-	// node's own stack (plus unstamped rows), "" every stack.
+	// SourceStack selects whose available work this node runs; nil means
+	// the node's own stack (plus unstamped rows), "" every stack.
 	SourceStack *string
-	// SourceEnv selects the env whose requests this node runs; nil means
-	// the node's own env, by strict equality.
+	// SourceEnv selects the env whose available work this node runs; nil
+	// means the node's own env, by strict equality.
 	SourceEnv *string
 	// Disabled turns the poller off.
 	Disabled bool
@@ -61,14 +52,8 @@ func (p *PollConfig) defaults() error {
 	if p.Batch == 0 {
 		p.Batch = 16
 	}
-	if p.ClaimLease == 0 {
-		p.ClaimLease = 30 * time.Second
-	}
-	switch {
-	case p.Interval < 0, p.Batch < 0, p.ClaimLease < 0, p.TTL < 0:
-		return fmt.Errorf("%w: poll interval, batch, claim lease and TTL must not be negative", ErrInvalid)
-	case p.ClaimLease < time.Second:
-		return fmt.Errorf("%w: poll claim lease %v is under 1s", ErrInvalid, p.ClaimLease)
+	if p.Interval < 0 || p.Batch < 0 || p.TTL < 0 {
+		return fmt.Errorf("%w: poll interval, batch and TTL must not be negative", ErrInvalid)
 	}
 	if p.SourceEnv != nil {
 		if err := validScope("", *p.SourceEnv); err != nil {
@@ -82,7 +67,7 @@ func (p *PollConfig) defaults() error {
 // (CreateDeferredEpisode), due delay after its creation on the database
 // clock, for a full node with a free slot to run. Callers hold intake.
 func (n *Node) deferTrigger(ctx context.Context, ne episodes.New, delay time.Duration) (Outcome, error) {
-	res, err := n.store.CreateDeferredEpisode(ctx, episodes.Deferred{New: ne, SourceNode: n.id, Delay: delay})
+	res, err := n.store.CreateDeferredEpisode(ctx, episodes.Deferred{New: ne, Delay: delay})
 	if err != nil {
 		return Outcome{}, fmt.Errorf("create deferred episode %s/%s: %w", ne.ActorID, ne.ExpectationID, err)
 	}
@@ -135,6 +120,9 @@ func (n *Node) poll(ctx context.Context) {
 				lastExpiry = time.Now()
 			}
 			n.pollOnce(ctx)
+			if f := n.afterPoll.Load(); f != nil {
+				(*f)()
+			}
 			if due, ok := n.nextDue(ctx); ok {
 				wait = min(wait, due)
 			}
@@ -187,12 +175,12 @@ func (n *Node) nextDue(ctx context.Context) (time.Duration, bool) {
 		ok   bool
 	)
 	err := n.retryingUntil(ctx, func(wctx context.Context) (err error) {
-		wait, ok, err = n.store.NextTriggerRequestDue(wctx, episodes.RequestQuery{Env: env, Stack: stack, Runnable: runnable})
+		wait, ok, err = n.store.NextAvailableDue(wctx, episodes.AvailableQuery{Env: env, Stack: stack, Runnable: runnable})
 		return err
 	})
 	if err != nil {
 		if ctx.Err() == nil {
-			n.log.WarnContext(ctx, "leasehold: reading the next due trigger request failed; polling on the interval", slog.Any("error", err))
+			n.log.WarnContext(ctx, "leasehold: reading when available work next falls due failed; polling on the interval", slog.Any("error", err))
 		}
 		return 0, false
 	}
@@ -223,76 +211,65 @@ func (n *Node) pollScope() (stack, env string) {
 	return stack, env
 }
 
-// PollOnce claims and dispatches the due trigger requests this node may
-// run now, for each actor that is full here at most as many as the actor
-// has free slots, batch after batch until none is left or the slots are
-// taken, and returns how many it dispatched to local runs. Before the
-// hand-over it reserves a slot for each request claimed (slots): one
-// whose slot a local trigger took during the claim is given back at once,
-// fenced (ReleaseTriggerRequests), and every one handed over starts in its
-// slot the moment it is, so available work goes to the nodes with capacity
-// and never waits in a full node's memory with status running. The poller calls it on every wake-up (a
-// request written, a slot freed here, a request falling due) and
-// interval; tests and operators may.
+// PollOnce takes the due available episodes this node may run now and
+// starts each in a local run: for each actor that is full here, it
+// reserves up to its free slots (PollConfig.Batch at most), asks the
+// database for that many (ClaimAvailable: picked, granted to this node and
+// started, in one statement) and starts every one it got in a reserved
+// slot, batch after batch until none is left or the slots are taken. It
+// returns how many runs it started. Slots are reserved before the
+// statement, so every episode the database starts here has a slot the
+// moment it is running, and a local trigger that finds the slots reserved
+// overflows into available work for the nodes with capacity. The poller
+// calls it on every wake-up (an episode made available, a slot freed
+// here, one falling due) and interval; tests and operators may.
 func (n *Node) PollOnce(ctx context.Context) (int, error) {
 	if n.Mode() != ModeFull {
 		return 0, nil
 	}
 	actorIDs := n.pollActors()
 	stack, env := n.pollScope()
-	dispatched := 0
+	started := 0
 	// backlog: some actor's due work may not all have been taken (its slots
 	// ran out first, or the poll failed), so a slot freeing here is worth a
-	// poll even when no request was written since.
+	// poll even when nothing was made available since.
 	backlog := false
 	defer func() { n.backlog.Store(backlog) }()
 	for _, id := range actorIDs {
 		as := n.actors[id]
 		for ctx.Err() == nil && !n.stopping() {
-			limit := min(as.exec.free(), n.cfg.Poll.Batch)
-			if limit == 0 {
+			got, taken, runs, err := n.take(ctx, as, episodes.AvailableQuery{
+				Owner: n.id, Lease: n.gate.Lease(), Env: env, Stack: stack, Runnable: as.runnable,
+			})
+			started += runs
+			if err != nil {
+				backlog = true
+				return started, fmt.Errorf("claim available work: %w", err)
+			}
+			if got == 0 {
 				backlog = true
 				break
 			}
-			var reqs []episodes.TriggerRequest
-			err := n.retryingUntil(ctx, func(wctx context.Context) (err error) {
-				reqs, err = n.store.ClaimTriggerRequests(wctx, episodes.RequestQuery{
-					Owner: n.id, Lease: n.cfg.Poll.ClaimLease, Env: env, Stack: stack,
-					Runnable: as.runnable, Limit: limit,
-				})
-				return err
-			})
-			if err != nil {
-				backlog = true
-				return dispatched, fmt.Errorf("claim trigger requests: %w", err)
-			}
-			// The slots are reserved before the hand-over: a local trigger
-			// that took one meanwhile keeps it, and what has no slot now is
-			// given back, fenced, for the nodes with capacity.
-			sl := &slots{exec: as.exec}
-			got := as.exec.reserveUpTo(len(reqs))
-			sl.left.Store(int32(got))
-			if got < len(reqs) {
-				backlog = true
-				n.giveBackRequests(ctx, reqs[got:])
-			}
-			dispatched += n.dispatchAll(ctx, reqs[:got], sl)
-			sl.giveBack()
-			if len(reqs) < limit || got < len(reqs) {
+			if taken < got {
 				break
 			}
 		}
 	}
-	return dispatched, nil
+	return started, nil
 }
 
-// slots are free slots of one actor that the poller reserved for the
-// requests it claimed, before handing them over (executor.reserveUpTo): a
-// hand-over's run starts in one of them at once. What the hand-overs did
-// not use (a lapsed request claim, an episode not ours) is given back.
+// pollBatchMax bounds the episodes one poll statement takes: the statement
+// joins its intermediate sets (picked, granted, started) with each other,
+// which stays cheap for a few dozen rows whatever plan the server picks.
+const pollBatchMax = 64
+
+// slots are free slots of one actor that the poller reserved before it
+// asked for work (executor.reserveForPoll): a taken episode's run starts
+// in one of them at once. What the poll did not use is given back.
 type slots struct {
-	exec *executor
-	left atomic.Int32
+	exec     *executor
+	reserved int
+	left     atomic.Int32
 }
 
 // take uses one reserved slot; false when none is left.
@@ -308,222 +285,93 @@ func (s *slots) take() bool {
 	}
 }
 
-// giveBack returns the slots not used to the executor.
+// giveBack ends the poll: the slots not used go back to the executor.
 func (s *slots) giveBack() {
-	s.exec.giveBack(int(s.left.Swap(0)))
+	s.exec.endPoll(s.reserved, int(s.left.Swap(0)))
 }
 
-// dispatchConcurrency bounds the hand-overs one poll sends at once when
-// the adapter has no batch hand-over.
-const dispatchConcurrency = 8
-
-// batchDispatcher is an adapter that hands many claimed requests over in
-// one statement (DispatchTriggerRequests on Postgres; on SQLite a few
-// statements, committed in transactions of bounded length), each row
-// fenced on its own request claim; the poller uses it when the store has
-// it, else one DispatchTriggerRequest per request (SQL Server). With an
-// error it returns the hand-overs it committed before the error, if any.
-type batchDispatcher interface {
-	DispatchTriggerRequests(ctx context.Context, owner string, reqs []episodes.TriggerRequest, lease time.Duration) ([]episodes.Dispatched, error)
-}
-
-// dispatchBatchMax bounds the requests one batch hand-over carries: the
-// statement joins its intermediate sets with each other, which stays cheap
-// for a few dozen rows whatever plan the server picks.
-const dispatchBatchMax = 64
-
-// dispatchAll hands reqs over and returns how many became local runs: in
-// one statement per dispatchBatchMax requests when the adapter batches,
-// else one per request; up to dispatchConcurrency statements at a time
-// (each row is fenced on its own request claim and the chunks are
-// disjoint, so their order does not matter).
-func (n *Node) dispatchAll(ctx context.Context, reqs []episodes.TriggerRequest, sl *slots) int {
-	size, bd := 1, batchDispatcher(nil)
-	if b, ok := n.store.(batchDispatcher); ok {
-		size, bd = dispatchBatchMax, b
-	}
-	handOver := func(chunk []episodes.TriggerRequest) int {
-		if len(chunk) > 1 {
-			return n.dispatchBatch(ctx, bd, chunk, sl)
-		}
-		if n.dispatch(ctx, chunk[0], sl) {
-			return 1
-		}
-		return 0
-	}
-	switch {
-	case len(reqs) == 0:
-		return 0
-	case len(reqs) <= size:
-		return handOver(reqs)
-	}
-	var (
-		wg   sync.WaitGroup
-		ok   atomic.Int32
-		slot = make(chan struct{}, dispatchConcurrency)
-	)
-	for chunk := range slices.Chunk(reqs, size) {
-		slot <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-slot }()
-			ok.Add(int32(handOver(chunk)))
-		})
-	}
-	wg.Wait()
-	return int(ok.Load())
-}
-
-// dispatchBatch is dispatch for all of reqs in one DispatchTriggerRequests
-// statement; a request missing from its answer lapsed to another poller.
-func (n *Node) dispatchBatch(ctx context.Context, bd batchDispatcher, reqs []episodes.TriggerRequest, sl *slots) int {
+// take reserves up to the actor's free slots (PollConfig.Batch and
+// pollBatchMax at most), runs one ClaimAvailable for that many under the
+// intake lock, and starts a local run for every episode it granted and
+// started here. It returns how many slots it reserved, how many episodes
+// the statement picked and how many runs it started. The slots are
+// reserved under the intake lock, never before it: a local trigger that
+// waits for this poll's slots (executor.reserve) holds the lock too, and
+// a drain waiting for the lock would otherwise block this poll behind it.
+func (n *Node) take(ctx context.Context, as *actorState, q episodes.AvailableQuery) (got, picked, runs int, err error) {
 	n.intake.RLock()
 	defer n.intake.RUnlock()
 	if n.stopping() {
-		n.giveBackRequests(ctx, reqs)
-		return 0
+		return 0, 0, 0, nil
 	}
-	var (
-		ds   []episodes.Dispatched
-		left = reqs
-	)
-	// As in dispatch: grants in flight are not abandoned when intake stops.
-	// An adapter that commits a batch in several transactions returns what
-	// it handed over before an error: those are runs of ours, and only the
-	// rest is tried again (a request already handed over would come back
-	// missing, as if it had lapsed, and its run would never start here).
-	err := n.retrying(nil, func(wctx context.Context) error {
-		got, err := bd.DispatchTriggerRequests(wctx, n.id, left, n.gate.Lease())
+	got = as.exec.reserveForPoll(min(as.exec.free(), n.cfg.Poll.Batch, pollBatchMax))
+	if got == 0 {
+		return 0, 0, 0, nil
+	}
+	sl := &slots{exec: as.exec, reserved: got}
+	sl.left.Store(int32(got))
+	defer sl.giveBack()
+	q.Limit = got
+	var ds []episodes.Dispatched
+	// A grant in flight is not abandoned when intake stops: the drain's
+	// hard stop bounds it. A drain waits for this (it takes intake), so
+	// everything granted here starts here, and the drain hands it back at
+	// its first step boundary. An adapter that commits a poll in several
+	// transactions returns what it took before an error: those are runs of
+	// ours, and only the rest is asked for again.
+	err = n.retrying(nil, func(wctx context.Context) error {
+		got, err := n.store.ClaimAvailable(wctx, q)
 		ds = append(ds, got...)
-		_, left = handedOver(left, got)
+		q.Limit -= len(got)
+		if err == nil || q.Limit <= 0 {
+			return nil
+		}
 		return err
 	})
-	if err != nil {
-		n.log.WarnContext(ctx, "leasehold: trigger request hand-over failed; giving the requests back",
-			slog.Int("requests", len(left)), slog.Any("error", err))
-		n.giveBackRequests(ctx, left)
-		reqs, _ = handedOver(reqs, ds)
-	}
-	byRequest := make(map[int64]episodes.Dispatched, len(ds))
 	for _, d := range ds {
-		byRequest[d.RequestID] = d
-	}
-	runs := 0
-	for _, r := range reqs {
-		d, ours := byRequest[r.ID]
-		err := error(nil)
-		if !ours {
-			err = claims.ErrLeaseLost
-		}
-		if n.accept(ctx, r, d, err, sl) {
+		if n.accept(ctx, d, sl) {
 			runs++
 		}
 	}
-	return runs
-}
-
-// handedOver splits reqs into the requests ds answers and the others.
-func handedOver(reqs []episodes.TriggerRequest, ds []episodes.Dispatched) (handed, rest []episodes.TriggerRequest) {
-	in := make(map[int64]bool, len(ds))
-	for _, d := range ds {
-		in[d.RequestID] = true
-	}
-	for _, r := range reqs {
-		if in[r.ID] {
-			handed = append(handed, r)
-		} else {
-			rest = append(rest, r)
-		}
-	}
-	return handed, rest
+	// An error: not applied (the loop sends again only what the server
+	// rolled back or never saw), or unknown, and a grant that committed
+	// unseen ends with its lease; recovery then takes the episode.
+	return got, len(ds), runs, err
 }
 
 func (n *Node) pollOnce(ctx context.Context) {
 	if _, err := n.PollOnce(ctx); err != nil && ctx.Err() == nil {
-		n.log.WarnContext(ctx, "leasehold: trigger poll failed; retrying next interval", slog.Any("error", err))
+		n.log.WarnContext(ctx, "leasehold: poll failed; retrying next interval", slog.Any("error", err))
 	}
 }
 
-// dispatch hands one claimed request to a local run: DispatchTriggerRequest
-// completes it, grants the episode's work claim to this node and starts the
-// episode under that grant in one statement; the run then starts in a slot
-// the poller reserved. A request this node cannot take any more (it is
-// stopping) is given back, fenced, for another poller to take at once.
-func (n *Node) dispatch(ctx context.Context, r episodes.TriggerRequest, sl *slots) bool {
-	n.intake.RLock()
-	defer n.intake.RUnlock()
-	if n.stopping() {
-		n.giveBackRequests(ctx, []episodes.TriggerRequest{r})
-		return false
-	}
-	var d episodes.Dispatched
-	// A grant in flight is not abandoned when intake stops: the drain's
-	// hard stop bounds it.
-	err := n.retrying(nil, func(wctx context.Context) (err error) {
-		d, err = n.store.DispatchTriggerRequest(wctx, r, n.gate.Lease())
-		return err
-	})
-	if err != nil && !errors.Is(err, claims.ErrLeaseLost) {
-		// Perhaps applied, perhaps not: the give-back is fenced on the
-		// claimed request, so it undoes only a hand-over that did not land.
-		defer n.giveBackRequests(ctx, []episodes.TriggerRequest{r})
-	}
-	return n.accept(ctx, r, d, err, sl)
-}
-
-// giveBackRequests releases this poller's claims on reqs
-// (ReleaseTriggerRequests, each fenced on its own request claim), so that
-// another poller takes them now rather than after the claim lease. Bounded
-// as every node-level write is (WriteTimeout, the drain's hard stop); a
-// failure leaves the claims to lapse.
-func (n *Node) giveBackRequests(ctx context.Context, reqs []episodes.TriggerRequest) {
-	var released []int64
-	err := n.retrying(nil, func(wctx context.Context) (err error) {
-		released, err = n.store.ReleaseTriggerRequests(wctx, n.id, reqs)
-		return err
-	})
-	if err != nil {
-		n.log.WarnContext(ctx, "leasehold: giving trigger requests back failed; they are claimable again after their claim lease",
-			slog.Int("requests", len(reqs)), slog.Any("error", err))
-		return
-	}
-	if len(released) > 0 {
-		n.emit(ctx, telemetry.Event{Name: EventRequestReleased, Owner: n.id, Count: len(released)})
-	}
-}
-
-// accept acts on one hand-over's answer, under the intake lock: a started
+// accept acts on one taken episode, under the intake lock: a started
 // episode under this node's grant starts in one of the slots sl reserved;
 // a grant it cannot run is given back. It reports whether a run was
 // submitted.
-func (n *Node) accept(ctx context.Context, r episodes.TriggerRequest, d episodes.Dispatched, err error, sl *slots) bool {
-	switch {
-	case errors.Is(err, claims.ErrLeaseLost):
-		n.emit(ctx, telemetry.Event{Name: EventRequestLost, Key: requestKey(r), Owner: n.id, Fence: r.Fence})
-		return false
-	case err != nil:
-		n.log.WarnContext(ctx, "leasehold: trigger request hand-over failed; it is claimable again after its claim lease",
-			slog.Int64("request", r.ID), slog.Any("error", err))
-		return false
-	case d.Claim.Fence == 0:
-		n.emit(ctx, telemetry.Event{Name: EventRequestSkipped, Key: requestKey(r), Owner: n.id, Fence: r.Fence})
+func (n *Node) accept(ctx context.Context, d episodes.Dispatched, sl *slots) bool {
+	if d.Claim.Fence == 0 {
+		n.emit(ctx, telemetry.Event{Name: EventRequestSkipped, Key: availableKey(d), Owner: n.id,
+			Actor: d.ActorID, Expectation: d.ExpectationID, EpisodeID: d.EpisodeID})
 		return false
 	}
 	claim := d.Claim // its local lease clock started before the statement was sent
 	if !d.Started {
-		// Granted, but the episode changed between the statement's read
-		// and its write (a cancel): give the grant back at once.
+		// Not reached: the statement starts every episode it grants. Kept
+		// so that a grant is never held without a run.
 		_ = n.release(&job{claim: claim}) // logged
-		n.emit(ctx, telemetry.Event{Name: EventRequestSkipped, Key: requestKey(r), Owner: n.id, Fence: r.Fence})
+		n.emit(ctx, telemetry.Event{Name: EventRequestSkipped, Key: claim.Key, Owner: n.id, Fence: claim.Fence,
+			Actor: d.ActorID, Expectation: d.ExpectationID, EpisodeID: d.EpisodeID})
 		return false
 	}
 	ep := d.Episode
 	as, e, err := n.lookup(ep.ActorID, ep.ExpectationID)
 	if err != nil {
 		// The episode runs under our fresh grant but its code is not here
-		// (a definition changed since the request was claimed): release
-		// it so the recovery sweep requeues it at once rather than after
-		// the lease.
-		n.log.WarnContext(ctx, "leasehold: cannot run a dispatched episode here; releasing it",
+		// (a definition changed since the poll asked): release it so that
+		// the recovery sweep requeues it at once rather than after the
+		// lease.
+		n.log.WarnContext(ctx, "leasehold: cannot run a taken episode here; releasing it",
 			slog.Int64("episode", d.EpisodeID), slog.Any("error", err))
 		_ = n.release(&job{claim: claim}) // logged
 		return false
@@ -533,33 +381,40 @@ func (n *Node) accept(ctx context.Context, r episodes.TriggerRequest, d episodes
 	if sl != nil && sl.exec == as.exec && sl.take() {
 		as.exec.startReserved(j)
 	} else {
-		// Not reached: a poll claims no more than it reserved, for the
-		// request's own actor. Kept so that a run is never dropped.
+		// Not reached: a poll takes no more than it reserved, for the
+		// episode's own actor. Kept so that a run is never dropped.
 		as.exec.submit(j)
 	}
 	n.emit(ctx, n.about(j, telemetry.Event{Name: EventRequestDispatched}))
 	return true
 }
 
-// expireRequests expires the open requests in this poller's scope older
-// than the TTL, canceling their still-unclaimed episodes.
+// expireRequests expires the available episodes in this poller's scope due
+// more than the TTL ago: they end canceled, class trigger_expired.
 func (n *Node) expireRequests(ctx context.Context) {
 	stack, env := n.pollScope()
-	var expired []episodes.Expired
+	var expired []int64
 	err := n.retryingUntil(ctx, func(wctx context.Context) (err error) {
-		expired, err = n.store.ExpireTriggerRequests(wctx, episodes.ExpireQuery{Env: env, Stack: stack, TTL: n.cfg.Poll.TTL})
+		expired, err = n.store.ExpireAvailable(wctx, episodes.ExpireQuery{Env: env, Stack: stack, TTL: n.cfg.Poll.TTL})
 		return err
 	})
 	if err != nil {
 		if ctx.Err() == nil {
-			n.log.WarnContext(ctx, "leasehold: expiring trigger requests failed", slog.Any("error", err))
+			n.log.WarnContext(ctx, "leasehold: expiring available work failed", slog.Any("error", err))
 		}
 		return
 	}
 	if len(expired) > 0 {
 		n.emit(ctx, telemetry.Event{Name: EventRequestExpired, Owner: n.id, Count: len(expired)})
-		n.log.WarnContext(ctx, "leasehold: trigger requests expired unclaimed", slog.Int("count", len(expired)))
+		n.log.WarnContext(ctx, "leasehold: available work expired untaken", slog.Int("count", len(expired)))
 	}
 }
 
-func requestKey(r episodes.TriggerRequest) string { return fmt.Sprintf("trigger_request:%d", r.ID) }
+// availableKey names a taken episode in an event: its claim key when the
+// poll granted it, else episode:{id}.
+func availableKey(d episodes.Dispatched) string {
+	if d.Claim.Key != "" {
+		return d.Claim.Key
+	}
+	return fmt.Sprintf("episode:%d", d.EpisodeID)
+}

@@ -36,7 +36,7 @@ func retryCluster(t *testing.T, s runner.Strategy, maxAttempts int32) (nodetest.
 // for what the next attempt does).
 func due(t *testing.T, c nodetest.Cluster, id int64) {
 	t.Helper()
-	pgExec(t, c, `UPDATE leasehold_trigger_requests SET run_after = now() WHERE episode_id = $1`, id)
+	pgExec(t, c, `UPDATE leasehold_episodes SET run_after = now() WHERE id = $1 AND run_after IS NOT NULL`, id)
 	c.Nodes[0].PollNow()
 }
 
@@ -64,10 +64,10 @@ func TestRetryWithBackoffUntilSuccess(t *testing.T) {
 		// The backoff, measured between the retry's commit and run_after,
 		// both on the database clock.
 		var wait time.Duration
-		require.NoError(t, c.Pool.QueryRow(context.Background(), `SELECT (extract(epoch FROM r.run_after - c.finished_at) * 1000)::bigint * interval '1 millisecond'
-			FROM leasehold_trigger_requests r JOIN leasehold_episodes e ON e.id = r.episode_id
+		require.NoError(t, c.Pool.QueryRow(context.Background(), `SELECT (extract(epoch FROM e.run_after - c.finished_at) * 1000)::bigint * interval '1 millisecond'
+			FROM leasehold_episodes e
 			JOIN leasehold_work_claims c ON c.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id)
-			WHERE e.id = $1 AND r.status = 'pending'`, id).Scan(&wait))
+			WHERE e.id = $1 AND e.run_after IS NOT NULL`, id).Scan(&wait))
 		require.InDelta(t, float64(base), float64(wait), float64(base)/5+float64(time.Millisecond), "attempt %d", attempt+1)
 		ep, err := postgres.New(c.Pool).GetEpisode(context.Background(), id)
 		require.NoError(t, err)

@@ -33,7 +33,7 @@ type job struct {
 		err           error
 	}
 	// started: the granting statement started the episode already
-	// (CreateEpisode with a reserved slot, DispatchTriggerRequest):
+	// (CreateEpisode with a reserved slot, ClaimAvailable):
 	// execute skips StartEpisode and begins at nextStep (0: step 1).
 	started  bool
 	nextStep int32
@@ -44,14 +44,24 @@ type job struct {
 // keep their claim, renewed by the heartbeat, so no other node runs them;
 // only work that reached this node anyway waits here (recovered, or with
 // the poller off): a trigger that finds no free slot creates its episode
-// available to the cluster instead (reserve), and a poll hands over no more
-// than the slots it reserved (reserveUpTo).
+// available to the cluster instead (reserve), and a poll takes no more
+// than the slots it reserved (reserveForPoll).
 type executor struct {
 	node   *Node
 	max    int
 	mu     sync.Mutex
 	active int
 	queue  []*job
+	// polling counts the slots reserved by polls in flight (within
+	// active); ended is signalled when a poll gives them up (endPoll).
+	polling int
+	ended   sync.Cond
+}
+
+func newExecutor(n *Node, max int) *executor {
+	x := &executor{node: n, max: max}
+	x.ended.L = &x.mu
+	return x
 }
 
 func (x *executor) submit(j *job) {
@@ -68,21 +78,32 @@ func (x *executor) submit(j *job) {
 }
 
 // reserve takes a free slot for an episode this node is about to create
-// and run; false when none is free (or jobs already wait for one).
+// and run; false when none is free (or jobs already wait for one). While a
+// poll holds slots it reserved, it waits for the poll to end (one
+// statement) and looks again: a slot the poll leaves unused is the
+// trigger's, so an empty poll never turns a local run into available work.
 func (x *executor) reserve() bool {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if x.active >= x.max || len(x.queue) > 0 {
-		return false
+	for {
+		if len(x.queue) > 0 {
+			return false
+		}
+		if x.active < x.max {
+			x.active++
+			return true
+		}
+		if x.polling == 0 {
+			return false
+		}
+		x.ended.Wait()
 	}
-	x.active++
-	return true
 }
 
-// reserveUpTo takes up to n free slots for requests the poller claimed and
-// is about to hand over here, and returns how many it took; none while jobs
-// wait for a slot, as reserve.
-func (x *executor) reserveUpTo(n int) int {
+// reserveForPoll takes up to n free slots for a poll about to ask the
+// database for that much work, and returns how many it took; none while
+// jobs wait for a slot, as reserve. The poll ends with endPoll.
+func (x *executor) reserveForPoll(n int) int {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if len(x.queue) > 0 {
@@ -90,7 +111,19 @@ func (x *executor) reserveUpTo(n int) int {
 	}
 	k := max(0, min(n, x.max-x.active))
 	x.active += k
+	x.polling += k
 	return k
+}
+
+// endPoll ends a poll that reserved slots (reserveForPoll): the ones its
+// runs took stay taken, the unused ones are given back (to waiting jobs
+// first), and triggers waiting for the poll look again.
+func (x *executor) endPoll(reserved, unused int) {
+	x.mu.Lock()
+	x.polling -= reserved
+	x.mu.Unlock()
+	x.giveBack(unused)
+	x.ended.Broadcast()
 }
 
 // giveBack returns k reserved slots, to waiting jobs first, and reports

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -18,54 +19,87 @@ import (
 	"github.com/leasehold/leasehold/internal/pgtest"
 	"github.com/leasehold/leasehold/internal/testbound"
 	"github.com/leasehold/leasehold/runner"
-	"github.com/leasehold/leasehold/telemetry"
 )
 
-// claimHook is a runner.Store whose ClaimTriggerRequests, once armed, runs
-// before (ahead of the claim) and after (on the claimed requests) once, so
-// a test can act at the exact point between a poller's claim and its
-// hand-over. polled is closed by the first call (the poll every node makes
-// when it starts), which tests wait for before they write requests.
+// claimHook is a runner.Store whose ClaimAvailable, once armed, runs
+// before (ahead of the poll's statement, its slots reserved) and after (on
+// the episodes it took) once, so a test can act at the exact point of a
+// poll. polled is closed by the first call (the poll every node makes when
+// it starts), which tests wait for before they make work available.
 type claimHook struct {
 	runner.Store
 	polled     chan struct{}
 	polledOnce sync.Once
 	armed      atomic.Bool
 	before     func()
-	after      func([]episodes.TriggerRequest)
-	// nextDue, when set, runs before every NextTriggerRequestDue: the
-	// poller's look at when its next request falls due, after a poll.
+	after      func([]episodes.Dispatched)
+	// nextDue, when set, runs before every NextAvailableDue: the poller's
+	// look at when its next episode falls due, after a poll.
 	nextDue func()
 }
 
-func (h *claimHook) NextTriggerRequestDue(ctx context.Context, q episodes.RequestQuery) (time.Duration, bool, error) {
+func (h *claimHook) NextAvailableDue(ctx context.Context, q episodes.AvailableQuery) (time.Duration, bool, error) {
 	if h.nextDue != nil {
 		h.nextDue()
 	}
-	return h.Store.NextTriggerRequestDue(ctx, q)
+	return h.Store.NextAvailableDue(ctx, q)
 }
 
 func newClaimHook() *claimHook { return &claimHook{polled: make(chan struct{})} }
 
-func (h *claimHook) ClaimTriggerRequests(ctx context.Context, q episodes.RequestQuery) ([]episodes.TriggerRequest, error) {
+func (h *claimHook) ClaimAvailable(ctx context.Context, q episodes.AvailableQuery) ([]episodes.Dispatched, error) {
 	h.polledOnce.Do(func() { close(h.polled) })
 	fire := h.armed.CompareAndSwap(true, false)
 	if fire && h.before != nil {
 		h.before()
 	}
-	reqs, err := h.Store.ClaimTriggerRequests(ctx, q)
+	ds, err := h.Store.ClaimAvailable(ctx, q)
 	if fire && h.after != nil {
-		h.after(reqs)
+		h.after(ds)
 	}
-	return reqs, err
+	return ds, err
+}
+
+// dueHook is a runner.Store that records, on the database clock, when each
+// retried episode falls due (RetryEpisode's run_after) and when each poll
+// granted an episode (its claim's claimed_at).
+type dueHook struct {
+	runner.Store
+	mu      sync.Mutex
+	due     map[int64]time.Time
+	granted map[int64][]time.Time
+}
+
+func (h *dueHook) RetryEpisode(ctx context.Context, id int64, tok claims.Token, r episodes.Retry) (episodes.Retried, error) {
+	res, err := h.Store.RetryEpisode(ctx, id, tok, r)
+	if err == nil && !res.Canceled {
+		h.mu.Lock()
+		h.due[id] = res.RunAfter
+		h.mu.Unlock()
+	}
+	return res, err
+}
+
+func (h *dueHook) ClaimAvailable(ctx context.Context, q episodes.AvailableQuery) ([]episodes.Dispatched, error) {
+	ds, err := h.Store.ClaimAvailable(ctx, q)
+	h.mu.Lock()
+	for _, d := range ds {
+		if d.Started {
+			h.granted[d.EpisodeID] = append(h.granted[d.EpisodeID], d.Claim.ClaimedAt)
+		}
+	}
+	h.mu.Unlock()
+	return ds, err
 }
 
 // Due work starts at its due time, not on the poller's next interval: three
 // nodes polling every 30 s with a notifier run delayed episodes and retried
-// attempts within the measured scheduling margin of run_after. Lag is
-// the request's hand-over (finished_at) minus its run_after, both on the
-// database clock. Before pollers slept until the next due request, a 1 s
-// backoff retried 3.6 s late and delays started up to 4.8 s late.
+// attempts within the measured scheduling margin of run_after. Lag is the
+// poll's grant (the claim's claimed_at) minus the instant the episode fell
+// due (a delayed episode's creation plus its delay; a retry's run_after),
+// both on the database clock. Before pollers slept until the next due
+// episode, a 1 s backoff retried 3.6 s late and delays started up to 4.8 s
+// late.
 func TestDueWorkStartsAtItsDueTime(t *testing.T) {
 	t.Parallel()
 	const (
@@ -88,13 +122,20 @@ func TestDueWorkStartsAtItsDueTime(t *testing.T) {
 		Retry: runner.RetryPolicy{Backoff: 500 * time.Millisecond},
 	}}}
 	interval := 30 * time.Second
-	c := nodetest.Start(t, 3, func(_ int, cfg *runner.Config) { cfg.Poll.Interval = interval }, actor)
+	hooks := make([]*dueHook, 3)
+	c := nodetest.Start(t, 3, func(i int, cfg *runner.Config) {
+		cfg.Poll.Interval = interval
+		hooks[i] = &dueHook{Store: cfg.Store, due: map[int64]time.Time{}, granted: map[int64][]time.Time{}}
+		cfg.Store = hooks[i]
+	}, actor)
 	ctx := context.Background()
+	delays := map[int64]time.Duration{}
 	for i := range delayed {
 		delay := 300*time.Millisecond + time.Duration(i)*75*time.Millisecond
 		out, err := c.Nodes[i%3].Fire(ctx, "monitor", "resource.updated", map[string]any{"i": i}, runner.FireOptions{Delay: delay})
 		require.NoError(t, err)
 		require.True(t, out[0].Deferred)
+		delays[out[0].EpisodeID] = delay
 	}
 	for i := range retried {
 		_, err := c.Nodes[i%3].Fire(ctx, "monitor", "resource.updated", map[string]any{"i": 100 + i, "Retry": true}, runner.FireOptions{})
@@ -103,44 +144,54 @@ func TestDueWorkStartsAtItsDueTime(t *testing.T) {
 	nodetest.WaitEnded(t, delayed+retried, c.Sigs...)
 	require.Equal(t, delayed+retried, c.Count(t, "status = 'done'"))
 
-	// Each hand-over's lag, split at its claim: a late claim is a poller
-	// that woke late; a late finish after a timely claim is a slow hand-over.
-	rows, err := c.Pool.Query(ctx, `SELECT extract(epoch FROM (r.finished_at - r.run_after)) * 1000,
-			format('request %s (episode %s, fence %s, %s): claimed %s ms after due by %s, handed over %s ms later',
-				r.id, r.episode_id, r.fence, CASE WHEN r.opts IS NULL THEN 'no opts' ELSE 'opts' END,
-				round(extract(epoch FROM (r.claimed_at - r.run_after)) * 1000), r.claimed_by,
-				round(extract(epoch FROM (r.finished_at - r.claimed_at)) * 1000))
-		FROM leasehold_trigger_requests AS r WHERE r.status = 'completed'`)
-	require.NoError(t, err)
+	due := map[int64]time.Time{}
+	for id, d := range delays {
+		var created time.Time
+		require.NoError(t, c.Pool.QueryRow(ctx, `SELECT created_at FROM leasehold_episodes WHERE id = $1`, id).Scan(&created))
+		due[id] = created.Add(d)
+	}
+	granted := map[int64][]time.Time{}
+	for _, h := range hooks {
+		h.mu.Lock()
+		for id, at := range h.due {
+			due[id] = at
+		}
+		for id, at := range h.granted {
+			granted[id] = append(granted[id], at...)
+		}
+		h.mu.Unlock()
+	}
 	var (
 		lags    []float64
 		details []string
 	)
-	for rows.Next() {
-		var (
-			ms     float64
-			detail string
-		)
-		require.NoError(t, rows.Scan(&ms, &detail))
+	for id, at := range due {
+		var after *time.Time // the first grant at or after the due time
+		for _, g := range granted[id] {
+			if !g.Before(at) && (after == nil || g.Before(*after)) {
+				after = &g
+			}
+		}
+		require.NotNil(t, after, "episode %d (due %v) was never granted by a poll after it fell due: %v", id, at, granted[id])
+		ms := float64(after.Sub(at).Microseconds()) / 1000
 		lags = append(lags, ms)
 		if ms >= float64(testbound.Margin.Milliseconds())/4 {
-			details = append(details, detail)
+			details = append(details, fmt.Sprintf("episode %d granted %.0f ms after due", id, ms))
 		}
 	}
-	require.NoError(t, rows.Err())
-	require.Len(t, lags, delayed+retried, "one hand-over per delayed episode and per retry")
+	require.Len(t, lags, delayed+retried, "one due time per delayed episode and per retry")
 	slices.Sort(lags)
 	p50, p99 := lags[len(lags)/2], lags[(len(lags)*99)/100]
-	t.Logf("due-to-start over %d hand-overs: p50 %.1f ms, p99 %.1f ms, max %.1f ms (poll interval %v)",
+	t.Logf("due-to-grant over %d polls: p50 %.1f ms, p99 %.1f ms, max %.1f ms (poll interval %v)",
 		len(lags), p50, p99, lags[len(lags)-1], interval)
 	if len(details) > 0 {
-		t.Logf("hand-overs later than a quarter of the margin: %v", details)
+		t.Logf("grants later than a quarter of the margin: %v", details)
 	}
-	// On time is a timer, a claim and a hand-over: tens of milliseconds,
-	// and the scheduling margin of a loaded host at most; waiting for a
-	// tick of three nodes' 30 s intervals is seconds, most of them.
+	// On time is a timer and a poll: tens of milliseconds, and the
+	// scheduling margin of a loaded host at most; waiting for a tick of
+	// three nodes' 30 s intervals is seconds, most of them.
 	require.Less(t, lags[len(lags)-1], float64(testbound.Margin.Milliseconds()),
-		"a due request waited for the poll interval: lags %v; the late ones: %v", lags, details)
+		"a due episode waited for the poll interval: lags %v; the late ones: %v", lags, details)
 }
 
 // heldUntil is a strategy whose run calls called (when set) and sends its
@@ -170,10 +221,10 @@ func (quietWaker) WaitTriggerRequests(ctx context.Context, _ func()) error {
 	return ctx.Err()
 }
 
-// A slot that fills after a poll found it free, and frees after a request
+// A slot that fills after a poll found it free, and frees after an episode
 // fell due, wakes the poller: the poll saw free slots (nothing left behind),
 // a local trigger took the last one before the poller looked ahead, so the
-// look-ahead left the full actor out, and the request that fell due
+// look-ahead left the full actor out, and the episode that fell due
 // meanwhile had no timer. Without the backlog flag that look-ahead sets,
 // the freed slot woke nobody (with a waker configured, a freed slot polls
 // only when work was left behind) and the request waited for the 30 s
@@ -216,25 +267,31 @@ func TestASlotFreedAfterTheLookAheadWakesThePoller(t *testing.T) {
 	require.True(t, out[0].Deferred)
 	delayed := out[0].EpisodeID
 
-	var local atomic.Int64
-	hook.after = func([]episodes.TriggerRequest) {
-		// Between the poll's claim (a free slot, nothing due) and its
-		// look-ahead: a local trigger takes the slot.
+	var (
+		local atomic.Int64
+		armed atomic.Bool
+	)
+	runner.SetAfterPoll(node, func() {
+		if !armed.CompareAndSwap(true, false) {
+			return
+		}
+		// Between the poll (its slot reserved and given back, nothing
+		// due) and its look-ahead: a local trigger takes the slot.
 		out, err := node.Fire(ctx, "monitor", "resource.updated", map[string]string{"local": "yes"}, runner.FireOptions{})
 		if err == nil && !out[0].Deferred {
 			local.Store(out[0].EpisodeID)
 		}
 		close(filled)
-	}
-	hook.armed.Store(true)
+	})
+	armed.Store(true)
 	node.PollNow()
 	require.Equal(t, "after the slot filled", <-lookedAhead)
 	require.NotZero(t, local.Load(), "the local trigger took the free slot")
 	require.Equal(t, local.Load(), <-started)
 
-	// The request falls due while the slot is taken (database time moved,
-	// not slept for; an UPDATE notifies nobody), then the slot frees.
-	tag, err := c.Pool.Exec(ctx, `UPDATE leasehold_trigger_requests SET run_after = now() WHERE episode_id = $1 AND status = 'pending'`, delayed)
+	// The episode falls due while the slot is taken (database time moved,
+	// not slept for; the waker hears nothing), then the slot frees.
+	tag, err := c.Pool.Exec(ctx, `UPDATE leasehold_episodes SET run_after = now() WHERE id = $1 AND run_after IS NOT NULL`, delayed)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, tag.RowsAffected())
 	freed := time.Now()
@@ -242,20 +299,20 @@ func TestASlotFreedAfterTheLookAheadWakesThePoller(t *testing.T) {
 	select {
 	case id := <-started:
 		require.Equal(t, delayed, id)
-		t.Logf("the due request started %v after the slot freed (poll interval %v)", time.Since(freed).Round(time.Millisecond), interval)
+		t.Logf("the due episode started %v after the slot freed (poll interval %v)", time.Since(freed).Round(time.Millisecond), interval)
 	case <-time.After(testbound.Margin):
-		t.Fatalf("the due request did not start within %v of the slot freeing: the poller slept for its %v interval", testbound.Margin, interval)
+		t.Fatalf("the due episode did not start within %v of the slot freeing: the poller slept for its %v interval", testbound.Margin, interval)
 	}
 	nodetest.WaitEnded(t, 2, c.Sigs[0])
 }
 
-// A hand-over that finds no free slot gives the work back: a local trigger
-// that comes between a poll's look at the free slots and its hand-over
-// keeps the slot, and the claimed request is released at once, fenced,
-// for the nodes with capacity, instead of being handed over into this
-// node's slot queue with the database already showing it running. Every
-// episode the database shows running here has had its strategy called.
-func TestHandOverWithoutASlotGivesTheWorkBack(t *testing.T) {
+// A poll takes no more than the slots it reserved before it asked: a local
+// trigger that comes while the poll is in flight waits for it, finds the
+// slot used and overflows into available work for the nodes with capacity,
+// instead of the poll starting an episode that then waits in this node's
+// slot queue with the database already showing it running. Every episode
+// the database shows running here has had its strategy called.
+func TestAPollTakesOnlyTheSlotsItReserved(t *testing.T) {
 	t.Parallel()
 	var (
 		mu      sync.Mutex
@@ -269,7 +326,7 @@ func TestHandOverWithoutASlotGivesTheWorkBack(t *testing.T) {
 		mu.Unlock()
 	})
 	hook := newClaimHook()
-	var localOut atomic.Pointer[runner.Outcome]
+	localOut := make(chan runner.Outcome, 1)
 	c := nodetest.Start(t, 2, func(i int, cfg *runner.Config) {
 		cfg.TriggerWaker = nil
 		cfg.Poll.Interval = time.Hour
@@ -283,10 +340,15 @@ func TestHandOverWithoutASlotGivesTheWorkBack(t *testing.T) {
 	full, writer, ctx := c.Nodes[0], c.Nodes[1], context.Background()
 
 	hook.before = func() {
-		out, err := full.Fire(ctx, "monitor", "resource.updated", map[string]string{"local": "yes"}, runner.FireOptions{})
-		if err == nil {
-			localOut.Store(&out[0])
-		}
+		go func() {
+			out, err := full.Fire(ctx, "monitor", "resource.updated", map[string]string{"local": "yes"}, runner.FireOptions{})
+			if err != nil {
+				t.Error(err)
+				close(localOut)
+				return
+			}
+			localOut <- out[0]
+		}()
 	}
 	<-hook.polled // its poller's first poll is over; it sleeps for the interval
 	out, err := writer.Fire(ctx, "monitor", "resource.updated", map[string]string{"available": "yes"}, runner.FireOptions{})
@@ -295,19 +357,13 @@ func TestHandOverWithoutASlotGivesTheWorkBack(t *testing.T) {
 	available := out[0].EpisodeID
 
 	hook.armed.Store(true)
-	n, err := full.PollOnce(ctx)
-	require.NoError(t, err)
-	require.Zero(t, n, "no slot was left for the claimed request")
-	local := localOut.Load()
-	require.NotNil(t, local)
-	require.False(t, local.Deferred, "the local trigger kept the slot it took")
-	require.Equal(t, local.EpisodeID, <-started)
+	n := pollUntil(t, full, hook.armed.Load)
+	require.Equal(t, 1, n, "the poll took one episode, for its one reserved slot")
+	local, ok := <-localOut
+	require.True(t, ok)
+	require.True(t, local.Deferred, "the local trigger found the slot used by the poll and overflowed")
+	require.Equal(t, available, <-started, "the poll took the episode due first")
 
-	var status, claimedBy string
-	require.NoError(t, c.Pool.QueryRow(ctx, `SELECT status, coalesce(claimed_by, '') FROM leasehold_trigger_requests
-		WHERE episode_id = $1`, available).Scan(&status, &claimedBy))
-	require.Equal(t, "pending", status, "the claim was given back at once, not kept for the claim lease")
-	require.Empty(t, claimedBy)
 	rows, err := c.Pool.Query(ctx, `SELECT id FROM leasehold_episodes WHERE status = 'running' AND owner_node = 'node-0'`)
 	require.NoError(t, err)
 	var running []int64
@@ -322,119 +378,111 @@ func TestHandOverWithoutASlotGivesTheWorkBack(t *testing.T) {
 		require.True(t, called[id], "episode %d is running in the database but its strategy was never called", id)
 	}
 	mu.Unlock()
-	require.Equal(t, []int64{local.EpisodeID}, running, "one slot, one running episode")
+	require.Equal(t, []int64{available}, running, "one slot, one running episode")
+	require.Equal(t, 1, c.Count(t, fmt.Sprintf("id = %d AND status = 'queued' AND run_after IS NOT NULL", local.EpisodeID)),
+		"the overflow is available work")
 
-	close(release) // the slot frees; the poller takes the work it gave back
-	require.Equal(t, available, <-started)
+	close(release) // the slot frees; the poller takes the overflow
+	require.Equal(t, local.EpisodeID, <-started)
 	nodetest.WaitEnded(t, 2, c.Sigs[0])
 }
 
-// A poller that begins to drain between claiming requests and handing them
-// over gives every claim back, fenced, before it exits: another node takes
-// the work at once rather than after Poll.ClaimLease (30 s).
-func TestDrainGivesBackUnhandedRequestClaims(t *testing.T) {
+// A drain that begins while a poll is in flight waits for it (both take
+// the node's intake): every episode the poll took starts here, and the
+// drain hands what has not ended back at its next step boundary (the first
+// is before the strategy's first step). Nothing is left running in the
+// database under the departed node's live grant.
+func TestDrainDuringAPollStartsWhatItTook(t *testing.T) {
 	t.Parallel()
-	drainStarted := make(chan telemetry.Event, 1)
-	hook, otherHook := newClaimHook(), newClaimHook()
+	hook := newClaimHook()
 	pool := pgtest.Schema(t)
-	c := nodetest.StartOn(t, pool, 3, func(i int, cfg *runner.Config) {
+	var calls atomic.Int32
+	step := funcStrategy{StepFunc: func(context.Context, *runner.Run) (runner.StepResult, error) {
+		calls.Add(1)
+		return runner.StepResult{Done: true}, nil
+	}}
+	c := nodetest.StartOn(t, pool, 2, func(i int, cfg *runner.Config) {
 		cfg.TriggerWaker = nil
 		cfg.Poll.Interval = time.Hour
 		switch i {
 		case 0:
 			hook.Store = cfg.Store
 			cfg.Store = hook
-			cfg.Observer = watch{Observer: cfg.Observer, name: runner.EventDrainStarted, ch: drainStarted}
 		case 1:
-			otherHook.Store = cfg.Store
-			cfg.Store = otherHook
-		case 2:
 			cfg.Mode = runner.ModeTriggerOnly
 		}
-	}, nil, eventActor(oneStep, 4))
-	leaving, other, writer, ctx := c.Nodes[0], c.Nodes[1], c.Nodes[2], context.Background()
+	}, nil, eventActor(step, 4))
+	leaving, writer, ctx := c.Nodes[0], c.Nodes[1], context.Background()
 
-	<-hook.polled // both full nodes' first polls are over; they sleep
-	<-otherHook.polled
-	const requests = 3
-	for i := range requests {
+	<-hook.polled // the first poll is over; it sleeps
+	const available = 3
+	for i := range available {
 		out, err := writer.Fire(ctx, "monitor", "resource.updated", map[string]int{"i": i}, runner.FireOptions{})
 		require.NoError(t, err)
 		require.True(t, out[0].Deferred)
 	}
 	var (
-		claimed atomic.Int32
+		took    atomic.Int32
 		drained = make(chan error, 1)
 	)
-	// The leaving node's own poller claims; the drain begins before it
-	// hands over (Drain waits for the poller to return).
-	hook.after = func(reqs []episodes.TriggerRequest) {
-		claimed.Store(int32(len(reqs)))
+	hook.after = func(ds []episodes.Dispatched) {
+		took.Store(int32(len(ds)))
 		go func() {
 			_, err := leaving.Drain(ctx)
 			drained <- err
 		}()
-		<-drainStarted
 	}
 	hook.armed.Store(true)
 	leaving.PollNow()
 	require.NoError(t, <-drained)
-	require.EqualValues(t, requests, claimed.Load(), "the leaving node had claimed them all")
-	require.Zero(t, c.Sigs[0].Count(runner.EventRequestDispatched), "a draining node hands nothing over")
-
-	var stillClaimed, pending int
-	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'claimed'),
-		count(*) FILTER (WHERE status = 'pending' AND claimed_by IS NULL) FROM leasehold_trigger_requests`).Scan(&stillClaimed, &pending))
-	require.Zero(t, stillClaimed, "no request is left claimed by the departed node")
-	require.Equal(t, requests, pending, "every claim was given back")
-
-	n, err := other.PollOnce(ctx)
-	require.NoError(t, err)
-	require.Equal(t, requests, n, "another node takes the work at once, not after the claim lease")
-	nodetest.WaitEnded(t, requests, c.Sigs[1])
+	require.EqualValues(t, available, took.Load(), "the leaving node's poll took them all")
+	require.Equal(t, available, c.Sigs[0].Count(runner.EventRequestDispatched), "and started each")
+	handedBack := c.Count(t, `status = 'running' AND EXISTS (SELECT 1 FROM leasehold_work_claims AS c
+		WHERE c.dedupe_key = coalesce(leasehold_episodes.dedupe_key, 'episode:' || leasehold_episodes.id) AND c.state = 'released')`)
+	require.EqualValues(t, c.Count(t, "status = 'done'"), calls.Load(), "what ran to its end is what its strategy ran")
+	require.Equal(t, available, c.Count(t, "status = 'done'")+handedBack,
+		"each ran to its end or was handed back by the drain, for recovery")
+	var live int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM leasehold_work_claims
+		WHERE owner_node = 'node-0' AND state = 'claimed'`).Scan(&live))
+	require.Zero(t, live, "no grant of the departed node is left live")
 }
 
-// cutDispatch is a runner.Store whose batch hand-over, once armed, hands
-// over the first request only and then fails retryably, as SQLite's does
-// when a later transaction of a batch cannot get the write lock: the
-// hand-overs committed before the error come back with it.
-type cutDispatch struct {
+// cutPoll is a runner.Store whose poll, once armed, takes the first
+// episode only and then fails retryably, as an adapter that commits a poll
+// in several transactions does when a later one cannot get the write
+// lock: the episodes taken before the error come back with it.
+type cutPoll struct {
 	runner.Store
-	bd    batchDispatcher // the adapter's own batch hand-over
 	armed atomic.Bool
 }
 
-type batchDispatcher interface {
-	DispatchTriggerRequests(ctx context.Context, owner string, reqs []episodes.TriggerRequest, lease time.Duration) ([]episodes.Dispatched, error)
-}
-
-func (c *cutDispatch) DispatchTriggerRequests(ctx context.Context, owner string, reqs []episodes.TriggerRequest, lease time.Duration) ([]episodes.Dispatched, error) {
-	bd := c.bd
-	if len(reqs) > 1 && c.armed.CompareAndSwap(true, false) {
-		ds, err := bd.DispatchTriggerRequests(ctx, owner, reqs[:1], lease)
+func (c *cutPoll) ClaimAvailable(ctx context.Context, q episodes.AvailableQuery) ([]episodes.Dispatched, error) {
+	if q.Limit > 1 && c.armed.CompareAndSwap(true, false) {
+		one := q
+		one.Limit = 1
+		ds, err := c.Store.ClaimAvailable(ctx, one)
 		if err != nil {
 			return ds, err
 		}
-		return ds, fmt.Errorf("cut short after %d of %d: %w", len(ds), len(reqs), claims.ErrRetryable)
+		return ds, fmt.Errorf("cut short after %d of %d: %w", len(ds), q.Limit, claims.ErrRetryable)
 	}
-	return bd.DispatchTriggerRequests(ctx, owner, reqs, lease)
+	return c.Store.ClaimAvailable(ctx, q)
 }
 
-// A batch hand-over cut short by an error starts the runs it handed over
-// and tries only the rest again. Before, the retry sent the whole batch:
-// the requests already handed over came back missing, were taken for
-// lapsed, and their episodes stayed running under this node's grant with
-// no strategy called until the lease ran out.
-func TestABatchHandOverCutShortStartsWhatItHandedOver(t *testing.T) {
+// A poll cut short by an error starts the runs it took and asks only for
+// the rest again. Before, a retry sent the whole batch again: the episodes
+// already taken were not returned a second time, and stayed running under
+// this node's grant with no strategy called until the lease ran out.
+func TestAPollCutShortStartsWhatItTook(t *testing.T) {
 	t.Parallel()
 	started, release := make(chan int64, 4), make(chan struct{})
 	block := heldUntil(started, release, nil)
-	hook, cut := newClaimHook(), &cutDispatch{}
+	hook, cut := newClaimHook(), &cutPoll{}
 	c := nodetest.Start(t, 2, func(i int, cfg *runner.Config) {
 		cfg.TriggerWaker = nil
 		cfg.Poll.Interval = time.Hour
 		if i == 0 {
-			cut.bd = cfg.Store.(batchDispatcher)
 			hook.Store = cfg.Store
 			cut.Store = hook
 			cfg.Store = cut
@@ -453,21 +501,79 @@ func TestABatchHandOverCutShortStartsWhatItHandedOver(t *testing.T) {
 		want[out[0].EpisodeID] = true
 	}
 	cut.armed.Store(true)
-	n, err := full.PollOnce(ctx)
-	require.NoError(t, err)
-	require.False(t, cut.armed.Load(), "the batch hand-over was cut short")
-	require.Equal(t, 2, n, "both requests became local runs")
+	n := pollUntil(t, full, cut.armed.Load)
+	require.False(t, cut.armed.Load(), "the poll was cut short")
+	require.Equal(t, 2, n, "both episodes became local runs")
 	got := map[int64]bool{}
 	for range 2 {
 		select {
 		case id := <-started:
 			got[id] = true
 		case <-time.After(testbound.Margin):
-			t.Fatalf("a handed-over episode's strategy was never called (started: %v of %v)", got, want)
+			t.Fatalf("a taken episode's strategy was never called (started: %v of %v)", got, want)
 		}
 	}
 	require.Equal(t, want, got)
 	require.Equal(t, 2, c.Count(t, "status = 'running' AND owner_node = 'node-0'"), "running in the database: exactly the two runs whose strategies run")
 	close(release)
 	nodetest.WaitEnded(t, 2, c.Sigs[0])
+}
+
+// A poll that finds nothing due gives its reserved slots back, and a local
+// trigger that came while it was in flight runs here in one of them: an
+// empty poll never turns a local run into available work.
+func TestALocalTriggerDuringAnEmptyPollRunsHere(t *testing.T) {
+	t.Parallel()
+	started, release := make(chan int64, 2), make(chan struct{})
+	hook := newClaimHook()
+	localOut := make(chan runner.Outcome, 1)
+	c := nodetest.Start(t, 1, func(_ int, cfg *runner.Config) {
+		cfg.TriggerWaker = nil
+		cfg.Poll.Interval = time.Hour
+		hook.Store = cfg.Store
+		cfg.Store = hook
+	}, eventActor(heldUntil(started, release, nil), 1))
+	node, ctx := c.Nodes[0], context.Background()
+	<-hook.polled
+
+	hook.before = func() {
+		go func() {
+			out, err := node.Fire(ctx, "monitor", "resource.updated", map[string]string{"local": "yes"}, runner.FireOptions{})
+			if err != nil {
+				t.Error(err)
+				close(localOut)
+				return
+			}
+			localOut <- out[0]
+		}()
+	}
+	hook.armed.Store(true)
+	n := pollUntil(t, node, hook.armed.Load)
+	require.Zero(t, n, "nothing was due")
+	local, ok := <-localOut
+	require.True(t, ok)
+	require.False(t, local.Deferred, "an empty poll made the local trigger overflow")
+	require.Equal(t, local.EpisodeID, <-started)
+	close(release)
+	nodetest.WaitEnded(t, 1, c.Sigs[0])
+}
+
+// pollUntil polls node until armed reports false (a hook fired in the
+// poll's statement) and returns that poll's count. The node's own poller's
+// first poll may still be in flight when a test starts: it holds the free
+// slots, and a poll that finds none asks the store nothing, so the test
+// polls again (no sleep: each attempt is a lock and a look at the slots).
+func pollUntil(t *testing.T, node *runner.Node, armed func() bool) int {
+	t.Helper()
+	deadline := time.Now().Add(testbound.Margin)
+	for time.Now().Before(deadline) {
+		n, err := node.PollOnce(context.Background())
+		require.NoError(t, err)
+		if !armed() {
+			return n
+		}
+		runtime.Gosched()
+	}
+	t.Fatalf("no poll reached the store within %v", testbound.Margin)
+	return 0
 }

@@ -68,7 +68,7 @@ func (n *Node) FireTx(ctx context.Context, tx TxStore, actorID, event string, pa
 		}
 		ne := f.ne
 		ne.TraceParent = n.inject(ctx)
-		res, err := tx.CreateDeferredEpisode(ctx, episodes.Deferred{New: ne, SourceNode: n.id, Delay: opts.Delay})
+		res, err := tx.CreateDeferredEpisode(ctx, episodes.Deferred{New: ne, Delay: opts.Delay})
 		if err != nil {
 			// A refused key (ErrKeyVersion) dooms the caller's transaction
 			// on Postgres: the caller runs it again, hashed anew.

@@ -242,7 +242,7 @@ func TestBrowser(t *testing.T) {
 		do(t, chromedp.Navigate(base+"/episodes?actor=reports"), chromedp.WaitVisible(`#episodes`))
 		require.Equal(t, []int64{s.available}, rowIDs(t))
 		d, err := s.store.CreateDeferredEpisode(context.Background(), episodes.Deferred{New: episodes.New{ActorID: "reports",
-			ExpectationID: "build", TriggerType: episodes.TriggerManual, DedupeKey: "report:live", MaxAttempts: 3}, SourceNode: "node-3"})
+			ExpectationID: "build", TriggerType: episodes.TriggerManual, DedupeKey: "report:live", MaxAttempts: 3}})
 		require.NoError(t, err)
 		do(t, poll(fmt.Sprintf(`document.querySelector('#episodes tbody tr[data-id="%d"]') !== null`, d.Episode.ID))) // the list updated live
 		require.Equal(t, []int64{d.Episode.ID, s.available}, rowIDs(t))

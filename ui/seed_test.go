@@ -106,28 +106,22 @@ func seed(t testing.TB, bulk int) seeded {
 		t.Helper()
 		require.NoError(t, st.FinishEpisode(ctx, id, tk, f))
 	}
-	// take dispatches the pending request of episode id to owner and
-	// starts it there, as a poller does.
+	// take makes available episode id the first due and takes it for
+	// owner, granted and started, as a poller does.
 	take := func(id int64, actor, owner string) (claims.Token, int32) {
 		t.Helper()
 		ep, err := st.GetEpisode(ctx, id)
 		require.NoError(t, err)
-		reqs, err := st.ClaimTriggerRequests(ctx, episodes.RequestQuery{Owner: owner, Lease: lease,
-			Runnable: []episodes.Runnable{{ActorID: actor, ExpectationID: ep.ExpectationID}}, Limit: 10})
+		pgtest.Exec(t, pool, `UPDATE leasehold_episodes SET run_after = run_after - interval '1 day' WHERE id = $1 AND run_after IS NOT NULL`, id)
+		ds, err := st.ClaimAvailable(ctx, episodes.AvailableQuery{Owner: owner, Lease: lease,
+			Runnable: []episodes.Runnable{{ActorID: actor, ExpectationID: ep.ExpectationID}}, Limit: 1})
 		require.NoError(t, err)
-		for _, r := range reqs {
-			if r.EpisodeID != id {
-				continue
-			}
-			d, err := st.DispatchTriggerRequest(ctx, r, lease)
-			require.NoError(t, err)
-			require.NotZero(t, d.Claim.Fence, "dispatched with a grant")
-			next, err := st.StartEpisode(ctx, id, d.Claim.Token)
-			require.NoError(t, err)
-			return d.Claim.Token, next
-		}
-		t.Fatalf("no pending request for episode %d among %d", id, len(reqs))
-		return claims.Token{}, 0
+		require.Len(t, ds, 1, "episode %d is available", id)
+		d := ds[0]
+		require.Equal(t, id, d.EpisodeID)
+		require.NotZero(t, d.Claim.Fence, "taken with a grant")
+		require.True(t, d.Started)
+		return d.Claim.Token, d.NextStep
 	}
 
 	var tk claims.Token
@@ -168,8 +162,7 @@ func seed(t testing.TB, bulk int) seeded {
 	finish(s.tricky, tk, episodes.Finish{Status: episodes.StatusDone})
 
 	d, err := st.CreateDeferredEpisode(ctx, episodes.Deferred{New: episodes.New{ActorID: "reports", ExpectationID: "build",
-		TriggerType: episodes.TriggerSchedule, DedupeKey: "report:daily", MaxAttempts: 3, SourceEnv: "rc", SourceStack: "blue"},
-		SourceNode: trickyNode})
+		TriggerType: episodes.TriggerSchedule, DedupeKey: "report:daily", MaxAttempts: 3, SourceEnv: "rc", SourceStack: "blue"}})
 	require.NoError(t, err)
 	s.available = d.Episode.ID
 

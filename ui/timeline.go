@@ -283,9 +283,9 @@ func currentOutcome(v *grantView, d inspect.EpisodeDetail, c *inspect.Claim, now
 			v.Why = "Recovery (RequeueOrphan) fenced the dead grant out (fence + 1) and made the work available again, to whichever full node has a free slot."
 		case d.Status == episodes.StatusQueued && d.Phase == "retrying":
 			v.Outcome, v.Label = outRetry, "attempt failed, retry due"
-			due := "when its trigger request is due"
-			if d.Request != nil {
-				due = fmt.Sprintf("at %s (%s)", stamp(d.Request.RunAfter), ago(d.Request.RunAfter, now))
+			due := "when it falls due"
+			if d.RunAfter != nil {
+				due = fmt.Sprintf("at %s (%s)", stamp(*d.RunAfter), ago(*d.RunAfter, now))
 			}
 			v.Why, v.Detail = "The holder released the claim and journaled the error (RetryEpisode); the next attempt runs "+due+".", d.ErrorDetail
 		case d.Status == episodes.StatusRunning || d.Status == episodes.StatusQueued:

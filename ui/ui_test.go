@@ -158,7 +158,7 @@ func TestPages(t *testing.T) {
 		require.Regexp(t, `data-fence="1" data-outcome="expired"`, body)
 		_, body = s.get(t, "/episodes/"+strconv.FormatInt(s.available, 10))
 		require.Contains(t, body, "No grant yet")
-		require.Contains(t, body, `id="request"`)
+		require.Regexp(t, `<dl class="fields" id="available">\s*<dt>due</dt>`, body)
 	})
 
 	t.Run("stored text is shown as text", func(t *testing.T) {

@@ -770,7 +770,6 @@ func startStep(ctx context.Context, tx Tx, source string, inst *Instance, sd *St
 			DedupeKey:   fmt.Sprintf("workflow:%d:%s:%d", inst.ID, sd.ID, attempt),
 			MaxAttempts: maxAttempts, SourceStack: inst.SourceStack, SourceEnv: inst.Env, Payload: inst.Payload,
 		},
-		SourceNode: source,
 	})
 	if err != nil {
 		return err

@@ -18,7 +18,7 @@ type batcher interface {
 }
 
 // lockBound is the bound_ms a takeover statement (AcquireClaim,
-// ClaimForRecovery, RequeueOrphan, DispatchTriggerRequest(s)) sets as its
+// ClaimForRecovery, RequeueOrphan, ClaimAvailable) sets as its
 // own lock_timeout, LOCAL, before it reaches a row: claims.TxBound of the
 // context, so the takeover waits at most that long behind a frozen holder
 // and costs no second statement. Inside a caller's transaction it is 0 and

@@ -97,57 +97,65 @@ func TestTakeoverWaitsAtMostTheBound(t *testing.T) {
 }
 
 // Every takeover bounds its own wait, with no statement of its own, on
-// whichever row it meets locked: here the episode row, which a holder
-// frozen in a transaction (a cancel, an operator's tool) keeps locked while
-// the claim row is free. Each fails retryable once it has waited the bound.
-func TestTakeoverWaitsAtMostTheBoundOnTheEpisodeRow(t *testing.T) {
+// whichever row it meets locked: for recovery, the episode row, which a
+// holder frozen in a transaction (a cancel, an operator's tool) keeps
+// locked while the claim row is free; for a poll, which skips locked
+// episode rows, the claim row of the episode it picked (a retried
+// episode's, whose released claim a frozen transaction holds). Each fails
+// retryable once it has waited the bound.
+func TestTakeoverWaitsAtMostTheBoundOnTheRowItMeets(t *testing.T) {
 	t.Parallel()
 	const bound = 300 * time.Millisecond
-	type setup = func(context.Context, *testing.T, *postgres.Store, *pgxpool.Pool) (int64, episodes.TriggerRequest)
-	type takeover = func(ctx context.Context, s *postgres.Store, id int64, r episodes.TriggerRequest) error
-	// available makes a deferred episode and claims its request for node-a.
-	var available setup = func(ctx context.Context, t *testing.T, s *postgres.Store, _ *pgxpool.Pool) (int64, episodes.TriggerRequest) {
-		made, req := claimedRequest(ctx, t, s, "bounded")
-		return made.Episode.ID, req
+	type setup = func(context.Context, *testing.T, *postgres.Store, *pgxpool.Pool) int64
+	type takeover = func(ctx context.Context, s *postgres.Store, id int64) error
+	// retried makes an available episode whose claim row exists: its first
+	// attempt failed and was retried at once.
+	var retried setup = func(ctx context.Context, t *testing.T, s *postgres.Store, _ *pgxpool.Pool) int64 {
+		ep, tok := ownedEpisode(t, s, "bounded", "node-a")
+		_, err := s.RetryEpisode(ctx, ep.ID, tok.Token, episodes.Retry{ErrorClass: "error"})
+		require.NoError(t, err)
+		return ep.ID
 	}
 	// orphan makes a started episode whose lease has expired.
-	var orphan setup = func(_ context.Context, t *testing.T, s *postgres.Store, pool *pgxpool.Pool) (int64, episodes.TriggerRequest) {
+	var orphan setup = func(_ context.Context, t *testing.T, s *postgres.Store, pool *pgxpool.Pool) int64 {
 		ep, _ := ownedEpisode(t, s, "bounded", "node-a")
 		pgtest.ExpireClaim(t, pool, "bounded")
-		return ep.ID, episodes.TriggerRequest{}
+		return ep.ID
 	}
 	// claimless makes a started episode with no claim row that has taken no
 	// step for an hour: an orphan by staleness alone.
-	var claimless setup = func(_ context.Context, t *testing.T, s *postgres.Store, pool *pgxpool.Pool) (int64, episodes.TriggerRequest) {
+	var claimless setup = func(_ context.Context, t *testing.T, s *postgres.Store, pool *pgxpool.Pool) int64 {
 		ep, _ := ownedEpisode(t, s, "bounded", "node-a")
 		pgtest.Exec(t, pool, `DELETE FROM leasehold_work_claims WHERE dedupe_key = 'bounded'`)
 		pgtest.Exec(t, pool, `UPDATE leasehold_episodes SET started_at = now() - interval '1 hour',
 			last_step_at = now() - interval '1 hour' WHERE id = $1`, ep.ID)
-		return ep.ID, episodes.TriggerRequest{}
+		return ep.ID
 	}
-	var claimForRecovery takeover = func(ctx context.Context, s *postgres.Store, id int64, _ episodes.TriggerRequest) error {
+	var claimForRecovery takeover = func(ctx context.Context, s *postgres.Store, id int64) error {
 		_, _, err := s.ClaimForRecovery(ctx, id, "sweeper", time.Minute, time.Minute)
 		return err
 	}
-	var requeueOrphan takeover = func(ctx context.Context, s *postgres.Store, id int64, _ episodes.TriggerRequest) error {
+	var requeueOrphan takeover = func(ctx context.Context, s *postgres.Store, id int64) error {
 		_, err := s.RequeueOrphan(ctx, id, 0, "sweeper", time.Minute)
 		return err
 	}
+	const (
+		episodeRow = `SELECT 1 FROM leasehold_episodes WHERE id = $1 FOR UPDATE`
+		claimRow   = `SELECT 1 FROM leasehold_work_claims WHERE dedupe_key = 'bounded' AND $1::bigint > 0 FOR UPDATE`
+	)
 	for _, c := range []struct {
 		name     string
 		make     setup
+		lock     string
 		takeover takeover
 	}{
-		{"ClaimForRecovery", orphan, claimForRecovery},
-		{"RequeueOrphan", orphan, requeueOrphan},
-		{"ClaimForRecovery claim-less", claimless, claimForRecovery},
-		{"RequeueOrphan claim-less", claimless, requeueOrphan},
-		{"DispatchTriggerRequest", available, func(ctx context.Context, s *postgres.Store, _ int64, r episodes.TriggerRequest) error {
-			_, err := s.DispatchTriggerRequest(ctx, r, time.Minute)
-			return err
-		}},
-		{"DispatchTriggerRequests", available, func(ctx context.Context, s *postgres.Store, _ int64, r episodes.TriggerRequest) error {
-			_, err := s.DispatchTriggerRequests(ctx, "node-a", []episodes.TriggerRequest{r}, time.Minute)
+		{"ClaimForRecovery", orphan, episodeRow, claimForRecovery},
+		{"RequeueOrphan", orphan, episodeRow, requeueOrphan},
+		{"ClaimForRecovery claim-less", claimless, episodeRow, claimForRecovery},
+		{"RequeueOrphan claim-less", claimless, episodeRow, requeueOrphan},
+		{"ClaimAvailable", retried, claimRow, func(ctx context.Context, s *postgres.Store, _ int64) error {
+			_, err := s.ClaimAvailable(ctx, episodes.AvailableQuery{Owner: "node-b", Lease: time.Minute,
+				Runnable: []episodes.Runnable{{ActorID: "a", ExpectationID: "e"}}, Limit: 4})
 			return err
 		}},
 	} {
@@ -157,15 +165,16 @@ func TestTakeoverWaitsAtMostTheBoundOnTheEpisodeRow(t *testing.T) {
 			defer cancel()
 			pool := pgtest.Schema(t)
 			s := postgres.New(pool)
-			id, r := c.make(ctx, t, s, pool)
+			id := c.make(ctx, t, s, pool)
 			holder, err := pgtest.Another(t, pool).Begin(ctx)
 			require.NoError(t, err)
 			defer func() { _ = holder.Rollback(context.Background()) }()
-			_, err = holder.Exec(ctx, `SELECT 1 FROM leasehold_episodes WHERE id = $1 FOR UPDATE`, id)
+			tag, err := holder.Exec(ctx, c.lock, id)
 			require.NoError(t, err)
+			require.EqualValues(t, 1, tag.RowsAffected(), "the row to hold exists")
 
 			began := time.Now()
-			err = c.takeover(ctx, s, id, r)
+			err = c.takeover(ctx, s, id)
 			took := time.Since(began)
 			var pgErr *pgconn.PgError
 			require.ErrorAs(t, err, &pgErr)

@@ -208,13 +208,7 @@ func (s *Store) DashboardEpisode(ctx context.Context, id int64) (inspect.Episode
 		out.ClaimFinishedAt, out.ClaimErrorDetail = r.ClaimFinishedAt, r.ClaimErrorDetail
 		out.ClaimLeaseLeft = time.Duration(r.ClaimLeaseLeftMs) * time.Millisecond
 	}
-	if r.RequestStatus != "" {
-		out.Request = &inspect.Request{Status: r.RequestStatus, RunAfter: timeOrZero(r.RequestRunAfter)}
-		out.RequestDetail = inspect.RequestDetail{
-			SourceNode: r.RequestSourceNode, ClaimedBy: r.RequestClaimedBy, Fence: r.RequestFence,
-			CreatedAt: r.RequestCreatedAt, FinishedAt: r.RequestFinishedAt,
-		}
-	}
+	out.RunAfter = r.RunAfter
 	return out, nil
 }
 

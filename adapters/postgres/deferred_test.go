@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/leasehold/leasehold/adapters/postgres"
 	"github.com/leasehold/leasehold/conformance"
 	"github.com/leasehold/leasehold/internal/pgtest"
@@ -15,12 +17,10 @@ func TestConformanceDeferred(t *testing.T) {
 		pool := pgtest.Schema(t)
 		return conformance.DeferredBackend{
 			Store: postgres.New(pool),
-			LapseRequestClaim: func(t testing.TB, id int64) {
-				pgtest.Exec(t, pool, `UPDATE leasehold_trigger_requests SET claim_until = now() - interval '1 second' WHERE id = $1`, id)
-			},
-			AgeRequest: func(t testing.TB, id int64, d time.Duration) {
-				pgtest.Exec(t, pool, `UPDATE leasehold_trigger_requests SET created_at = created_at - $2::interval,
-					run_after = run_after - $2::interval WHERE id = $1`, id, d)
+			AgeAvailable: func(t testing.TB, id int64, d time.Duration) {
+				n := pgtest.Exec(t, pool, `UPDATE leasehold_episodes SET run_after = run_after - $2::interval,
+					created_at = created_at - $2::interval WHERE id = $1`, id, d)
+				require.EqualValues(t, 1, n, "no episode %d", id)
 			},
 			ExpireClaim: func(t testing.TB, key string) { pgtest.ExpireClaim(t, pool, key) },
 			Archive: func(t testing.TB, id int64) {

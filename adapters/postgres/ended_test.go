@@ -99,18 +99,17 @@ func TestFinishAndRetryWaitForAnEpisodeEndedMeanwhile(t *testing.T) {
 }
 
 // requireStaysEnded checks that o's episode is still as endEpisode left it:
-// canceled, its attempts unchanged, no request open for it.
+// canceled, its attempts unchanged, not available.
 func requireStaysEnded(t *testing.T, s *postgres.Store, pool *pgxpool.Pool, o episodes.Created) {
 	t.Helper()
 	got, err := s.GetEpisode(t.Context(), o.Episode.ID)
 	require.NoError(t, err)
 	require.Equal(t, episodes.StatusCanceled, got.Status, "the ended episode was written")
 	require.Equal(t, o.Episode.Attempts, got.Attempts)
-	var open int
+	var available bool
 	require.NoError(t, pool.QueryRow(t.Context(),
-		`SELECT count(*) FROM leasehold_trigger_requests WHERE episode_id = $1 AND status IN ('pending', 'claimed')`,
-		o.Episode.ID).Scan(&open))
-	require.Zero(t, open, "the ended episode was queued to run again")
+		`SELECT run_after IS NOT NULL FROM leasehold_episodes WHERE id = $1`, o.Episode.ID).Scan(&available))
+	require.False(t, available, "the ended episode was made available to run again")
 }
 
 // StartEpisode decides on the claim's state, not only on its lease: a
@@ -207,33 +206,26 @@ func TestCancelDecidesOnTheClaimsStateAndTheDatabaseClock(t *testing.T) {
 			require.Equal(t, o.Claim.Fence, fence, "an ended grant was fenced again")
 		})
 	}
-	// A cancel that asks the holder writes nothing but the request to
-	// cancel: an open trigger request stays with whoever holds it.
-	t.Run("a held episode's request is left to its holder", func(t *testing.T) {
+	// A cancel that ends an available episode takes it out of the
+	// available set in the same write: no poll takes it afterwards.
+	t.Run("an available episode leaves the available set", func(t *testing.T) {
 		t.Parallel()
 		pool := pgtest.Schema(t)
 		s := postgres.New(pool)
-		o := grantedEpisode(t, s, "cancel-held-request", "node-a")
-		openRequest(t, pool, o.Episode.ID, "claimed")
-		c, err := s.CancelEpisode(t.Context(), o.Episode.ID, nil)
+		d, err := s.CreateDeferredEpisode(t.Context(), episodes.Deferred{New: episodes.New{ActorID: "a", ExpectationID: "e",
+			TriggerType: episodes.TriggerEvent, DedupeKey: "cancel-available", MaxAttempts: 3}})
 		require.NoError(t, err)
-		require.False(t, c.Ended, "a held episode was ended: %+v", c)
-		require.Equal(t, "claimed", requestStatus(t, pool, o.Episode.ID), "a held episode's request was closed")
-	})
-	// A cancel that ends the episode closes its open request and leaves an
-	// ended one (expired) as it ended.
-	t.Run("an ended request is left as it ended", func(t *testing.T) {
-		t.Parallel()
-		pool := pgtest.Schema(t)
-		s := postgres.New(pool)
-		o := grantedEpisode(t, s, "cancel-expired-request", "node-a")
-		openRequest(t, pool, o.Episode.ID, "expired")
-		_, err := pool.Exec(t.Context(), `UPDATE leasehold_work_claims SET lease_until = now() - interval '1 second' WHERE dedupe_key = $1`, o.Claim.Key)
-		require.NoError(t, err)
-		c, err := s.CancelEpisode(t.Context(), o.Episode.ID, nil)
+		c, err := s.CancelEpisode(t.Context(), d.Episode.ID, nil)
 		require.NoError(t, err)
 		require.True(t, c.Ended)
-		require.Equal(t, "expired", requestStatus(t, pool, o.Episode.ID), "an expired request was rewritten")
+		var available bool
+		require.NoError(t, pool.QueryRow(t.Context(),
+			`SELECT run_after IS NOT NULL FROM leasehold_episodes WHERE id = $1`, d.Episode.ID).Scan(&available))
+		require.False(t, available, "a canceled episode is still available")
+		ds, err := s.ClaimAvailable(t.Context(), episodes.AvailableQuery{Owner: "node-b", Lease: time.Minute,
+			Runnable: []episodes.Runnable{{ActorID: "a", ExpectationID: "e"}}, Limit: 4})
+		require.NoError(t, err)
+		require.Empty(t, ds, "a poll took a canceled episode")
 	})
 	t.Run("a lease ending now", func(t *testing.T) {
 		t.Parallel()
@@ -253,27 +245,11 @@ func TestCancelDecidesOnTheClaimsStateAndTheDatabaseClock(t *testing.T) {
 	})
 }
 
-// openRequest gives episode id a trigger request row in status.
-func openRequest(t *testing.T, pool *pgxpool.Pool, id int64, status string) {
-	t.Helper()
-	_, err := pool.Exec(t.Context(), `INSERT INTO leasehold_trigger_requests
-		(episode_id, actor_id, expectation_id, source_node, status, claimed_by, claim_until)
-		VALUES ($1, 'a', 'e', 'node-a', $2, 'node-a', now() + interval '1 minute')`, id, status)
-	require.NoError(t, err)
-}
-
-func requestStatus(t *testing.T, pool *pgxpool.Pool, id int64) (status string) {
-	t.Helper()
-	require.NoError(t, pool.QueryRow(t.Context(),
-		`SELECT status FROM leasehold_trigger_requests WHERE episode_id = $1`, id).Scan(&status))
-	return status
-}
-
-// The trigger expiry leaves an episode to the node that holds its claim
-// live, and a live claim is one in state claimed whose lease has not ended
-// on the database clock: an ended grant whose lease_until is still ahead
-// of the expiry's now() (its writer's clock ran ahead) holds nothing, and
-// the expired request's episode is canceled.
+// The expiry leaves an episode to the node that holds its claim live, and
+// a live claim is one in state claimed whose lease has not ended on the
+// database clock: an ended grant whose lease_until is still ahead of the
+// expiry's now() (its writer's clock ran ahead) holds nothing, and the
+// expired available episode is canceled.
 func TestExpiryDecidesOnTheClaimsState(t *testing.T) {
 	t.Parallel()
 	for _, state := range []string{"released", "done", "failed"} {
@@ -283,15 +259,14 @@ func TestExpiryDecidesOnTheClaimsState(t *testing.T) {
 			s := postgres.New(pool)
 			key := "expire-ended-" + state
 			d, err := s.CreateDeferredEpisode(t.Context(), episodes.Deferred{New: episodes.New{ActorID: "a", ExpectationID: "e",
-				TriggerType: episodes.TriggerEvent, DedupeKey: key, MaxAttempts: 3}, SourceNode: "trigger-node"})
+				TriggerType: episodes.TriggerEvent, DedupeKey: key, MaxAttempts: 3}})
 			require.NoError(t, err)
 			endedAhead(t, s, pool, key, state)
-			pgtest.Exec(t, pool, `UPDATE leasehold_trigger_requests SET run_after = run_after - interval '2 hours' WHERE id = $1`, d.RequestID)
+			pgtest.Exec(t, pool, `UPDATE leasehold_episodes SET run_after = run_after - interval '2 hours' WHERE id = $1`, d.Episode.ID)
 
-			expired, err := s.ExpireTriggerRequests(t.Context(), episodes.ExpireQuery{TTL: time.Hour})
+			expired, err := s.ExpireAvailable(t.Context(), episodes.ExpireQuery{TTL: time.Hour})
 			require.NoError(t, err)
-			require.Equal(t, []episodes.Expired{{RequestID: d.RequestID, EpisodeID: d.Episode.ID, EpisodeCanceled: true}}, expired,
-				"a %s grant was taken for a live holder", state)
+			require.Equal(t, []int64{d.Episode.ID}, expired, "a %s grant was taken for a live holder", state)
 		})
 	}
 }

@@ -188,7 +188,7 @@ func (s *Store) RetryEpisode(ctx context.Context, id int64, t claims.Token, r ep
 	if err := episodeFenced("RetryEpisode", err); err != nil {
 		return episodes.Retried{}, err
 	}
-	return episodes.Retried{Attempts: row.Attempts, RequestID: row.RequestID, RunAfter: row.RunAfter,
+	return episodes.Retried{Attempts: row.Attempts, RunAfter: row.RunAfter,
 		Canceled: row.Status == string(episodes.StatusCanceled)}, nil
 }
 
@@ -222,18 +222,18 @@ func (s *Store) ListCancelRequests(ctx context.Context, owner string) ([]episode
 }
 
 // RequeueEpisode runs RequeueEpisode: a failed or canceled episode becomes
-// available again as its next attempt; by names who asked (recorded as the
-// request's source node). episodes.ErrNotFound or episodes.ErrNotRetryable
-// when it cannot be.
+// available again as its next attempt, due at once. by names who asked; it
+// is not stored. episodes.ErrNotFound or episodes.ErrNotRetryable when it
+// cannot be.
 func (s *Store) RequeueEpisode(ctx context.Context, id int64, by string) (episodes.Retried, error) {
-	row, err := s.q.RequeueEpisode(ctx, s.conn, db.RequeueEpisodeParams{ID: id, SourceNode: by})
+	row, err := s.q.RequeueEpisode(ctx, s.conn, id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return episodes.Retried{}, s.whyNot(ctx, id, episodes.ErrNotRetryable)
 	}
 	if err != nil {
 		return episodes.Retried{}, dbError("RequeueEpisode", err)
 	}
-	return episodes.Retried{Attempts: row.Attempts, RequestID: row.RequestID, RunAfter: row.RunAfter}, nil
+	return episodes.Retried{Attempts: row.Attempts, RunAfter: row.RunAfter}, nil
 }
 
 // whyNot tells an operator statement that matched nothing apart: no such
@@ -381,7 +381,7 @@ func (s *Store) RequeueOrphan(ctx context.Context, id int64, attempts int32, own
 	if err != nil {
 		return episodes.Requeued{}, dbError("RequeueOrphan", err)
 	}
-	return episodes.Requeued{Status: episodes.Status(r.Status), Attempts: r.Attempts, MaxAttempts: r.MaxAttempts, RequestID: r.RequestID}, nil
+	return episodes.Requeued{Status: episodes.Status(r.Status), Attempts: r.Attempts, MaxAttempts: r.MaxAttempts}, nil
 }
 
 // RequeueOrphans is RequeueOrphan for each of items (recovery's

@@ -68,9 +68,7 @@ func (s *Store) InspectEpisode(ctx context.Context, id int64) (inspect.Episode, 
 			HeartbeatAt: r.ClaimHeartbeatAt, Live: r.ClaimLive,
 		}
 	}
-	if r.RequestStatus != "" {
-		out.Request = &inspect.Request{Status: r.RequestStatus, RunAfter: timeOrZero(r.RequestRunAfter)}
-	}
+	out.RunAfter = r.RunAfter
 	return out, nil
 }
 

@@ -2,8 +2,6 @@ package postgres_test
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"testing"
 	"time"
 
@@ -167,10 +165,10 @@ func TestRequeueOrphanGivesWayToTheOwnersFinish(t *testing.T) {
 	require.NoError(t, pool.QueryRow(t.Context(), `SELECT state, fence FROM leasehold_work_claims WHERE dedupe_key = $1`, o.Claim.Key).Scan(&state, &fence))
 	require.Equal(t, "done", state, "the finished claim was fenced out")
 	require.Equal(t, o.Claim.Fence, fence)
-	var open int
-	require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM leasehold_trigger_requests
-		WHERE episode_id = $1 AND status IN ('pending', 'claimed')`, o.Episode.ID).Scan(&open))
-	require.Zero(t, open, "a finished episode was made available again")
+	var available bool
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT run_after IS NOT NULL FROM leasehold_episodes
+		WHERE id = $1`, o.Episode.ID).Scan(&available))
+	require.False(t, available, "a finished episode was made available again")
 }
 
 // A finding written for a run (raise, update, clear) is checked against the
@@ -288,14 +286,12 @@ func TestHoldKeepsAStealWaitingUntilTheCallerCommits(t *testing.T) {
 	require.Equal(t, o.Claim.Fence+1, stolen.Fence)
 }
 
-// The hand-overs (DispatchTriggerRequest, and a poll's batch of them)
-// read the episode from their snapshot and start it in a later part of
-// the same statement; an episode that a competitor changes in between (a
-// cancel, or a start elsewhere) must not be started, alone or batched: the
-// start re-checks queued on the row it writes, after the competitor
-// committed. The grant made by the statement is then the caller's to
-// release (Started false).
-func TestHandOverRechecksTheEpisodeItStarts(t *testing.T) {
+// A poll never waits for an available episode another transaction has
+// locked, and never starts one that transaction changed: an episode a
+// competitor holds locked (a cancel, or a start elsewhere, not yet
+// committed) is skipped (SKIP LOCKED), and once the competitor commits the
+// next poll re-checks the row's latest version (queued) and takes nothing.
+func TestPollSkipsAndRechecksWhatACompetitorChanges(t *testing.T) {
 	t.Parallel()
 	competitors := []struct {
 		name   string
@@ -306,99 +302,42 @@ func TestHandOverRechecksTheEpisodeItStarts(t *testing.T) {
 		{"canceled", `UPDATE leasehold_episodes SET status = 'canceled', finished_at = now() WHERE id = $1`, episodes.StatusCanceled, ""},
 		{"started elsewhere", `UPDATE leasehold_episodes SET status = 'running', owner_node = 'node-b', started_at = now() WHERE id = $1`, episodes.StatusRunning, "node-b"},
 	}
-	dispatches := []struct {
-		name     string
-		dispatch func(s *postgres.Store, r episodes.TriggerRequest) (episodes.Dispatched, error)
-	}{
-		{"alone", func(s *postgres.Store, r episodes.TriggerRequest) (episodes.Dispatched, error) {
-			return s.DispatchTriggerRequest(t.Context(), r, time.Minute)
-		}},
-		{"batched", func(s *postgres.Store, r episodes.TriggerRequest) (episodes.Dispatched, error) {
-			ds, err := s.DispatchTriggerRequests(t.Context(), "node-a", []episodes.TriggerRequest{r}, time.Minute)
-			if err != nil {
-				return episodes.Dispatched{}, err
-			}
-			require.Len(t, ds, 1, "the request's claim is the poller's: it must be handed over")
-			return ds[0], nil
-		}},
-	}
 	for _, c := range competitors {
-		for _, d := range dispatches {
-			t.Run(c.name+" "+d.name, func(t *testing.T) {
-				t.Parallel()
-				pool := pgtest.Schema(t)
-				s := postgres.New(pool)
-				made, req := claimedRequest(t.Context(), t, s, "hand-over-race")
-				reqs := []episodes.TriggerRequest{req}
-
-				var got episodes.Dispatched
-				waited, err := interleave(t, pool, writes(t, []string{c.stmt}, []any{made.Episode.ID}),
-					func() (err error) { got, err = d.dispatch(s, reqs[0]); return err })
-				require.True(t, waited, "the hand-over did not wait for the competitor's row lock")
-				require.NoError(t, err)
-				require.False(t, got.Started, "the hand-over started an episode that was %s before its write", c.status)
-				ep, err := s.GetEpisode(t.Context(), made.Episode.ID)
-				require.NoError(t, err)
-				require.Equal(t, c.status, ep.Status)
-				require.Equal(t, c.owner, ep.OwnerNode, "the hand-over took the episode over")
-			})
-		}
-	}
-}
-
-// claimedRequest makes an available episode of actor a, expectation e under
-// key and claims its trigger request for node-a, as a poll would.
-func claimedRequest(ctx context.Context, t *testing.T, s *postgres.Store, key string) (episodes.DeferredCreated, episodes.TriggerRequest) {
-	t.Helper()
-	made, err := s.CreateDeferredEpisode(ctx, episodes.Deferred{SourceNode: "trigger-only",
-		New: episodes.New{ActorID: "a", ExpectationID: "e", TriggerType: episodes.TriggerEvent, DedupeKey: key, MaxAttempts: 3}})
-	require.NoError(t, err)
-	reqs, err := s.ClaimTriggerRequests(ctx, episodes.RequestQuery{Owner: "node-a", Lease: time.Minute,
-		Runnable: []episodes.Runnable{{ActorID: "a", ExpectationID: "e"}}, Limit: 1})
-	require.NoError(t, err)
-	require.Len(t, reqs, 1)
-	return made, reqs[0]
-}
-
-// A poller's claim on a request that lapses and is taken by another poller
-// while the first hands it over: the hand-over, alone or batched, waits for
-// the second claim, then reads the request's latest version and hands
-// nothing over (no row back: the claim is not the first poller's any
-// more), so the request is completed by the poller that holds it, once.
-func TestHandOverRechecksTheRequestClaim(t *testing.T) {
-	t.Parallel()
-	for _, batched := range []bool{false, true} {
-		t.Run(fmt.Sprintf("batched=%v", batched), func(t *testing.T) {
+		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			pool := pgtest.Schema(t)
 			s := postgres.New(pool)
-			made, req := claimedRequest(t.Context(), t, s, "claim-moves")
-			reqs := []episodes.TriggerRequest{req}
-
-			var handed int
-			waited, err := interleave(t, pool, writes(t, []string{`UPDATE leasehold_trigger_requests
-				SET claimed_by = 'node-b', fence = fence + 1, claim_until = now() + interval '1 minute' WHERE id = $1`},
-				[]any{reqs[0].ID}), func() error {
-				if batched {
-					ds, err := s.DispatchTriggerRequests(t.Context(), "node-a", reqs, time.Minute)
-					handed = len(ds)
-					return err
-				}
-				_, err := s.DispatchTriggerRequest(t.Context(), reqs[0], time.Minute)
-				if errors.Is(err, claims.ErrLeaseLost) {
-					return nil
-				}
-				handed = 1
-				return err
-			})
-			require.True(t, waited, "the hand-over did not wait for the competing claim")
+			made := availableEpisode(t.Context(), t, s, "poll-race")
+			poll := func() ([]episodes.Dispatched, error) {
+				return s.ClaimAvailable(t.Context(), episodes.AvailableQuery{Owner: "node-a", Lease: time.Minute,
+					Runnable: []episodes.Runnable{{ActorID: "a", ExpectationID: "e"}}, Limit: 4})
+			}
+			var got []episodes.Dispatched
+			waited, err := interleave(t, pool, writes(t, []string{c.stmt}, []any{made.Episode.ID}),
+				func() (err error) { got, err = poll(); return err })
+			require.False(t, waited, "the poll waited for a locked episode instead of skipping it")
 			require.NoError(t, err)
-			require.Zero(t, handed, "a lapsed request claim was handed over")
+			require.Empty(t, got, "the poll took an episode a competitor held")
+			again, err := poll()
+			require.NoError(t, err)
+			require.Empty(t, again, "the poll took an episode that was %s", c.status)
 			ep, err := s.GetEpisode(t.Context(), made.Episode.ID)
 			require.NoError(t, err)
-			require.Equal(t, episodes.StatusQueued, ep.Status, "the episode was started under a lapsed request claim")
+			require.Equal(t, c.status, ep.Status)
+			require.Equal(t, c.owner, ep.OwnerNode, "the poll took the episode over")
 		})
 	}
+}
+
+// availableEpisode makes an available episode of actor a, expectation e
+// under key, as a trigger_only node would.
+func availableEpisode(ctx context.Context, t *testing.T, s *postgres.Store, key string) episodes.DeferredCreated {
+	t.Helper()
+	made, err := s.CreateDeferredEpisode(ctx, episodes.Deferred{
+		New: episodes.New{ActorID: "a", ExpectationID: "e", TriggerType: episodes.TriggerEvent, DedupeKey: key, MaxAttempts: 3}})
+	require.NoError(t, err)
+	require.True(t, made.Created)
+	return made
 }
 
 // CreateEpisode against a competing creation of the same key that commits

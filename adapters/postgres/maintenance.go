@@ -86,18 +86,13 @@ func (s *Store) maintain(ctx context.Context, tx pgx.Tx, p maintenance.Plan) (ma
 		return res, dbError("MarkJournalsPurged", err)
 	}
 	if p.RequestTTL > 0 { // opt-in: without a TTL deferred work never expires
-		expired, err := s.q.ExpireTriggerRequests(ctx, tx, db.ExpireTriggerRequestsParams{
+		expired, err := s.q.ExpireAvailable(ctx, tx, db.ExpireAvailableParams{
 			AllEnvs: true, TtlMs: p.RequestTTL.Milliseconds(),
 		})
 		if err != nil {
-			return res, dbError("ExpireTriggerRequests", err)
+			return res, dbError("ExpireAvailable", err)
 		}
-		res.RequestsExpired = int64(len(expired))
-		for _, r := range expired {
-			if r.EpisodeCanceled {
-				res.EpisodesCanceled++
-			}
-		}
+		res.EpisodesExpired = int64(len(expired))
 	}
 	res.ClaimsDeleted, err = s.q.DeleteSpentClaims(ctx, tx, db.DeleteSpentClaimsParams{
 		HorizonMs: p.ClaimHorizon.Milliseconds(), MaxRows: batch,

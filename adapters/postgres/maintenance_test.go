@@ -37,10 +37,10 @@ func TestConformanceMaintenance(t *testing.T) {
 					WHERE dedupe_key = $1`, key, d)
 				require.EqualValues(t, 1, n, "no claim %q", key)
 			},
-			AgeRequest: func(t testing.TB, id int64, d time.Duration) {
-				n := pgtest.Exec(t, pool, `UPDATE leasehold_trigger_requests SET created_at = created_at - $2::interval,
-					run_after = run_after - $2::interval WHERE id = $1`, id, d)
-				require.EqualValues(t, 1, n, "no request %d", id)
+			AgeAvailable: func(t testing.TB, id int64, d time.Duration) {
+				n := pgtest.Exec(t, pool, `UPDATE leasehold_episodes SET run_after = run_after - $2::interval,
+					created_at = created_at - $2::interval WHERE id = $1`, id, d)
+				require.EqualValues(t, 1, n, "no episode %d", id)
 			},
 			AgeNode: func(t testing.TB, id string, d time.Duration) {
 				n := pgtest.Exec(t, pool, `UPDATE leasehold_nodes SET started_at = started_at - $2::interval,

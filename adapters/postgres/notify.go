@@ -10,13 +10,14 @@ import (
 	"github.com/leasehold/leasehold/db"
 )
 
-// Notifier wakes trigger-request pollers the moment a request commits, with
-// LISTEN/NOTIFY: migration 00002 installs an insert trigger that notifies
-// channel leasehold_trigger_requests. It holds one connection of the pool
-// for as long as it listens. Notifications are wake-ups only; the poller
-// still claims with ClaimTriggerRequests and still polls on its interval, so
-// a notification lost while reconnecting delays pickup by at most one
-// interval. Pass it as runner.Config.TriggerWaker.
+// Notifier wakes pollers the moment an episode becomes available, with
+// LISTEN/NOTIFY: migration 00016 installs triggers on leasehold_episodes
+// that notify channel leasehold_trigger_requests (the name it had when the
+// trigger request was a row of its own). It holds one connection of the
+// pool for as long as it listens. Notifications are wake-ups only; the
+// poller still takes work with ClaimAvailable and still polls on its
+// interval, so a notification lost while reconnecting delays pickup by at
+// most one interval. Pass it as runner.Config.TriggerWaker.
 type Notifier struct {
 	pool *pgxpool.Pool
 	// Backoff between reconnection attempts; default 1s.

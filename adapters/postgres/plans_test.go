@@ -67,50 +67,47 @@ func backlog(t *testing.T, s *postgres.Store, n int) {
 	}
 	for i := 0; i < len(items); i += 500 {
 		_, err := s.CreateDeferredEpisodes(t.Context(), episodes.DeferredBatch{
-			New:        episodes.New{ActorID: "a", ExpectationID: "e", TriggerType: episodes.TriggerEvent, MaxAttempts: 3},
-			SourceNode: "trigger-node", Items: items[i:min(i+500, len(items))],
+			New:   episodes.New{ActorID: "a", ExpectationID: "e", TriggerType: episodes.TriggerEvent, MaxAttempts: 3},
+			Items: items[i:min(i+500, len(items))],
 		})
 		require.NoError(t, err)
 	}
 }
 
-// TestHandOverPlansReachRowsByKey: on a fresh, never analyzed schema (the
-// planner's worst guesses) with 10,000 available episodes, claiming 500
-// requests and handing 64 over reach each row by key: no join filter
-// compares a CTE's rows with the whole table. Before the statements passed
-// their ids as arrays, a claim of 500 compared 5,000,000 pairs (2.4 s) and
-// a hand-over of 500 10,000,000 (4.6 s).
-func TestHandOverPlansReachRowsByKey(t *testing.T) {
+// TestPollPlanReachesRowsByKey: on a fresh, never analyzed schema (the
+// planner's worst guesses) with 10,000 available episodes, a poll of 64
+// and one of 500 read the available index in its order and reach every
+// row they write by key: no scan reads the backlog, and no join filter
+// compares a CTE's rows with the whole table. (The hand-over this poll
+// replaced, before it passed its ids as arrays, compared 10,000,000 pairs
+// for 500 hand-overs, 4.6 s, and scanned 20,000 rows per batch of 64 on
+// stale estimates.)
+func TestPollPlanReachesRowsByKey(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Schema(t)
 	ctx := t.Context()
 	s := postgres.New(pool)
 	backlog(t, s, 10_000)
+	runnable := []episodes.Runnable{{ActorID: "a", ExpectationID: "e"}}
 
-	reqs, err := s.ClaimTriggerRequests(ctx, episodes.RequestQuery{
-		Owner: "poller", Lease: time.Minute, Runnable: []episodes.Runnable{{ActorID: "a", ExpectationID: "e"}}, Limit: 500,
-	})
+	// A poll that already took some: the next one skips nothing it must
+	// read past (taken rows leave the index).
+	ds, err := s.ClaimAvailable(ctx, episodes.AvailableQuery{Owner: "poller", Lease: time.Minute, Runnable: runnable, Limit: 500})
 	require.NoError(t, err)
-	require.Len(t, reqs, 500)
-	claim := dryRun(t, pool, func(s *postgres.Store) error {
-		_, err := s.ClaimTriggerRequests(ctx, episodes.RequestQuery{
-			Owner: "poller-2", Lease: time.Minute, Runnable: []episodes.Runnable{{ActorID: "a", ExpectationID: "e"}}, Limit: 500,
+	require.Len(t, ds, 500)
+	for _, limit := range []int{1, 64} { // the runner asks for 64 at most
+		t.Run(fmt.Sprint(limit), func(t *testing.T) {
+			poll := dryRun(t, pool, func(s *postgres.Store) error {
+				ds, err := s.ClaimAvailable(ctx, episodes.AvailableQuery{Owner: "poller-2", Lease: time.Minute, Runnable: runnable, Limit: limit})
+				require.Len(t, ds, limit)
+				for _, d := range ds {
+					require.True(t, d.Started)
+				}
+				return err
+			})
+			requireRowsByKey(t, pool, poll, 2*limit+10)
 		})
-		return err
-	})
-	requireRowsByKey(t, pool, claim, 2_000) // 500 claimed before, 500 to claim, and the rest of their due time's group
-	dispatch := dryRun(t, pool, func(s *postgres.Store) error {
-		ds, err := s.DispatchTriggerRequests(ctx, "poller", reqs[:64], time.Minute)
-		require.Len(t, ds, 64)
-		return err
-	})
-	requireRowsByKey(t, pool, dispatch, 500)
-	one := dryRun(t, pool, func(s *postgres.Store) error {
-		d, err := s.DispatchTriggerRequest(ctx, reqs[64], time.Minute)
-		require.True(t, d.Started)
-		return err
-	})
-	requireRowsByKey(t, pool, one, 10)
+	}
 }
 
 func asNodes(v any) []map[string]any {
@@ -124,21 +121,22 @@ func asNodes(v any) []map[string]any {
 	return out
 }
 
-// TestExpiryPlanReachesRowsByKey: expiring 10,000 stale requests at once
-// (maintenance's RequestTTL after an outage) reaches their episodes by key.
+// TestExpiryPlanReachesRowsByKey: expiring 10,000 stale available
+// episodes at once (maintenance's RequestTTL after an outage) reads each
+// once.
 func TestExpiryPlanReachesRowsByKey(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Schema(t)
 	ctx := t.Context()
 	s := postgres.New(pool)
 	backlog(t, s, 10_000)
-	pgtest.Exec(t, pool, `UPDATE leasehold_trigger_requests SET run_after = run_after - interval '2 hours'`)
+	pgtest.Exec(t, pool, `UPDATE leasehold_episodes SET run_after = run_after - interval '2 hours'`)
 	expire := dryRun(t, pool, func(s *postgres.Store) error {
-		expired, err := s.ExpireTriggerRequests(ctx, episodes.ExpireQuery{TTL: time.Hour, AllEnvs: true})
+		expired, err := s.ExpireAvailable(ctx, episodes.ExpireQuery{TTL: time.Hour, AllEnvs: true})
 		require.Len(t, expired, 10_000)
 		return err
 	})
-	requireRowsByKey(t, pool, expire, 20_000) // every one of the 10,000 expires
+	requireRowsByKey(t, pool, expire, 20_000) // every one of the 10,000 expires, and its claim is looked up
 }
 
 // requireRowsByKey runs EXPLAIN ANALYZE on the statement c captured last
@@ -182,10 +180,9 @@ func requireRowsByKey(t *testing.T, pool *pgxpool.Pool, c *capturing, maxRead in
 // leases, a retry, the cancel check), explained on a never analyzed schema
 // holding 10,000 available units and 64 running ones, read rows in
 // proportion to their batch, not to the backlog, and a fenced write of one
-// grant (the retry) reads its one claim row, not every lease of its owner. (Two statements off the
-// hot path still read the backlog: NextTriggerRequestDue's claimed branch,
-// which no index keys on claim_until, once a poll that found less than it
-// asked for; ListOrphanedEpisodes, the queued episodes, once a sweep.)
+// grant (the retry) reads its one claim row, not every lease of its owner.
+// (One statement off the hot path still reads the backlog:
+// ListOrphanedEpisodes, the queued episodes, once a sweep.)
 func TestBurnDownPlansReachRowsByKey(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Schema(t)
@@ -193,9 +190,7 @@ func TestBurnDownPlansReachRowsByKey(t *testing.T) {
 	s := postgres.New(pool)
 	backlog(t, s, 10_064)
 	runnable := []episodes.Runnable{{ActorID: "a", ExpectationID: "e"}}
-	reqs, err := s.ClaimTriggerRequests(ctx, episodes.RequestQuery{Owner: "poller", Lease: time.Minute, Runnable: runnable, Limit: 64})
-	require.NoError(t, err)
-	ds, err := s.DispatchTriggerRequests(ctx, "poller", reqs, time.Minute)
+	ds, err := s.ClaimAvailable(ctx, episodes.AvailableQuery{Owner: "poller", Lease: time.Minute, Runnable: runnable, Limit: 64})
 	require.NoError(t, err)
 	require.Len(t, ds, 64)
 	finish := make([]episodes.FinishItem, len(ds))
@@ -216,6 +211,10 @@ func TestBurnDownPlansReachRowsByKey(t *testing.T) {
 			return err
 		}, 10}, // before migration 00015, every one of the poller's 64 leases (the owner index)
 		"ListCancelRequests": {func(s *postgres.Store) error { _, err := s.ListCancelRequests(ctx, "poller"); return err }, 500},
+		"NextAvailableDue": {func(s *postgres.Store) error {
+			_, _, err := s.NextAvailableDue(ctx, episodes.AvailableQuery{Runnable: runnable})
+			return err
+		}, 10},
 	} {
 		t.Run(name, func(t *testing.T) {
 			requireRowsByKey(t, pool, dryRun(t, pool, c.call), c.maxRead)

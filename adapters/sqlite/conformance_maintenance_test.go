@@ -37,11 +37,7 @@ func TestConformanceMaintenance(t *testing.T) {
 					WHERE dedupe_key = ?1`, key, d.Milliseconds())
 				require.EqualValues(t, 1, n, "no claim %q", key)
 			},
-			AgeRequest: func(t testing.TB, id int64, d time.Duration) {
-				n := sqlitetest.Exec(t, db, `UPDATE leasehold_trigger_requests SET created_at = created_at - ?2,
-					run_after = run_after - ?2 WHERE id = ?1`, id, d.Milliseconds())
-				require.EqualValues(t, 1, n, "no request %d", id)
-			},
+			AgeAvailable: func(t testing.TB, id int64, d time.Duration) { ageAvailable(t, db, id, d) },
 			AgeNode: func(t testing.TB, id string, d time.Duration) {
 				n := sqlitetest.Exec(t, db, `UPDATE leasehold_nodes SET started_at = started_at - ?2,
 					heartbeat_at = heartbeat_at - ?2 WHERE node_id = ?1`, id, d.Milliseconds())

@@ -204,13 +204,7 @@ func (s *Store) DashboardEpisode(ctx context.Context, id int64) (inspect.Episode
 		out.ClaimFinishedAt, out.ClaimErrorDetail = fromMsPtr(r.ClaimFinishedAt), jsonRaw(r.ClaimErrorDetail)
 		out.ClaimLeaseLeft = time.Duration(r.ClaimLeaseLeftMs) * time.Millisecond
 	}
-	if r.RequestStatus != "" {
-		out.Request = &inspect.Request{Status: r.RequestStatus, RunAfter: inspectTime(r.RequestRunAfter)}
-		out.RequestDetail = inspect.RequestDetail{
-			SourceNode: r.RequestSourceNode, ClaimedBy: r.RequestClaimedBy, Fence: r.RequestFence,
-			CreatedAt: fromMsPtr(r.RequestCreatedAt), FinishedAt: fromMsPtr(r.RequestFinishedAt),
-		}
-	}
+	out.RunAfter = fromMsPtr(r.RunAfter)
 	return out, nil
 }
 

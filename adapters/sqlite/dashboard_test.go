@@ -29,7 +29,7 @@ var _ ui.Store = (*sqlite.Store)(nil)
 // what the charts derive from the journal's fences (a retry one fence up,
 // a takeover two up, with its latency), the outcome buckets, keyset pages
 // and the literal dedupe-key search, and an episode with its trace
-// context, claim and request. It also reads the episodes through
+// context, claim and due time while available. It also reads the episodes through
 // inspect.sql (`leasehold episodes ls|show`).
 func TestDashboardReads(t *testing.T) {
 	t.Parallel()
@@ -46,15 +46,12 @@ func TestDashboardReads(t *testing.T) {
 	}
 	take := func(id int64, owner string) (claims.Token, int32) {
 		t.Helper()
-		reqs, err := s.ClaimTriggerRequests(ctx, episodes.RequestQuery{Owner: owner, Lease: lease, Runnable: []episodes.Runnable{{ActorID: "billing", ExpectationID: "charge"}}, Limit: 10})
+		ds, err := s.ClaimAvailable(ctx, episodes.AvailableQuery{Owner: owner, Lease: lease, Runnable: []episodes.Runnable{{ActorID: "billing", ExpectationID: "charge"}}, Limit: 10})
 		require.NoError(t, err)
-		require.Len(t, reqs, 1)
-		require.Equal(t, id, reqs[0].EpisodeID)
-		d, err := s.DispatchTriggerRequest(ctx, reqs[0], lease)
-		require.NoError(t, err)
-		next, err := s.StartEpisode(ctx, id, d.Claim.Token)
-		require.NoError(t, err)
-		return d.Claim.Token, next
+		require.Len(t, ds, 1)
+		require.Equal(t, id, ds[0].EpisodeID)
+		require.True(t, ds[0].Started)
+		return ds[0].Claim.Token, ds[0].NextStep
 	}
 
 	// A retry: fences 1 then 2.
@@ -62,6 +59,13 @@ func TestDashboardReads(t *testing.T) {
 	require.NoError(t, s.AppendStep(ctx, retried, tk, 1, json.RawMessage(`{}`), lease))
 	_, err := s.RetryEpisode(ctx, retried, tk, episodes.Retry{ErrorClass: "error", StepNo: 2, StepData: json.RawMessage(`{"error":"x"}`)})
 	require.NoError(t, err)
+	d, err := s.DashboardEpisode(ctx, retried)
+	require.NoError(t, err)
+	require.NotNil(t, d.RunAfter, "available while its retry waits")
+	require.WithinDuration(t, time.Now(), *d.RunAfter, time.Minute)
+	ie, err := s.InspectEpisode(ctx, retried)
+	require.NoError(t, err)
+	require.Equal(t, d.RunAfter, ie.RunAfter)
 	tk, next := take(retried, "b")
 	require.NoError(t, s.FinishEpisode(ctx, retried, tk, episodes.Finish{Status: episodes.StatusDone, StepNo: next, StepData: json.RawMessage(`{}`)}))
 
@@ -129,14 +133,13 @@ func TestDashboardReads(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, rows)
 
-	d, err := s.DashboardEpisode(ctx, retried)
+	d, err = s.DashboardEpisode(ctx, retried)
 	require.NoError(t, err)
 	require.Equal(t, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", d.TraceParent)
 	require.NotNil(t, d.Claim)
 	require.Equal(t, int64(2), d.Claim.Fence)
 	require.Equal(t, "b", d.Claim.Owner)
-	require.NotNil(t, d.Request)
-	require.Equal(t, "b", d.RequestDetail.ClaimedBy)
+	require.Nil(t, d.RunAfter, "taken: no longer available")
 	grants, err := s.DashboardGrants(ctx, taken)
 	require.NoError(t, err)
 	require.Equal(t, []int64{1, 3}, []int64{grants[0].Fence, grants[1].Fence})
@@ -161,7 +164,7 @@ func TestDashboardReads(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, eps, 1)
 	require.Equal(t, retried, eps[0].ID)
-	ie, err := s.InspectEpisode(ctx, taken)
+	ie, err = s.InspectEpisode(ctx, taken)
 	require.NoError(t, err)
 	require.Equal(t, "k:taken%_", ie.ClaimKey)
 	require.NotNil(t, ie.Claim)

@@ -60,13 +60,13 @@
 //     opens on the file shares it), in four lanes, each in arrival order:
 //     lease writes (RenewClaim(s), ReleaseClaim(s), so renewals, releases
 //     and a drain's hand-over), then takeovers (recovery's RequeueOrphan(s)
-//     and ClaimForRecovery, the pollers' give-back: orphaned work on its way
-//     to a live node, in a sweep's bounded batches), then the writes of
+//     and ClaimForRecovery: orphaned work on its way to a live node, in a
+//     sweep's bounded batches), then the writes of
 //     work a node holds (journal steps, finishes, retries, Complete, Fail,
 //     and every write whose context says it is made on behalf of a held
 //     lease, claims.OnBehalf: a caller's transaction begun inside a run),
 //     then everything else: new work above all (creations, the pollers'
-//     ClaimTriggerRequests and dispatch), membership, callers' transactions
+//     ClaimAvailable), membership, callers' transactions
 //     outside a run. Work a node holds goes before work it takes on: when
 //     the file cannot serve both, new work waits (and a Fire or a poll
 //     fails retryably after busy_timeout) instead of starving the writes
@@ -105,9 +105,10 @@
 // holds one, and the others serve readers and the earlier lanes. Why not
 // fewer, larger transactions or synchronous=NORMAL everywhere: the lock's
 // time under -race on a loaded host goes to statements (a journal write
-// holds it ~20 ms, a requeue ~50 ms, a batch dispatch ~150 ms) and to
-// COMMIT's fsync (p50 2-8 ms, seconds at p99 when other processes load the
-// disk), which fewer transactions would share and NORMAL would skip at the
+// holds it ~20 ms, a requeue ~50 ms, a poller's batch hand-over of trigger
+// requests before migration 00016 ~150 ms) and to COMMIT's fsync (p50 2-8
+// ms, seconds at p99 when other processes load the disk), which fewer
+// transactions would share and NORMAL would skip at the
 // price of the last commits on a power loss: a finish or a grant undone
 // would run an episode twice or hand a fence out twice. The gate orders the
 // writes but cannot make room that is not there.
@@ -174,9 +175,11 @@
 // 220-347 of ~720 episodes were done two minutes after the faults; with
 // the held lane, 116-119 ms and 392-407; in the default run beside five
 // hogs, the slowest takeover fell from 27.8 s to 19.0 s and lost leases
-// from 42 to 26. A batch hand-over (DispatchTriggerRequests) commits every
-// dispatchHold, two requests to a statement, so a burst of new work holds
-// the lock no longer than a sweep's requeues do. What the lanes cannot do
+// from 42 to 26. (Those runs predate migration 00016: a poll then claimed
+// trigger requests and handed them over in batches of its own; a poll is
+// now ClaimAvailable, three set-based statements in one transaction for
+// every episode it takes, at most the slots its node reserved.) What the
+// lanes cannot do
 // is make room: under a sustained overload the backlog stays in the
 // database (available, exactly once) until the offered load falls.
 //
@@ -185,10 +188,10 @@
 // sent (Store.grantStart): the grant runs after that instant, on the same
 // host's clock, so the database starts the lease no earlier, and the time
 // spent queued behind other writers, most of a lease on a loaded host, is
-// not taken from the run. A renewal's likewise (claims.Renewed.Start). In
-// a batch hand-over each grant's clock starts just before its own
-// statement is sent, so the grants made before it in the transaction are
-// not taken from it either.
+// not taken from the run. A renewal's likewise (claims.Renewed.Start). A
+// poll's grants (ClaimAvailable) start their clocks just before the grant
+// statement is sent, inside the transaction, so its pick is not taken
+// from them either.
 //
 // A Store bound to a caller's transaction (WithTx) runs an operation of
 // several statements inside a SAVEPOINT of it, rolled back to when the
@@ -226,7 +229,7 @@
 // its takeovers' own lock_timeout have no equivalent (sql/queries/dialects.go); keep
 // transactions short.
 //
-// There is no LISTEN/NOTIFY: pollers find trigger requests on their poll
+// There is no LISTEN/NOTIFY: pollers find available episodes on their poll
 // interval, as they do on Postgres when a notification is lost.
 //
 // Migrate (and NewMigrator) serialize the processes migrating one file at

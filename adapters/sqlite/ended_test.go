@@ -21,7 +21,7 @@ import (
 
 // As adapters/postgres' TestExpiryDecidesOnTheClaimsState: an ended grant
 // whose lease_until is still ahead of the expiry's clock holds nothing,
-// and the expired request's episode is canceled.
+// and the expired available episode is canceled.
 func TestStoreExpiryDecidesOnTheClaimsState(t *testing.T) {
 	t.Parallel()
 	for _, state := range []string{"released", "done", "failed"} {
@@ -31,15 +31,18 @@ func TestStoreExpiryDecidesOnTheClaimsState(t *testing.T) {
 			s := sqlite.New(db)
 			key := "expire-ended-" + state
 			d, err := s.CreateDeferredEpisode(t.Context(), episodes.Deferred{New: episodes.New{ActorID: "a", ExpectationID: "e",
-				TriggerType: episodes.TriggerEvent, DedupeKey: key, MaxAttempts: 3}, SourceNode: "trigger-node"})
+				TriggerType: episodes.TriggerEvent, DedupeKey: key, MaxAttempts: 3}})
 			require.NoError(t, err)
 			endedAhead(t, s, db, key, state)
-			sqlitetest.Exec(t, db, `UPDATE leasehold_trigger_requests SET run_after = run_after - 7200000 WHERE id = ?1`, d.RequestID)
+			sqlitetest.Exec(t, db, `UPDATE leasehold_episodes SET run_after = run_after - 7200000 WHERE id = ?1`, d.Episode.ID)
 
-			expired, err := s.ExpireTriggerRequests(t.Context(), episodes.ExpireQuery{TTL: time.Hour})
+			expired, err := s.ExpireAvailable(t.Context(), episodes.ExpireQuery{TTL: time.Hour})
 			require.NoError(t, err)
-			require.Equal(t, []episodes.Expired{{RequestID: d.RequestID, EpisodeID: d.Episode.ID, EpisodeCanceled: true}}, expired,
-				"a %s grant was taken for a live holder", state)
+			require.Equal(t, []int64{d.Episode.ID}, expired, "a %s grant was taken for a live holder", state)
+			ep, err := s.GetEpisode(t.Context(), d.Episode.ID)
+			require.NoError(t, err)
+			require.Equal(t, episodes.StatusCanceled, ep.Status)
+			require.Equal(t, episodes.ClassTriggerExpired, ep.ErrorClass)
 		})
 	}
 }

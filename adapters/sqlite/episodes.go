@@ -250,10 +250,10 @@ func (s *Store) FinishEpisodes(ctx context.Context, owner string, items []episod
 	return ids, nil
 }
 
-// RetryEpisode runs RetryEpisodeClaim, FinishEpisodeStep (r.StepNo > 0),
-// RetryEpisode and, unless the episode ended canceled, ReopenTriggerRequest
-// in one transaction; claims.ErrLeaseLost (episodes.ErrLeaseLost) when the
-// grant no longer holds the claim.
+// RetryEpisode runs RetryEpisodeClaim, FinishEpisodeStep (r.StepNo > 0)
+// and RetryEpisode in one transaction: the episode is available again,
+// due after r.Backoff, unless it ended canceled; claims.ErrLeaseLost
+// (episodes.ErrLeaseLost) when the grant no longer holds the claim.
 func (s *Store) RetryEpisode(ctx context.Context, id int64, t claims.Token, r episodes.Retry) (episodes.Retried, error) {
 	ctx = withLane(ctx, laneHeld) // on behalf of a held lease: see the package's Lock section
 	var out episodes.Retried
@@ -267,26 +267,19 @@ func (s *Store) RetryEpisode(ctx context.Context, id int64, t claims.Token, r ep
 			return err
 		}
 		ep, err := s.q.RetryEpisode(ctx, s.conn, sqlitedb.RetryEpisodeParams{
-			ErrorClass: nullable(r.ErrorClass), ErrorDetail: jsonArg(r.ErrorDetail),
+			ErrorClass: nullable(r.ErrorClass), ErrorDetail: jsonArg(r.ErrorDetail), BackoffMs: r.Backoff.Milliseconds(),
 			ID: id, ClaimKey: t.Key, OwnerNode: t.Owner, Fence: t.Fence,
 		})
 		if err != nil {
 			return episodeFenced("RetryEpisode", err)
 		}
 		out = episodes.Retried{Attempts: int32(ep.Attempts), Canceled: ep.Status == string(episodes.StatusCanceled)}
-		if ep.LastStepAt != nil {
+		switch {
+		case ep.RunAfter != nil:
+			out.RunAfter = fromMs(*ep.RunAfter)
+		case ep.LastStepAt != nil: // canceled: the statement's instant
 			out.RunAfter = fromMs(*ep.LastStepAt)
 		}
-		if out.Canceled {
-			return nil
-		}
-		req, err := s.q.ReopenTriggerRequest(ctx, s.conn, sqlitedb.ReopenTriggerRequestParams{
-			SourceNode: t.Owner, DelayMs: r.Backoff.Milliseconds(), EpisodeID: id,
-		})
-		if err != nil {
-			return episodeFenced("ReopenTriggerRequest", err)
-		}
-		out.RequestID, out.RunAfter = req.ID, fromMs(req.RunAfter)
 		return nil
 	})
 	if err != nil {
@@ -296,8 +289,8 @@ func (s *Store) RetryEpisode(ctx context.Context, id int64, t claims.Token, r ep
 }
 
 // CancelEpisode runs CancelEpisodeTarget, CancelEpisode and, when it ended
-// the episode, CancelEpisodeFence and CancelEpisodeRequest, in one
-// transaction: the episode ends canceled now when nobody holds a live
+// the episode, CancelEpisodeFence, in one transaction: the episode ends
+// canceled now (and leaves the available set) when nobody holds a live
 // lease on it, else its holder is asked to stop it. episodes.ErrNotFound
 // or episodes.ErrNotLive when there is nothing to cancel.
 func (s *Store) CancelEpisode(ctx context.Context, id int64, detail json.RawMessage) (episodes.Canceled, error) {
@@ -329,9 +322,6 @@ func (s *Store) CancelEpisode(ctx context.Context, id int64, detail json.RawMess
 		if err := s.q.CancelEpisodeFence(ctx, s.conn, sqlitedb.CancelEpisodeFenceParams{ClaimKey: deref(target.ClaimKey), Held: held}); err != nil {
 			return dbError("CancelEpisodeFence", err)
 		}
-		if err := s.q.CancelEpisodeRequest(ctx, s.conn, id); err != nil {
-			return dbError("CancelEpisodeRequest", err)
-		}
 		return nil
 	})
 	if errors.Is(err, errNoMatch) {
@@ -356,36 +346,21 @@ func (s *Store) ListCancelRequests(ctx context.Context, owner string) ([]episode
 	return out, nil
 }
 
-// RequeueEpisode runs RequeueEpisode and ReopenTriggerRequest in one
-// transaction: a failed or canceled episode becomes available again as its
-// next attempt; by names who asked (recorded as the request's source
-// node). episodes.ErrNotFound or episodes.ErrNotRetryable when it cannot
+// RequeueEpisode runs RequeueEpisode, one statement: a failed or canceled
+// episode becomes available again as its next attempt, due at once. by
+// names who asked; it is not stored. episodes.ErrNotFound or episodes.ErrNotRetryable when it cannot
 // be.
 func (s *Store) RequeueEpisode(ctx context.Context, id int64, by string) (episodes.Retried, error) {
-	var out episodes.Retried
-	err := s.inTx(ctx, func(s *Store) error {
-		ep, err := s.q.RequeueEpisode(ctx, s.conn, id)
-		if errors.Is(err, sql.ErrNoRows) {
-			return errNoMatch
-		}
-		if err != nil {
-			return dbError("RequeueEpisode", err)
-		}
-		req, err := s.q.ReopenTriggerRequest(ctx, s.conn, sqlitedb.ReopenTriggerRequestParams{SourceNode: by, EpisodeID: ep.ID})
-		if errors.Is(err, sql.ErrNoRows) {
-			return errNoMatch
-		}
-		if err != nil {
-			return dbError("ReopenTriggerRequest", err)
-		}
-		out = episodes.Retried{Attempts: int32(ep.Attempts), RequestID: req.ID, RunAfter: fromMs(req.RunAfter)}
-		return nil
-	})
-	if errors.Is(err, errNoMatch) {
+	ep, err := s.q.RequeueEpisode(ctx, s.conn, id)
+	if errors.Is(err, sql.ErrNoRows) {
 		return episodes.Retried{}, s.whyNot(ctx, id, episodes.ErrNotRetryable)
 	}
 	if err != nil {
-		return episodes.Retried{}, err
+		return episodes.Retried{}, dbError("RequeueEpisode", err)
+	}
+	out := episodes.Retried{Attempts: int32(ep.Attempts)}
+	if ep.RunAfter != nil { // always set by the statement
+		out.RunAfter = fromMs(*ep.RunAfter)
 	}
 	return out, nil
 }

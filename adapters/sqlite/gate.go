@@ -19,9 +19,9 @@ type lane int
 
 const (
 	laneLease    lane = iota // RenewClaim(s), ReleaseClaim(s): keeping or giving back a lease
-	laneTakeover             // recovery's requeue and claim, the pollers' give-back: orphaned work on its way to a live node, a sweep's bounded batch
+	laneTakeover             // recovery's requeue and claim: orphaned work on its way to a live node, a sweep's bounded batch
 	laneHeld                 // writes made on behalf of a held lease (claims.OnBehalf): journal steps, finishes, retries, callers' transactions inside a run
-	laneOther                // everything else, new work above all: creations, the pollers' claim and dispatch, membership, callers' transactions outside a run
+	laneOther                // everything else, new work above all: creations, the pollers' ClaimAvailable, membership, callers' transactions outside a run
 	lanes
 )
 

@@ -72,9 +72,7 @@ func (s *Store) InspectEpisode(ctx context.Context, id int64) (inspect.Episode, 
 			HeartbeatAt: fromMsPtr(r.ClaimHeartbeatAt), Live: r.ClaimLive,
 		}
 	}
-	if r.RequestStatus != "" {
-		out.Request = &inspect.Request{Status: r.RequestStatus, RunAfter: inspectTime(r.RequestRunAfter)}
-	}
+	out.RunAfter = fromMsPtr(r.RunAfter)
 	return out, nil
 }
 

@@ -112,18 +112,12 @@ func (s *Store) maintain(ctx context.Context, p maintenance.Plan) (maintenance.R
 		return maintenance.Result{}, dbError("MarkJournalsPurged", err)
 	}
 	if p.RequestTTL > 0 { // opt-in: without a TTL deferred work never expires
-		// On this Store, bound to the run's transaction: its statements
-		// run in a SAVEPOINT of it.
-		expired, err := s.ExpireTriggerRequests(ctx, episodes.ExpireQuery{AllEnvs: true, TTL: p.RequestTTL})
+		// On this Store, bound to the run's transaction.
+		expired, err := s.ExpireAvailable(ctx, episodes.ExpireQuery{AllEnvs: true, TTL: p.RequestTTL})
 		if err != nil {
 			return maintenance.Result{}, err
 		}
-		res.RequestsExpired = int64(len(expired))
-		for _, e := range expired {
-			if e.EpisodeCanceled {
-				res.EpisodesCanceled++
-			}
-		}
+		res.EpisodesExpired = int64(len(expired))
 	}
 	res.ClaimsDeleted, err = s.q.DeleteSpentClaims(ctx, s.conn, sqlitedb.DeleteSpentClaimsParams{
 		HorizonMs: p.ClaimHorizon.Milliseconds(), MaxRows: batch,

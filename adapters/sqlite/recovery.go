@@ -85,10 +85,10 @@ func (s *Store) ClaimForRecovery(ctx context.Context, id int64, owner string, le
 }
 
 // RequeueOrphan runs RequeueOrphanTarget, RequeueOrphanFence (when the
-// orphan has a claim), RequeueOrphan and, unless it ended canceled,
-// ReopenTriggerRequest in one transaction: recovery's restart, the orphan
-// becomes available again as its next attempt, or the same one when its
-// grant was given back (or ends canceled if a cancel was requested).
+// orphan has a claim) and RequeueOrphan in one transaction: recovery's
+// restart, the orphan becomes available again, due at once, as its next
+// attempt, or the same one when its grant was given back (or ends canceled
+// if a cancel was requested).
 // attempts is the count the sweeper listed; claims.ErrBusy when it is not
 // (or no longer) an orphan, another sweeper took it, or it has no attempt
 // left. RequeueOrphanTarget runs once before, as a plain read: a sweeper
@@ -132,17 +132,6 @@ func (s *Store) RequeueOrphan(ctx context.Context, id int64, attempts int32, own
 			return dbError("RequeueOrphan", err)
 		}
 		out = episodes.Requeued{Status: episodes.Status(ep.Status), Attempts: int32(ep.Attempts), MaxAttempts: int32(ep.MaxAttempts)}
-		if out.Status != episodes.StatusQueued {
-			return nil
-		}
-		req, err := s.q.ReopenTriggerRequest(ctx, s.conn, sqlitedb.ReopenTriggerRequestParams{SourceNode: owner, EpisodeID: id})
-		if errors.Is(err, sql.ErrNoRows) {
-			return claims.ErrBusy
-		}
-		if err != nil {
-			return dbError("ReopenTriggerRequest", err)
-		}
-		out.RequestID = req.ID
 		return nil
 	})
 	if err != nil {

@@ -60,9 +60,9 @@ func startNode(t *testing.T, db *sql.DB, id string, mode runner.Mode, actors ...
 
 // Nodes on one SQLite file run every trigger exactly once: events fired on
 // a full node run there directly; events fired on a trigger_only node are
-// created available with a trigger request, which the full node's poller
-// claims, hands over and runs; a failing first attempt is retried as
-// available work and succeeds.
+// created available (one episode row), which the full node's poller takes
+// (granted and started in one poll) and runs; a failing first attempt is
+// retried as available work and succeeds.
 func TestRunnerOnSQLite(t *testing.T) {
 	t.Parallel()
 	db := sqlitetest.DB(t)
@@ -129,8 +129,8 @@ func TestRunnerOnSQLite(t *testing.T) {
 	}
 	require.False(t, fail.Load(), "one attempt failed and was retried")
 	var open, retried int
-	require.NoError(t, db.QueryRow(`SELECT count(*) FROM leasehold_trigger_requests WHERE status <> 'completed'`).Scan(&open))
-	require.Zero(t, open, "every request handed over")
+	require.NoError(t, db.QueryRow(`SELECT count(*) FROM leasehold_episodes WHERE run_after IS NOT NULL`).Scan(&open))
+	require.Zero(t, open, "every available episode taken")
 	require.NoError(t, db.QueryRow(`SELECT count(*) FROM leasehold_episodes WHERE attempts = 1 AND status = 'done'`).Scan(&retried))
 	require.Equal(t, 1, retried, "the failed attempt ran again as the episode's second attempt")
 	require.Zero(t, tsig.Count(runner.EventStarted), "nothing ran on the trigger_only node")

@@ -73,6 +73,17 @@ func freshDatabase(t *testing.T, admin *sql.DB, dsn string, rcsi bool) *sql.DB {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	db := emptyDatabase(t, admin, dsn, rcsi)
+	require.NoError(t, sqlserver.Migrate(ctx, db), "migrate database")
+	return db
+}
+
+// emptyDatabase creates lh_test_<hex> and returns a pool on it, not
+// migrated; the database is dropped when t ends.
+func emptyDatabase(t *testing.T, admin *sql.DB, dsn string, rcsi bool) *sql.DB {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
@@ -99,7 +110,6 @@ func freshDatabase(t *testing.T, admin *sql.DB, dsn string, rcsi bool) *sql.DB {
 	require.NoError(t, err)
 	db.SetMaxOpenConns(40) // enough for the 32-way races
 	t.Cleanup(func() { _ = db.Close() })
-	require.NoError(t, sqlserver.Migrate(ctx, db), "migrate database %s", name)
 	return db
 }
 

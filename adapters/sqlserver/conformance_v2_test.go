@@ -17,7 +17,7 @@ func utcWall(t time.Time) time.Time {
 	return time.Date(t.Year(), t.Month(), t.Day(), t.Hour(), t.Minute(), t.Second(), t.Nanosecond(), time.UTC)
 }
 
-// TestConformanceDeferred runs the trigger-request suite, with
+// TestConformanceDeferred runs the available-work suite, with
 // READ_COMMITTED_SNAPSHOT off and on: READPAST and the UPDLOCK reads are
 // where that setting matters.
 func TestConformanceDeferred(t *testing.T) {
@@ -36,18 +36,10 @@ func TestConformanceDeferred(t *testing.T) {
 					require.NoError(t, err)
 				}
 				return conformance.DeferredBackend{
-					Store: store,
-					LapseRequestClaim: func(t testing.TB, id int64) {
-						exec(t, `UPDATE leasehold_trigger_requests SET claim_until = DATEADD(second, -1, SYSUTCDATETIME()) WHERE id = @id`,
-							sql.Named("id", id))
-					},
-					AgeRequest: func(t testing.TB, id int64, d time.Duration) {
-						exec(t, `UPDATE leasehold_trigger_requests SET created_at = DATEADD(second, -@s, created_at),
-							run_after = DATEADD(second, -@s, run_after) WHERE id = @id`,
-							sql.Named("s", int(d.Seconds())), sql.Named("id", id))
-					},
-					Age:         func(t testing.TB, id int64, d time.Duration) { ageEpisode(t, db, id, d) },
-					ExpireClaim: func(t testing.TB, key string) { expireClaim(t, db, key) },
+					Store:        store,
+					AgeAvailable: func(t testing.TB, id int64, d time.Duration) { ageAvailable(t, db, id, d) },
+					Age:          func(t testing.TB, id int64, d time.Duration) { ageEpisode(t, db, id, d) },
+					ExpireClaim:  func(t testing.TB, key string) { expireClaim(t, db, key) },
 					Archive: func(t testing.TB, id int64) {
 						exec(t, `UPDATE leasehold_episodes SET archived_at = SYSUTCDATETIME() WHERE id = @id`, sql.Named("id", id))
 					},

@@ -54,14 +54,7 @@ SET claimed_at        = DATEADD(millisecond, -@ms, DATEADD(second, -@s, claimed_
 OUTPUT inserted.dedupe_key
 WHERE dedupe_key = @key;`, back(d, sql.Named("key", key))...)
 					},
-					AgeRequest: func(t testing.TB, id int64, d time.Duration) {
-						updateOne(t, db, fmt.Sprintf("request %d", id), `
-UPDATE leasehold_trigger_requests
-SET created_at = DATEADD(millisecond, -@ms, DATEADD(second, -@s, created_at)),
-    run_after  = DATEADD(millisecond, -@ms, DATEADD(second, -@s, run_after))
-OUTPUT inserted.id
-WHERE id = @id;`, back(d, sql.Named("id", id))...)
-					},
+					AgeAvailable: func(t testing.TB, id int64, d time.Duration) { ageAvailable(t, db, id, d) },
 					AgeNode: func(t testing.TB, id string, d time.Duration) {
 						updateOne(t, db, fmt.Sprintf("node %q", id), `
 UPDATE leasehold_nodes
@@ -157,6 +150,17 @@ func back(d time.Duration, more ...any) []any {
 		sql.Named("s", int32(d/time.Second)),
 		sql.Named("ms", int32(d%time.Second/time.Millisecond)),
 	}, more...)
+}
+
+// ageAvailable moves episode id's run_after (the instant it fell due) and
+// created_at back by d.
+func ageAvailable(t testing.TB, db *sql.DB, id int64, d time.Duration) {
+	updateOne(t, db, fmt.Sprintf("episode %d", id), `
+UPDATE leasehold_episodes
+SET created_at = DATEADD(millisecond, -@ms, DATEADD(second, -@s, created_at)),
+    run_after  = DATEADD(millisecond, -@ms, DATEADD(second, -@s, run_after))
+OUTPUT inserted.id
+WHERE id = @id;`, back(d, sql.Named("id", id))...)
 }
 
 // updateOne runs an UPDATE ... OUTPUT and requires exactly one row back.

@@ -69,7 +69,7 @@ func TestConformanceWorkflowsInTx(t *testing.T) {
 					require.NoError(t, err, "the transaction goes on")
 					require.Equal(t, id, got.ID)
 
-					d := episodes.Deferred{New: workflowEpisode("workflow:1:a:1"), SourceNode: "n"}
+					d := episodes.Deferred{New: workflowEpisode("workflow:1:a:1")}
 					res, err := tx.CreateDeferredEpisode(ctx, d)
 					require.NoError(t, err)
 					require.True(t, res.Created)

@@ -41,9 +41,7 @@ var (
 		"claim_key", "claim_state", "claim_owner", "claim_fence", "claim_attempt", "claim_grant",
 		"claim_work_type", "claim_claimed_at", "claim_lease_until", "claim_heartbeat_at",
 		"claim_finished_at", "claim_error_detail", "claim_live", "claim_lease_left_ms",
-		"request_status", "request_source_node", "request_claimed_by", "request_fence",
-		"request_run_after", "request_created_at", "request_finished_at",
-		"workflow_instance_id", "workflow_step_id", "journal_steps",
+		"run_after", "workflow_instance_id", "workflow_step_id", "journal_steps",
 	}
 	dashboardGrantsColumns    = []string{"fence", "steps", "first_step_no", "last_step_no", "first_at", "last_at"}
 	dashboardJournalColumns   = []string{"step_no", "fence", "data", "created_at"}
@@ -293,9 +291,7 @@ func (s *Store) DashboardEpisode(ctx context.Context, id int64) (inspect.Episode
 		claimedAt, leaseUntil, heartbeatAt, claimFinish sql.NullTime
 		claimDetail                                     sql.NullString
 		live                                            sql.NullBool
-		requestStatus, requestSource, requestClaimedBy  string
-		requestFence                                    int64
-		runAfter, requestCreated, requestFinished       sql.NullTime
+		runAfter                                        sql.NullTime
 		workflowInstance                                int64
 		workflowStep                                    string
 	)
@@ -310,9 +306,7 @@ func (s *Store) DashboardEpisode(ctx context.Context, id int64) (inspect.Episode
 		&out.ClaimKey, &claimState, &claimOwner, &claimFence, &claimAttempt, &claimGrant,
 		&claimWT, &claimedAt, &leaseUntil, &heartbeatAt,
 		&claimFinish, &claimDetail, &live, &leaseLeftMs,
-		&requestStatus, &requestSource, &requestClaimedBy, &requestFence,
-		&runAfter, &requestCreated, &requestFinished,
-		&workflowInstance, &workflowStep, &out.JournalSteps,
+		&runAfter, &workflowInstance, &workflowStep, &out.JournalSteps,
 	)
 	if errors.Is(err, sql.ErrNoRows) {
 		return inspect.EpisodeDetail{}, fmt.Errorf("episode %d: %w", id, episodes.ErrNotFound)
@@ -325,7 +319,7 @@ func (s *Store) DashboardEpisode(ctx context.Context, id int64) (inspect.Episode
 	e.DedupeKey, e.Phase, e.OwnerNode, e.ErrorClass = dedupeKey.String, phase.String, owner.String, errorClass.String
 	e.StartedAt, e.FinishedAt, e.LastStepAt, e.ArchivedAt = timePtr(started), timePtr(finished), timePtr(lastStep), timePtr(archived)
 	out.Budget, out.QueuedAt, out.CancelRequestedAt = rawJSON(budget), timePtr(queued), timePtr(cancelRequested)
-	out.TraceParent = traceParent.String
+	out.TraceParent, out.RunAfter = traceParent.String, timePtr(runAfter)
 	out.WorkflowInstanceID, out.WorkflowStepID = workflowInstance, workflowStep
 	if claimState != "" {
 		out.Claim = &inspect.Claim{
@@ -335,13 +329,6 @@ func (s *Store) DashboardEpisode(ctx context.Context, id int64) (inspect.Episode
 		}
 		out.ClaimFinishedAt, out.ClaimErrorDetail = timePtr(claimFinish), rawJSON(claimDetail)
 		out.ClaimLeaseLeft = time.Duration(leaseLeftMs) * time.Millisecond
-	}
-	if requestStatus != "" {
-		out.Request = &inspect.Request{Status: requestStatus, RunAfter: runAfter.Time}
-		out.RequestDetail = inspect.RequestDetail{
-			SourceNode: requestSource, ClaimedBy: requestClaimedBy, Fence: requestFence,
-			CreatedAt: timePtr(requestCreated), FinishedAt: timePtr(requestFinished),
-		}
 	}
 	return out, nil
 }

@@ -93,9 +93,7 @@ func TestUnitDashboard(t *testing.T) {
 			"bill\n1", "claimed", "node-a", int64(3), int64(1), "steal",
 			"episode", now, now, now,
 			nil, nil, true, int64(2500),
-			"", "", "", int64(0),
-			nil, nil, nil,
-			int64(4), "enrich", int64(6),
+			nil, int64(4), "enrich", int64(6),
 		}}}
 		got, err := s.DashboardEpisode(ctx, 9)
 		require.NoError(t, err)
@@ -105,7 +103,7 @@ func TestUnitDashboard(t *testing.T) {
 		require.Equal(t, int64(3), got.Claim.Fence)
 		require.True(t, got.Claim.Live)
 		require.Equal(t, 2500*time.Millisecond, got.ClaimLeaseLeft)
-		require.Nil(t, got.Request)
+		require.Nil(t, got.RunAfter, "not available")
 		require.Equal(t, &now, got.CancelRequestedAt)
 		require.Equal(t, int64(4), got.WorkflowInstanceID)
 		require.Equal(t, "enrich", got.WorkflowStepID)

@@ -25,16 +25,17 @@
 // error opening the connection), the error wraps claims.ErrRetryable.
 //
 // Lock waits are bounded on the server: the takeover batches (AcquireClaim,
-// ClaimForRecovery, DispatchTriggerRequest) and every batch of InTx's and
-// Maintain's transactions are sent with a bound of bounds.sql on top (SET
-// LOCK_TIMEOUT to claims.TxBoundFrom(ctx)), in the same call, because a SET
-// inside go-mssqldb's sp_executesql call reverts when the call returns. SQL
-// Server cannot end a transaction whose client froze; docs/sqlserver.md
-// ("Dialect limitations and their fallbacks") says what that means.
+// ClaimForRecovery, RequeueOrphan, ClaimAvailable) and every batch of
+// InTx's and Maintain's transactions are sent with a bound of bounds.sql on
+// top (SET LOCK_TIMEOUT to claims.TxBoundFrom(ctx)), in the same call,
+// because a SET inside go-mssqldb's sp_executesql call reverts when the
+// call returns. SQL Server cannot end a transaction whose client froze;
+// docs/sqlserver.md ("Dialect limitations and their fallbacks") says what
+// that means.
 //
 // Every method that grants a work claim (Acquire, CreateEpisode,
-// ClaimForRecovery, DispatchTriggerRequest) stamps it with the local time
-// taken just before the granting batch was first sent
+// ClaimForRecovery, ClaimAvailable) stamps it with the local time taken
+// just before the granting batch was first sent
 // (claims.Claim.SetLocalStart), so the run's local lease clock never starts
 // after the lease did.
 //

@@ -181,7 +181,7 @@ func (s *Store) RetryEpisode(ctx context.Context, id int64, t claims.Token, r ep
 		sql.Named("step_data", jsonArg(r.StepData)),
 		sql.Named("error_class", nullString(r.ErrorClass)),
 		sql.Named("backoff_ms", r.Backoff.Milliseconds()),
-	).Scan(&got, &out.Attempts, &status, &out.RequestID, &out.RunAfter))
+	).Scan(&got, &out.Attempts, &status, &out.RunAfter))
 	if err != nil {
 		return episodes.Retried{}, err
 	}
@@ -230,13 +230,14 @@ func (s *Store) ListCancelRequests(ctx context.Context, owner string) ([]episode
 }
 
 // RequeueEpisode runs RequeueEpisode: a failed or canceled episode becomes
-// available again as its next attempt; by names who asked.
-// episodes.ErrNotFound or episodes.ErrNotRetryable when it cannot be.
+// available again as its next attempt, due at once. by names who asked; it
+// is not stored. episodes.ErrNotFound or episodes.ErrNotRetryable when it
+// cannot be.
 func (s *Store) RequeueEpisode(ctx context.Context, id int64, by string) (episodes.Retried, error) {
 	var out episodes.Retried
 	var got int64
-	err := s.queryRow(ctx, "RequeueEpisode", sql.Named("id", id), sql.Named("source_node", by)).
-		Scan(&got, &out.Attempts, &out.RequestID, &out.RunAfter)
+	err := s.queryRow(ctx, "RequeueEpisode", sql.Named("id", id)).
+		Scan(&got, &out.Attempts, &out.RunAfter)
 	if errors.Is(err, sql.ErrNoRows) {
 		return episodes.Retried{}, s.whyNot(ctx, id, episodes.ErrNotRetryable)
 	}

@@ -65,7 +65,6 @@ func (s *Store) InspectEpisode(ctx context.Context, id int64) (inspect.Episode, 
 		claimAttempt                                int32
 		claimedAt, leaseUntil, heartbeatAt          sql.NullTime
 		live                                        sql.NullBool
-		requestStatus                               string
 		runAfter                                    sql.NullTime
 	)
 	err := s.queryRow(ctx, "InspectEpisode",
@@ -78,7 +77,7 @@ func (s *Store) InspectEpisode(ctx context.Context, id int64) (inspect.Episode, 
 		&finished, &lastStep, &archived,
 		&out.ClaimKey, &claimState, &claimOwner, &claimFence, &claimAttempt, &claimGrant, &claimWT,
 		&claimedAt, &leaseUntil, &heartbeatAt, &live,
-		&requestStatus, &runAfter, &out.JournalSteps,
+		&runAfter, &out.JournalSteps,
 	)
 	if errors.Is(err, sql.ErrNoRows) {
 		return inspect.Episode{}, fmt.Errorf("episode %d: %w", id, episodes.ErrNotFound)
@@ -97,9 +96,7 @@ func (s *Store) InspectEpisode(ctx context.Context, id int64) (inspect.Episode, 
 			ClaimedAt: claimedAt.Time, LeaseUntil: leaseUntil.Time, HeartbeatAt: timePtr(heartbeatAt), Live: live.Bool,
 		}
 	}
-	if requestStatus != "" {
-		out.Request = &inspect.Request{Status: requestStatus, RunAfter: runAfter.Time}
-	}
+	out.RunAfter = timePtr(runAfter)
 	return out, nil
 }
 

@@ -15,9 +15,10 @@ import (
 )
 
 // TestUnitInspect: the Go side of the operator reads, against the fake
-// driver: the columns land in the right fields, a claim or request that the
-// LEFT JOINs did not find is nil, the journal (read last first) comes back
-// in step order, and an unknown episode is episodes.ErrNotFound.
+// driver: the columns land in the right fields, a claim that the LEFT JOIN
+// did not find is nil (and RunAfter unless the episode is available), the
+// journal (read last first) comes back in step order, and an unknown
+// episode is episodes.ErrNotFound.
 func TestUnitInspect(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC)
 	ctx := context.Background()
@@ -37,7 +38,7 @@ func TestUnitInspect(t *testing.T) {
 			now, now, nil,
 			"bill-1", "failed", "node-a", int64(4), int64(2), "steal",
 			"episode", now, now, now, true,
-			"completed", now, int64(7),
+			now, int64(7),
 		}}}
 		got, err := s.InspectEpisode(ctx, 9)
 		require.NoError(t, err)
@@ -54,13 +55,13 @@ func TestUnitInspect(t *testing.T) {
 				Key: "bill-1", State: claims.StateFailed, Owner: "node-a", Fence: 4, Attempt: 2, Grant: claims.GrantSteal,
 				WorkType: "episode", ClaimedAt: now, LeaseUntil: now, HeartbeatAt: &now, Live: true,
 			},
-			Request:      &inspect.Request{Status: episodes.RequestCompleted, RunAfter: now},
+			RunAfter:     &now,
 			JournalSteps: 7,
 		}, got)
 		require.Equal(t, map[string]any{"id": int64(9)}, f.params["InspectEpisode"])
 	})
 
-	t.Run("episode without claim or request", func(t *testing.T) {
+	t.Run("episode without claim, not available", func(t *testing.T) {
 		answer = map[string][][]driver.Value{"InspectEpisode": {{
 			int64(10), "mailer", "send", "event", nil,
 			nil, "queued", nil, int64(0), int64(3),
@@ -69,13 +70,13 @@ func TestUnitInspect(t *testing.T) {
 			nil, nil, nil,
 			"episode:10", "", "", int64(0), int64(0), "",
 			"", nil, nil, nil, false,
-			"", nil, int64(0),
+			nil, int64(0),
 		}}}
 		got, err := s.InspectEpisode(ctx, 10)
 		require.NoError(t, err)
 		require.Equal(t, "episode:10", got.ClaimKey)
 		require.Nil(t, got.Claim)
-		require.Nil(t, got.Request)
+		require.Nil(t, got.RunAfter)
 		require.Nil(t, got.Payload)
 		require.Equal(t, episodes.StatusQueued, got.Status)
 	})

@@ -104,16 +104,11 @@ func (s *Store) maintain(ctx context.Context, p maintenance.Plan) (maintenance.R
 		return maintenance.Result{}, err
 	}
 	if p.RequestTTL > 0 { // opt-in: without a TTL deferred work never expires
-		expired, err := s.ExpireTriggerRequests(ctx, episodes.ExpireQuery{AllEnvs: true, TTL: p.RequestTTL})
+		expired, err := s.ExpireAvailable(ctx, episodes.ExpireQuery{AllEnvs: true, TTL: p.RequestTTL})
 		if err != nil {
 			return maintenance.Result{}, err
 		}
-		res.RequestsExpired = int64(len(expired))
-		for _, e := range expired {
-			if e.EpisodeCanceled {
-				res.EpisodesCanceled++
-			}
-		}
+		res.EpisodesExpired = int64(len(expired))
 	}
 	if res.ClaimsDeleted, err = s.execRows(ctx, "DeleteSpentClaims",
 		sql.Named("horizon_ms", p.ClaimHorizon.Milliseconds()),

@@ -117,7 +117,7 @@ func (s *Store) RequeueOrphan(ctx context.Context, id int64, attempts int32, own
 		sql.Named("attempts", attempts),
 		sql.Named("stale_after_ms", staleAfter.Milliseconds()),
 		sql.Named("owner_node", owner),
-	).Scan(&got, &status, &out.Attempts, &out.MaxAttempts, &out.RequestID)
+	).Scan(&got, &status, &out.Attempts, &out.MaxAttempts)
 	if errors.Is(err, sql.ErrNoRows) {
 		return episodes.Requeued{}, claims.ErrBusy
 	}

@@ -41,8 +41,8 @@ const (
 		"(or WHERE NOT EXISTS of the key); Postgres's ON CONFLICT names the key in its arbiter, not in a predicate"
 	whyRecheck = "checked twice: once by the lock-free read that finds the orphan, once on the locked row by the write " +
 		"(Postgres checks it once, under the orphan CTE's FOR UPDATE)"
-	whyReuseRequest = "the request is reused by an UPDATE joined to @episode (queued only), with the INSERT under IF @@ROWCOUNT = 0; " +
-		"the commit and the answer test @request or a canceled @episode (Postgres: ON CONFLICT (episode_id), and the episode CTE's rows)"
+	whyIndexFilter = "the filtered index's predicate (leasehold_episodes_available_idx: run_after IS NOT NULL), spelled out so the " +
+		"optimizer may use it; the comparison beside it already implies it"
 	whyHeld = "the calling run's grant (fenced) and its episode are read into variables first (@held, @ep_id, @ep_env) and the finding's " +
 		"writes run under IF on them; Postgres reads them in CTEs joined into the writes"
 )
@@ -55,30 +55,37 @@ var tsqlOnly = []onlyInTSQL{
 		"as Postgres's ON CONFLICT DO NOTHING does", []string{"error_number() NOT IN (2601, 2627)"}},
 	{"AppendStep", "GREATEST spelled as CASE WHEN a > b THEN a ELSE b END (read back as greatest in the SET); its WHEN is a predicate here",
 		[]string{"lease_until > now+ms(@lease_ms)"}},
-	{"ClaimTriggerRequests", "the UPDATE through the READPAST-picked CTE re-checks the claimable condition on the row it writes; Postgres's UPDATE " +
-		"writes exactly the rows its pick locked (FOR UPDATE SKIP LOCKED) and checked on their latest version, with no condition beside the ids, " +
-		"so that the planner can reach them only by primary key",
-		[]string{"'pending' = status", "now >= run_after", "'claimed' = status", "claim_until <= now"}},
 	{"ArchiveEpisodes", "the UPDATE through the READPAST-picked CTE re-checks archived_at IS NULL on the row it writes (Postgres: FOR UPDATE SKIP LOCKED in the pick)",
 		[]string{"archived_at IS NULL"}},
 	{"CancelEpisode", "the claim key is read into @claim_key and the live-grant test into @held (CASE WHEN state = 'claimed' AND lease_until > now) " +
 		"under UPDLOCK, HOLDLOCK before the episode UPDATE; each CASE WHEN @held = 1 is Postgres's CASE WHEN target.held; " +
-		"the fence-out and the request close run under IF EXISTS (@episode canceled), Postgres's episode.status = 'canceled' join",
-		[]string{"lease_until > now", "$claim_key = dedupe_key", "$held = 1", "$held = 1", "$held = 1", "$held = 1", "$held = 1",
-			"$claim_key = dedupe_key", "'claimed' = state", "@id = episode_id"}},
-	{"ClaimForRecovery", "the orphan is found by a lock-free read into @orphan_key and @open_request (CASE WHEN EXISTS open request), the takeover " +
-		"runs under IF on them, and the claim row is reached by @orphan_key (UPDATE, then the fresh INSERT's NOT EXISTS under UPDLOCK, HOLDLOCK); " +
-		"Postgres names the key once through claim_row's subquery",
-		[]string{"EXISTS(leasehold_trigger_requests)", "EXISTS(leasehold_work_claims)", "coalesce(dedupe_key, concat('episode:', id)) = dedupe_key",
-			"$orphan_key IS NOT NULL", "$open_request = 0", "$orphan_key = dedupe_key", "NOT EXISTS(leasehold_work_claims)", "$orphan_key = dedupe_key"}},
+		"the fence-out runs under IF EXISTS (@episode canceled), where Postgres's fenced CTE tests NOT target.held (see dialectDifferences)",
+		[]string{"lease_until > now", "$claim_key = dedupe_key", "$held = 1", "$held = 1", "$held = 1", "$held = 1", "$held = 1", "$held = 1",
+			"$claim_key = dedupe_key", "'claimed' = state", "'canceled' = status"}},
+	{"ClaimAvailable", whyIndexFilter + " (the pick)", []string{"run_after IS NOT NULL"}},
+	{"ClaimAvailable", "the set-based grant keys each claim row by its picked row (c.dedupe_key = p.claim_key in the UPDATE's join, then " +
+		"the fresh INSERT's NOT EXISTS under UPDLOCK, HOLDLOCK, x.dedupe_key = p.claim_key: the upsert without MERGE), runs the INSERT only " +
+		"for picked rows without a grant (IF EXISTS ... NOT EXISTS @granted), starts the granted ones by joining @granted and clears the " +
+		"others by NOT EXISTS @granted, each episode reached by e.id = p.id; Postgres's ON CONFLICT names the key in its arbiter and its " +
+		"UPDATEs use id arrays and IN (see dialectDifferences); the answer's started is CASE WHEN s.id IS NULL",
+		[]string{"claim_key = dedupe_key", "NOT EXISTS(leasehold_work_claims)", "claim_key = dedupe_key", "claim_key = dedupe_key", "id = id",
+			"claim_key = dedupe_key", "id = id", "claim_key = dedupe_key", "id IS NULL"}},
+	{"ClaimForRecovery", "the orphan is found by a lock-free read into @orphan_key, the takeover runs under IF on it, and the claim row is " +
+		"reached by @orphan_key (UPDATE, then the fresh INSERT's NOT EXISTS under UPDLOCK, HOLDLOCK); Postgres names the key once through " +
+		"claim_row's subquery",
+		[]string{"EXISTS(leasehold_work_claims)", "coalesce(dedupe_key, concat('episode:', id)) = dedupe_key",
+			"$orphan_key IS NOT NULL", "$orphan_key = dedupe_key", "NOT EXISTS(leasehold_work_claims)", "$orphan_key = dedupe_key"}},
+	{"ClaimForRecovery", whyRecheck + "; here only the available exclusion, which the lock-free read makes so that an available episode's " +
+		"claim row is never locked (a poll locks the episode row first)", []string{"run_after IS NULL"}},
 	{"ClearFinding", whyHeld, []string{"$held = 1", "$ep_id IS NOT NULL", "$ep_env = env", "$ep_id IS NULL"}},
-	{"CreateDeferredEpisode", whyNested, []string{"0 < @@trancount()", "$nested = 0", "$nested = 0", "$nested = 1", "$nested = 0"}},
-	{"CreateDeferredEpisode", whyDuplicate, []string{"0 <> xact_state()", "error_number() NOT IN (2601, 2627)", "$duplicate = 0", "$duplicate = 1"}},
+	{"CreateDeferredEpisode", "the caller's-transaction bookkeeping: @nested = 1 when the batch runs inside the caller's transaction " +
+		"(@@TRANCOUNT > 0), where its CATCH can only re-throw (XACT_ABORT has doomed that transaction); Postgres runs in whatever transaction the caller gave",
+		[]string{"0 < @@trancount()", "$nested = 1"}},
+	{"CreateDeferredEpisode", "a duplicate key is caught in CATCH (ERROR_NUMBER() 2601/2627, anything else rethrown; the one INSERT wrote nothing) " +
+		"and answered through @duplicate; Postgres says ON CONFLICT DO NOTHING", []string{"error_number() NOT IN (2601, 2627)", "$duplicate = 0", "$duplicate = 1"}},
 	{"CreateDeferredEpisode", "the dedupe: INSERT ... WHERE @dedupe_key IS NULL OR NOT EXISTS (a live episode of the key, UPDLOCK, HOLDLOCK); " +
 		"Postgres's ON CONFLICT arbiter", []string{"@dedupe_key IS NULL", "NOT EXISTS(leasehold_episodes)"}},
-	{"CreateDeferredEpisodes", whyNested, []string{"0 < @@trancount()", "$nested = 0", "$nested = 0"}},
-	{"CreateDeferredEpisodes", "the dedupe as CreateDeferredEpisode's, per item; and the answer joins each created episode to its request " +
-		"(Postgres returns both from one row of the CTE chain)", []string{"NOT EXISTS(leasehold_episodes)"}},
+	{"CreateDeferredEpisodes", "the dedupe as CreateDeferredEpisode's, per item (Postgres's ON CONFLICT arbiter)", []string{"NOT EXISTS(leasehold_episodes)"}},
 	{"CreateEpisode", whyDuplicate, []string{"0 <> xact_state()", "error_number() NOT IN (2601, 2627)", "$duplicate = 0", "$duplicate = 1"}},
 	{"CreateEpisode", "the start: the grant's key is @claim_key (the UPDATE and the fresh INSERT's NOT EXISTS), and the start UPDATE finds " +
 		"the episode by (SELECT id FROM @created)", []string{"$claim_key = dedupe_key", "$claim_key = dedupe_key", "(SELECT FROM ) = id"}},
@@ -88,12 +95,6 @@ var tsqlOnly = []onlyInTSQL{
 		[]string{"greatest(finished_at, lease_until) < now-ms(@horizon_ms)", "greatest(finished_at, lease_until) < now-ms(@horizon_ms)",
 			"dedupe_key NOT LIKE 'episode:%'", "NOT datalength(dedupe_key) BETWEEN 18 AND 52", "substring(dedupe_key, 9, 18) LIKE '%[^0-9]%'",
 			"finished_at > lease_until", "id = substring(dedupe_key, 9, 18)", "finished_at > lease_until"}},
-	{"DispatchTriggerRequest", "the request read into @request joins the episode; the grant runs under IF @claim_key IS NOT NULL and reaches the claim row " +
-		"by @claim_key (the UPDATE, then the fresh INSERT's NOT EXISTS); the answer LEFT JOINs @started and the episode (started: st.id IS NULL)",
-		[]string{"episode_id = id", "$claim_key IS NOT NULL", "$claim_key = dedupe_key", "NOT EXISTS(leasehold_work_claims)", "$claim_key = dedupe_key",
-			"id IS NULL"}},
-	{"ExpireTriggerRequests", "the expired requests' episodes are joined through @expired, and the answer LEFT JOINs @canceled (episode_canceled: c.id IS NULL)",
-		[]string{"episode_id = id", "episode_id = id", "id IS NULL"}},
 	{"FinishEpisode", whyNested, []string{"0 < @@trancount()", "$nested = 0", "$nested = 0", "$nested = 1"}},
 	{"FinishEpisodes", "the rows are matched to their claims twice, each per row on key and fence: the claim UPDATE joins OPENJSON on " +
 		"(dedupe_key, fence), and the step INSERT and episode UPDATE each join @claim on (claim_key, fence); Postgres joins once, into matched",
@@ -105,29 +106,27 @@ var tsqlOnly = []onlyInTSQL{
 		[]string{"0 = @@trancount()", "@claim_key = dedupe_key", "@owner_node = owner_node", "@fence = fence", "'claimed' = state"}},
 	{"ListStalledWorkflowSteps", "ORDER BY CASE WHEN parked_reason IS NULL THEN 0 ELSE 1 END, Postgres's ORDER BY (parked_reason IS NOT NULL)", []string{"parked_reason IS NULL"}},
 	{"ListWaitingForNode", "the overdue flag is a CASE WHEN in the select list; Postgres casts the comparison to boolean", []string{"now-ms(@overdue_after_ms) > waiting_since"}},
+	{"ListWaitingForNode", whyIndexFilter, []string{"run_after IS NOT NULL"}},
+	{"ExpireAvailable", whyIndexFilter, []string{"run_after IS NOT NULL"}},
+	{"NextAvailableDue", whyIndexFilter, []string{"run_after IS NOT NULL"}},
 	{"PutAgentDefinition", whyUpsert, []string{"@actor_id = actor_id", "@expectation_id = expectation_id", "0 = @@rowcount()"}},
 	{"PutWorkflowDefinition", whyUpsert, []string{"NOT EXISTS(leasehold_workflow_definitions)", "@workflow_id = workflow_id", "@version = version"}},
 	{"RaiseFinding", whyHeld + "; the active finding is updated by key before the INSERT (the upsert without MERGE)",
 		[]string{"$held = 1", "$ep_id IS NOT NULL", "$ep_env = env", "@finding_key = finding_key", "$ep_id IS NULL"}},
 	{"RaiseWaitingForNodeFinding", whyUpsert, []string{"@env = env", "@finding_key = finding_key"}},
 	{"RegisterNode", whyUpsert, []string{"@node_id = node_id", "0 = @@rowcount()"}},
-	{"RequeueEpisode", "GREATEST(max_attempts, attempts + 2) as a CASE, whose WHEN is a predicate here; the request is reused by " +
-		"an UPDATE joined to @episode with the INSERT under IF @@ROWCOUNT = 0 (Postgres: ON CONFLICT (episode_id))",
-		[]string{"(attempts + 2) < max_attempts", "episode_id = id", "0 = @@rowcount()"}},
-	{"RequeueOrphan", "the orphan is found by a lock-free read into @orphan_key and @open_request, and the takeover runs under IF on them, " +
+	{"RequeueEpisode", "GREATEST(max_attempts, attempts + 2) as a CASE, whose WHEN is a predicate here",
+		[]string{"(attempts + 2) < max_attempts"}},
+	{"RequeueOrphan", "the orphan is found by a lock-free read into @orphan_key, and the takeover runs under IF on it, " +
 		"as in ClaimForRecovery", []string{"(attempts + 1) <= max_attempts", "EXISTS(leasehold_work_claims)",
-		"coalesce(dedupe_key, concat('episode:', id)) = dedupe_key", "EXISTS(leasehold_trigger_requests)", "$orphan_key IS NOT NULL",
-		"$open_request = 0", "$orphan_key = dedupe_key", "NOT EXISTS(leasehold_work_claims)", "$orphan_key = dedupe_key"}},
+		"coalesce(dedupe_key, concat('episode:', id)) = dedupe_key", "$orphan_key IS NOT NULL",
+		"$orphan_key = dedupe_key", "NOT EXISTS(leasehold_work_claims)", "$orphan_key = dedupe_key"}},
 	{"RequeueOrphan", "given back, read from the fenced claim's OUTPUT deleted.* (@fenced) under the episode's UPDLOCK, HOLDLOCK into @given_back; " +
 		"Postgres reads claim_row's state and attempt in the orphan CTE (see dialectDifferences)",
-		[]string{"'released' = was_state", "(attempts + max_attempts) >= was_attempt", "(attempts + case($given_back = 1; 1; 2)) <= max_attempts",
-			"$given_back = 1", "$given_back = 1"}},
+		[]string{"'released' = was_state", "'queued' = status", "(attempts + max_attempts) >= was_attempt",
+			"(attempts + case($given_back = 1; 1; 2)) <= max_attempts", "$given_back = 1", "$given_back = 1"}},
 	{"RequeueOrphan", whyRecheck, []string{"@id = id", "status IN ('queued', 'running')", "archived_at IS NULL", "@attempts = attempts",
-		"@id = episode_id", "status IN ('claimed', 'pending')"}},
-	{"RequeueOrphan", whyReuseRequest,
-		[]string{"episode_id = id", "'queued' = status", "0 = @@rowcount()", "'queued' = status", "'canceled' = status", "'canceled' = status"}},
-	{"RetryEpisode", whyReuseRequest,
-		[]string{"episode_id = id", "0 = @@rowcount()", "'queued' = status", "'canceled' = status", "'canceled' = status"}},
+		"run_after IS NULL"}},
 	{"StartEpisode", "the grant test is one EXISTS under UPDLOCK in the episode UPDATE; Postgres reads it in the lease CTE (FOR SHARE) and tests EXISTS (SELECT 1 FROM lease)",
 		[]string{"EXISTS(leasehold_work_claims)"}},
 	{"TryMaintenanceLock", "sp_getapplock's answer (@r >= 0 granted; -999 when refused outside a transaction) where Postgres calls pg_try_advisory_lock",

@@ -40,7 +40,7 @@ var dialectDifferences = []difference{
 	{"AcquireClaim", "0 < @bound_ms", boundInStatement},
 	{"ClaimForRecovery", "0 < @bound_ms", boundInStatement},
 	{"RequeueOrphan", "0 < @bound_ms", boundInStatement},
-	{"DispatchTriggerRequest", "0 < @bound_ms", boundInStatement},
+	{"ClaimAvailable", "0 < @bound_ms", boundInStatement},
 	{"CreateEpisode", "dedupe_key IS NOT NULL",
 		"the ON CONFLICT arbiter's predicate: T-SQL inserts and lets the filtered unique index (same filter, TestStaticSchemaSemantics) raise 2601, caught as the duplicate"},
 	{"CreateEpisode", "archived_at IS NULL", "as above: the index predicate, not a statement predicate, on SQL Server"},
@@ -69,15 +69,15 @@ var dialectDifferences = []difference{
 			"and its episode UPDATE checks attempts + CASE WHEN @given_back = 1 THEN 1 ELSE 2 END <= max_attempts"},
 	{"ClaimForRecovery", "(SELECT FROM leasehold_episodes) = dedupe_key",
 		"the claim key is read into @orphan_key by the first SELECT (COALESCE(dedupe_key, CONCAT(N'episode:', id))) instead of a scalar subquery"},
-	{"ClaimForRecovery", "NOT EXISTS(leasehold_trigger_requests)",
-		"the open-request exclusion is read once into @open_request (CASE WHEN EXISTS ... THEN 1 ELSE 0), and the takeover runs only under IF @orphan_key IS NOT NULL AND @open_request = 0 (TestStaticRecoveryOrphanRules)"},
 	{"ClaimForRecovery", "@id = id", "Postgres names the episode three times (claim_row, orphan, the UPDATE); T-SQL twice (the first SELECT and the episode UPDATE): the claim row is reached through @orphan_key"},
-	{"ClaimTriggerRequests", "any(array((SELECT FROM ))) = id",
-		"Postgres's UPDATE reaches the picked rows by primary key through an array of the picked CTE's ids (a plan choice: a join against the CTE can become a " +
-			"nested loop over every open request); T-SQL updates the READPAST-picked rows of its own CTE directly"},
-	{"ExpireTriggerRequests", "any(array((SELECT FROM ))) = id",
-		"Postgres's episode UPDATE reaches the expired requests' episodes by primary key through an array (a plan choice, as in ClaimTriggerRequests); " +
-			"T-SQL joins its @expired table variable"},
+	{"ClaimAvailable", "any(array((SELECT FROM ))) = id", "Postgres's start UPDATE reaches the picked episodes by primary key through an array " +
+		"of the picked CTE's ids (a plan choice: no condition beside the id for a misled planner to scan an index by); T-SQL joins @picked " +
+		"(e.id = p.id) under OPTION (LOOP JOIN, FORCE ORDER), one seek per picked row"},
+	{"ClaimAvailable", "any(array((SELECT FROM ))) = id", "the held-elsewhere UPDATE, as above"},
+	{"ClaimAvailable", "claim_key IN ((SELECT FROM ))", "the granted ones: Postgres's picked.claim_key IN (SELECT granted.dedupe_key); T-SQL's start " +
+		"UPDATE inner joins @granted ON g.dedupe_key = p.claim_key (TestStaticStartsUnderAGrant)"},
+	{"ClaimAvailable", "claim_key NOT IN ((SELECT FROM ))", "held elsewhere: Postgres's picked.claim_key NOT IN (SELECT granted.dedupe_key); " +
+		"T-SQL's NOT EXISTS (SELECT FROM @granted WHERE g.dedupe_key = p.claim_key), a table variable's rows (the dependency checks')"},
 	{"DeleteSpentClaims", "greatest(coalesce(finished_at, lease_until), lease_until) < now-ms(@horizon_ms)",
 		"GREATEST needs SQL Server 2022: CASE WHEN finished_at > lease_until THEN finished_at ELSE lease_until END is the same value (a NULL finished_at fails the comparison and yields lease_until); listed twice, candidate list and re-check"},
 	{"DeleteSpentClaims", "greatest(coalesce(finished_at, lease_until), lease_until) < now-ms(@horizon_ms)", "the re-check on the locked row, as above"},
@@ -94,11 +94,8 @@ var dialectDifferences = []difference{
 	{"CancelEpisode", "0 = held", "the expired claim is fenced only when not held: T-SQL fences inside IF EXISTS (@episode WHERE status = 'canceled'), " +
 		"and the episode UPDATE writes canceled exactly when @held = 0"},
 	{"CancelEpisode", "id = id", "the episode UPDATE joins target on id; T-SQL's UPDATE names WHERE id = @id"},
-	{"CancelEpisode", "episode_id = id", "the requests UPDATE joins the episode CTE; T-SQL's names WHERE episode_id = @id"},
 	{"ClearFinding", "env = source_env", "the episode's source_env is read into @ep_env (env = @ep_env)"},
 	{"UpdateFinding", "env = source_env", "the episode's source_env is read into @ep_env (env = @ep_env)"},
-	{"CreateDeferredEpisode", "episode_id = id", "Postgres joins the created episode to its request (request.episode_id = created.id); T-SQL inserts both " +
-		"from @created and returns them from the same variables"},
 	{"RequeueOrphan", "claim_key = dedupe_key", "the orphan's claim key is @orphan_key in T-SQL ($orphan_key = dedupe_key is matched under that name)"},
 	{"RequeueOrphan", "id = id", "the episode UPDATE joins taken on id; T-SQL's names WHERE id = @id"},
 }
@@ -173,8 +170,7 @@ func multisetMinus(a, b []string) []string {
 // fenceTables: the tables whose rows are grants, and the columns of a
 // grant's identity. A write on behalf of a grant matches all four.
 var fenceTables = map[string][3]string{ // key, owner, state column
-	claimsTable:   {"dedupe_key", "owner_node", "state"},
-	requestsTable: {"id", "claimed_by", "status"},
+	claimsTable: {"dedupe_key", "owner_node", "state"},
 }
 
 // --- statements in batch order ---
@@ -457,7 +453,7 @@ func walkVars(v any, f func(string)) {
 
 // TestStaticFencedWrites: the fenced-write contract, found from the trees.
 // A batch takes a grant's token when it has a @fence or @held parameter;
-// then it must access a fence table (claims, trigger requests) under all
+// then it must access a fence table (the claims) under all
 // four conditions of the grant's identity at top level, with an update
 // lock, and every write it makes must be that access or depend on it. And
 // every UPDATE of a claim that does not grant one (renew, complete, fail,
@@ -605,8 +601,8 @@ func TestStaticAllOrNothing(t *testing.T) {
 
 // The two WHERE forms a grant may have, canonical (static_expr_test.go):
 // AcquireClaim's (free or expired) and recovery's (expired, released, or
-// finished by another grant; an episode with an open trigger request is
-// excluded before any grant, TestStaticRecoveryOrphanRules).
+// finished by another grant; an available episode is excluded before any
+// grant, TestStaticRecoveryOrphanRules).
 var grantForms = []string{
 	"('claimed' <> state OR lease_until <= now)",
 	"(('claimed' = state AND lease_until <= now) OR state IN ('done', 'failed', 'released'))",
@@ -654,10 +650,21 @@ func fenceOut(t *testing.T, r tsqlReader, spec node, sql string) bool {
 // lease of @lease_ms milliseconds from the database clock, the owner, the
 // clock stamps, the counters, UPDLOCK and HOLDLOCK, OUTPUT INTO a table
 // variable; and every INSERT of a claim follows such an UPDATE of the same
-// key, runs only when it granted nothing (IF NOT EXISTS on its table
-// variable), is guarded by NOT EXISTS on the key, writes a fresh grant, and
-// is either inside the transaction under UPDLOCK, HOLDLOCK or catches the
-// primary key's 2627 as busy.
+// key, runs only when it granted nothing, is guarded by NOT EXISTS on the
+// key, writes a fresh grant, and is either inside the transaction under
+// UPDLOCK, HOLDLOCK or catches the primary key's 2627 as busy.
+//
+// A grant has one of two keys (grantKey). Keyed on one @key: dedupe_key =
+// @key in its WHERE, and its INSERT runs under IF NOT EXISTS (SELECT FROM
+// <its table variable>). Set-based (ClaimAvailable): its FROM is an inner
+// join of a table variable of picked rows to the claims table ON
+// <claims>.dedupe_key = <picked>.<column> and nothing else, so each picked
+// row reaches its own claim row and no other; its INSERT then reads that
+// table variable, inserts <picked>.<column> as the key, is guarded per row
+// by NOT EXISTS on the claims table keyed on that column, and runs under IF
+// EXISTS (a picked row WHERE NOT EXISTS (its grant in the grant's table
+// variable)). Everything else, the WHERE's grant form above all, is checked
+// alike on both.
 func TestStaticGrantShape(t *testing.T) {
 	t.Parallel()
 
@@ -680,7 +687,7 @@ func TestStaticGrantShape(t *testing.T) {
 			r := newTSQLReader(tree)
 			stmts := batchStmts(tree)
 			open := false
-			grantKeys := map[string]string{} // OUTPUT INTO variable -> key
+			grantKeys := map[string]grantKey{} // OUTPUT INTO variable -> key
 			for _, s := range stmts {
 				switch getString(s.n, "$type") {
 				case "BeginTransactionStatement":
@@ -703,16 +710,27 @@ func TestStaticGrantShape(t *testing.T) {
 					}
 					require.Contains(t, targets[0].hints, "UPDLOCK", "a grant takes UPDLOCK")
 					require.True(t, slices.Contains(targets[0].hints, "HOLDLOCK") || slices.Contains(targets[0].hints, "SERIALIZABLE"), "a grant takes HOLDLOCK")
-					var key string
+					var key grantKey
 					form := false
 					for _, c := range conjuncts(get(spec, "WhereClause", "SearchCondition")) {
 						e := r.boolean(c)
 						if e.op == "cmp" && e.s == "=" && e.args[1].String() == "dedupe_key" && (e.args[0].op == "param" || e.args[0].op == "var") {
-							key = e.args[0].String()
+							key.param = e.args[0].String()
 						}
 						form = form || slices.Contains(grantForms, e.String())
 					}
-					require.NotEmpty(t, key, "a grant is keyed on dedupe_key = @key")
+					if key.param == "" {
+						key.picked, key.column = joinedGrantKey(spec)
+						if key.picked != "" {
+							fills := pickedKeyFills(r, tree, key)
+							require.NotEmpty(t, fills, "the picked set %s is filled in the batch (INSERT INTO %s)", key.picked, key.picked)
+							for _, v := range fills {
+								require.Equal(t, episodeClaimKey, v, "the grant's join column %s.%s holds each picked episode's claim key", key.picked, key.column)
+							}
+						}
+					}
+					require.True(t, key.param != "" || key.picked != "",
+						"a grant is keyed on dedupe_key = @key, or joined to a picked set ON <claims>.dedupe_key = <picked>.<column> alone")
 					require.True(t, form, "a grant's WHERE must hold one of the grant forms %q", grantForms)
 					into := strings.ToLower(getString(spec, "OutputIntoClause", "IntoTable", "Variable", "Name"))
 					require.NotEmpty(t, into, "a grant outputs INTO a table variable (the insert and the result read it)")
@@ -722,19 +740,12 @@ func TestStaticGrantShape(t *testing.T) {
 					if !strings.EqualFold(getString(spec, "Target", "SchemaObject", "BaseIdentifier", "Value"), claimsTable) {
 						continue
 					}
-					var guardVar string
-					for _, g := range s.guards {
-						e := r.boolean(g)
-						if e.op == "not" && getString(get(g, "Expression"), "$type") == "ExistsPredicate" {
-							walk(g, func(n node) {
-								if getString(n, "$type") == "VariableTableReference" {
-									guardVar = strings.ToLower(getString(n, "Variable", "Name"))
-								}
-							})
-						}
-					}
+					guardVar, guardKey := insertGuard(r, s.guards)
 					key, ok := grantKeys[guardVar]
-					require.True(t, ok, "a claim INSERT runs only under IF NOT EXISTS (the OUTPUT INTO table of a grant UPDATE before it)")
+					require.True(t, ok, "a claim INSERT runs only when the grant UPDATE before it granted nothing: under IF NOT EXISTS "+
+						"(SELECT FROM <its OUTPUT INTO table>), or, set-based, IF EXISTS (a picked row WHERE NOT EXISTS (its grant in that table))")
+					require.Equal(t, grantKey{picked: key.picked, column: key.column}, guardKey,
+						"a set-based INSERT's guard asks about the picked key the grant UPDATE joined on (and a single key's asks about none)")
 					vals := map[string]string{}
 					for _, a := range tsqlAssignmentsWith(r, s.n) {
 						vals[a.column] = a.value.String()
@@ -742,24 +753,32 @@ func TestStaticGrantShape(t *testing.T) {
 					for col, v := range fresh {
 						require.Equal(t, v, vals[col], "a fresh claim's %s", col)
 					}
-					require.Equal(t, key, vals["dedupe_key"], "the INSERT inserts the key the grant UPDATE tried")
+					sel := get(spec, "InsertSource", "Select")
+					keyed := key.param + " = dedupe_key"
+					if key.picked != "" {
+						source, alias := singleVariableSource(sel)
+						require.Equal(t, key.picked, source, "a set-based INSERT reads the picked set the grant UPDATE joined, alone")
+						require.Equal(t, key.column, vals["dedupe_key"], "the INSERT inserts the picked key the grant UPDATE tried")
+						keyed = alias + "." + key.column + " = dedupe_key"
+					} else {
+						require.Equal(t, key.param, vals["dedupe_key"], "the INSERT inserts the key the grant UPDATE tried")
+					}
 					require.Equal(t, guardVar, strings.ToLower(getString(spec, "OutputIntoClause", "IntoTable", "Variable", "Name")), "the INSERT outputs into the grant's table")
-					where := get(spec, "InsertSource", "Select", "WhereClause", "SearchCondition")
 					var guard *tableRef
-					for _, c := range conjuncts(where) {
+					for _, c := range conjuncts(get(sel, "WhereClause", "SearchCondition")) {
 						if getString(c, "$type") == "BooleanNotExpression" && getString(get(c, "Expression"), "$type") == "ExistsPredicate" {
 							sub := get(c, "Expression", "Subquery", "QueryExpression")
-							keyed := slices.ContainsFunc(conjuncts(get(sub, "WhereClause", "SearchCondition")), func(k any) bool {
-								return r.boolean(k).String() == key+" = dedupe_key"
+							hit := slices.ContainsFunc(conjuncts(get(sub, "WhereClause", "SearchCondition")), func(k any) bool {
+								return keyComparison(r, k) == keyed
 							})
 							for _, ref := range tableRefs(sub, q.SQL) {
-								if keyed && strings.EqualFold(ref.table, claimsTable) {
+								if hit && strings.EqualFold(ref.table, claimsTable) {
 									guard = &ref
 								}
 							}
 						}
 					}
-					require.NotNil(t, guard, "a claim INSERT is guarded by WHERE NOT EXISTS (SELECT ... FROM %s WHERE dedupe_key = %s)", claimsTable, key)
+					require.NotNil(t, guard, "a claim INSERT is guarded by WHERE NOT EXISTS (SELECT ... FROM %s WHERE %s)", claimsTable, keyed)
 					if open {
 						require.True(t, slices.Contains(guard.hints, "UPDLOCK") && slices.Contains(guard.hints, "HOLDLOCK"),
 							"inside a transaction the guard holds the key range: UPDLOCK, HOLDLOCK")
@@ -773,6 +792,168 @@ func TestStaticGrantShape(t *testing.T) {
 			}
 		})
 	}
+}
+
+// grantKey is what a grant UPDATE is keyed on: param, a parameter or
+// variable (dedupe_key = @key), or, set-based, column of the picked table
+// variable it joins (picked, "@name", lower case).
+type grantKey struct {
+	param          string
+	picked, column string
+}
+
+// joinedGrantKey reads the set-based key of a grant UPDATE: its FROM is
+// one inner join of a table variable and the claims table (the UPDATE's
+// target alias), ON <claims>.dedupe_key = <variable>.<column> and no other
+// condition. It returns "" when the FROM is anything else.
+func joinedGrantKey(spec node) (picked, column string) {
+	from := getList(spec, "FromClause", "TableReferences")
+	if len(from) != 1 || getString(from[0], "$type") != "QualifiedJoin" || getString(from[0], "QualifiedJoinType") != "Inner" {
+		return "", ""
+	}
+	var variable, varAlias, claimsAlias string
+	for _, side := range []any{get(from[0], "FirstTableReference"), get(from[0], "SecondTableReference")} {
+		switch getString(side, "$type") {
+		case "VariableTableReference":
+			variable = strings.ToLower(getString(side, "Variable", "Name"))
+			varAlias = strings.ToLower(getString(side, "Alias", "Value"))
+		case "NamedTableReference":
+			if strings.EqualFold(getString(side, "SchemaObject", "BaseIdentifier", "Value"), claimsTable) {
+				claimsAlias = strings.ToLower(getString(side, "Alias", "Value"))
+			}
+		}
+	}
+	target := strings.ToLower(getString(spec, "Target", "SchemaObject", "BaseIdentifier", "Value"))
+	on := conjuncts(get(from[0], "SearchCondition"))
+	if variable == "" || varAlias == "" || claimsAlias == "" || target != claimsAlias || len(on) != 1 ||
+		getString(on[0], "ComparisonType") != "Equals" {
+		return "", ""
+	}
+	a, b := qualifiedColumn(get(on[0], "FirstExpression")), qualifiedColumn(get(on[0], "SecondExpression"))
+	if a[0] == varAlias {
+		a, b = b, a
+	}
+	if a != [2]string{claimsAlias, "dedupe_key"} || b[0] != varAlias || b[1] == "" {
+		return "", ""
+	}
+	return variable, b[1]
+}
+
+// episodeClaimKey is an episode's claim key, canonical: its dedupe key, or
+// episode:{id}.
+const episodeClaimKey = "coalesce(dedupe_key, concat('episode:', id))"
+
+// pickedKeyFills returns what every INSERT INTO the picked table variable
+// of key writes into its key column, canonical.
+func pickedKeyFills(r tsqlReader, tree node, key grantKey) []string {
+	var out []string
+	walk(tree, func(n node) {
+		if getString(n, "$type") != "InsertSpecification" || getString(n, "Target", "$type") != "VariableTableReference" ||
+			!strings.EqualFold(getString(n, "Target", "Variable", "Name"), key.picked) {
+			return
+		}
+		var values []any
+		for _, e := range getList(n, "InsertSource", "Select", "SelectElements") {
+			values = append(values, get(e, "Expression"))
+		}
+		for i, c := range getList(n, "Columns") {
+			if columnOrWord(c) == key.column {
+				v := "<no value>"
+				if i < len(values) {
+					v = r.expr(values[i]).String()
+				}
+				out = append(out, v)
+			}
+		}
+	})
+	return out
+}
+
+// insertGuard reads the IF a claim INSERT runs under (guards): either IF
+// NOT EXISTS (SELECT FROM @granted), which gives @granted and no key, or
+// IF EXISTS (SELECT FROM @picked AS p WHERE NOT EXISTS (SELECT FROM
+// @granted AS g WHERE g.dedupe_key = p.column)), which gives @granted and
+// the picked key (@picked, column). "" when there is no such guard.
+func insertGuard(r tsqlReader, guards []any) (granted string, key grantKey) {
+	for _, g := range guards {
+		switch e := r.boolean(g); {
+		case e.op == "not" && getString(get(g, "Expression"), "$type") == "ExistsPredicate":
+			walk(g, func(n node) {
+				if getString(n, "$type") == "VariableTableReference" {
+					granted = strings.ToLower(getString(n, "Variable", "Name"))
+				}
+			})
+		case e.op == "exists" && e.s == "":
+			sub := get(g, "Subquery", "QueryExpression")
+			picked, pickedAlias := singleVariableSource(sub)
+			if picked == "" {
+				continue
+			}
+			for _, c := range conjuncts(get(sub, "WhereClause", "SearchCondition")) {
+				if getString(c, "$type") != "BooleanNotExpression" || getString(get(c, "Expression"), "$type") != "ExistsPredicate" {
+					continue
+				}
+				inner := get(c, "Expression", "Subquery", "QueryExpression")
+				grants, grantsAlias := singleVariableSource(inner)
+				where := conjuncts(get(inner, "WhereClause", "SearchCondition"))
+				if grants == "" || len(where) != 1 || getString(where[0], "ComparisonType") != "Equals" {
+					continue
+				}
+				a, b := qualifiedColumn(get(where[0], "FirstExpression")), qualifiedColumn(get(where[0], "SecondExpression"))
+				if a[0] == pickedAlias {
+					a, b = b, a
+				}
+				if a == [2]string{grantsAlias, "dedupe_key"} && b[0] == pickedAlias && b[1] != "" {
+					granted, key = grants, grantKey{picked: picked, column: b[1]}
+				}
+			}
+		}
+	}
+	return granted, key
+}
+
+// singleVariableSource returns the table variable (lower case, "@name") a
+// query specification reads as its only FROM source, and its alias; "" when
+// it reads anything else.
+func singleVariableSource(spec any) (variable, alias string) {
+	from := getList(spec, "FromClause", "TableReferences")
+	if len(from) != 1 || getString(from[0], "$type") != "VariableTableReference" {
+		return "", ""
+	}
+	return strings.ToLower(getString(from[0], "Variable", "Name")), strings.ToLower(getString(from[0], "Alias", "Value"))
+}
+
+// qualifiedColumn returns a column reference's qualifier and column, lower
+// case ("" and the column when it has no qualifier).
+func qualifiedColumn(expr any) [2]string {
+	ids := getList(expr, "MultiPartIdentifier", "Identifiers")
+	if getString(expr, "$type") != "ColumnReferenceExpression" || len(ids) == 0 || len(ids) > 2 {
+		return [2]string{}
+	}
+	col := strings.ToLower(getString(ids[len(ids)-1], "Value"))
+	if len(ids) == 1 {
+		return [2]string{"", col}
+	}
+	return [2]string{strings.ToLower(getString(ids[0], "Value")), col}
+}
+
+// keyComparison renders a key test of an INSERT's NOT EXISTS guard:
+// "@key = dedupe_key" for a parameter or variable (canonical), and
+// "alias.column = dedupe_key" for a column of the INSERT's source, its
+// qualifier kept so that a guard on another source's column does not pass.
+func keyComparison(r tsqlReader, c any) string {
+	if getString(c, "ComparisonType") != "Equals" {
+		return ""
+	}
+	a, b := qualifiedColumn(get(c, "FirstExpression")), qualifiedColumn(get(c, "SecondExpression"))
+	if a[1] == "dedupe_key" && b[0] != "" {
+		a, b = b, a
+	}
+	if a[0] != "" && b[1] == "dedupe_key" {
+		return a[0] + "." + a[1] + " = dedupe_key"
+	}
+	e := r.boolean(c)
+	return e.String()
 }
 
 // TestStaticDurations: every DATEADD over a duration parameter (@..._ms)
@@ -857,7 +1038,8 @@ var (
 	pgParenRE      = regexp.MustCompile(`^\(([^)]*)\)`)
 	pgFKRefRE      = regexp.MustCompile(`(?s)REFERENCES (\w+) \(([^)]*)\)(?:\s+ON DELETE (\w+))?`)
 	pgIndexFullRE  = regexp.MustCompile(`(?s)^CREATE (UNIQUE )?INDEX (\w+)\s+ON (\w+) \(([^)]*)\)(?:\s+WHERE (.*?))?;`)
-	pgAlterAddRE   = regexp.MustCompile(`(?s)^ALTER TABLE (\w+)\s+ADD (COLUMN (\w+) (.*?)|CONSTRAINT (\w+)\s+(.*?));`)
+	pgAlterTableRE = regexp.MustCompile(`(?s)^ALTER TABLE (\w+)\s+(.*);$`)
+	pgAlterAddRE   = regexp.MustCompile(`(?s)^ADD (COLUMN (\w+) (.*)|CONSTRAINT (\w+)\s+(.*))$`)
 )
 
 func splitCols(s string) string {
@@ -908,11 +1090,20 @@ func postgresFacts(t *testing.T) schemaFacts {
 			if m := pgIndexFullRE.FindStringSubmatch(stmt); m != nil {
 				f.index(m[2], m[1] != "", m[3], splitCols(m[4]), pgExpr(m[5]), m[5] != "")
 			}
-			if m := pgAlterAddRE.FindStringSubmatch(stmt); m != nil {
-				if m[3] != "" {
-					f.nullable[m[1]+"."+m[3]] = !strings.Contains(m[4], "NOT NULL")
-				} else if c := pgConstraintRE.FindStringSubmatch("CONSTRAINT " + m[5] + " " + m[6]); c != nil {
-					f.pgConstraint(m[1], c[1], c[2], c[3])
+			alter := pgAlterTableRE.FindStringSubmatch(stmt)
+			if alter == nil {
+				continue
+			}
+			for _, clause := range splitTopLevel(alter[2]) { // ADD COLUMN a ..., ADD COLUMN b ...
+				m := pgAlterAddRE.FindStringSubmatch(strings.TrimSpace(clause))
+				switch {
+				case m == nil:
+				case m[2] != "":
+					f.nullable[alter[1]+"."+m[2]] = !strings.Contains(m[3], "NOT NULL")
+				default:
+					if c := pgConstraintRE.FindStringSubmatch("CONSTRAINT " + m[4] + " " + m[5]); c != nil {
+						f.pgConstraint(alter[1], c[1], c[2], c[3])
+					}
 				}
 			}
 		}
@@ -1119,7 +1310,11 @@ func TestStaticEmbeddedMatchesFiles(t *testing.T) {
 // in any batch, runs only under a grant of its claim: its WHERE holds an
 // EXISTS over the claims table (StartEpisode's fenced check), or it runs
 // under an IF EXISTS over a table variable that a claim grant's OUTPUT
-// INTO filled in the same batch (CreateEpisode's start with its own grant).
+// INTO filled in the same batch (CreateEpisode's start with its own grant),
+// or its FROM inner joins such a table variable on the grant's dedupe_key
+// (ClaimAvailable's set-based start: each row only under its own grant).
+// And in such a batch, an UPDATE that only clears run_after (the picked
+// episodes held live elsewhere) excludes the granted ones.
 func TestStaticStartsUnderAGrant(t *testing.T) {
 	t.Parallel()
 
@@ -1169,7 +1364,56 @@ func TestStaticStartsUnderAGrant(t *testing.T) {
 						return found
 					})
 				})
-				require.True(t, fenced || underGrant, "an episode is set running only under a grant of its claim:\n%s", fragment(q.SQL, s.n))
+				// Set-based (ClaimAvailable): the UPDATE's rows are inner
+				// joined to the grants, on the grant's key, row by row.
+				joinedGrant := false
+				walk(get(spec, "FromClause"), func(j node) {
+					if getString(j, "$type") != "QualifiedJoin" || getString(j, "QualifiedJoinType") != "Inner" {
+						return
+					}
+					for _, side := range []any{get(j, "FirstTableReference"), get(j, "SecondTableReference")} {
+						if getString(side, "$type") != "VariableTableReference" || !granted[strings.ToLower(getString(side, "Variable", "Name"))] {
+							continue
+						}
+						alias := strings.ToLower(getString(side, "Alias", "Value"))
+						joinedGrant = joinedGrant || slices.ContainsFunc(conjuncts(get(j, "SearchCondition")), func(c any) bool {
+							return getString(c, "ComparisonType") == "Equals" &&
+								(qualifiedColumn(get(c, "FirstExpression")) == [2]string{alias, "dedupe_key"} ||
+									qualifiedColumn(get(c, "SecondExpression")) == [2]string{alias, "dedupe_key"})
+						})
+					}
+				})
+				require.True(t, fenced || underGrant || joinedGrant, "an episode is set running only under a grant of its claim:\n%s", fragment(q.SQL, s.n))
+			}
+			// In a batch that grants claims, an UPDATE that takes episodes
+			// out of the available set without starting them (run_after
+			// NULL, status untouched: held live elsewhere) leaves the
+			// granted ones alone: its WHERE holds NOT EXISTS over a grant's
+			// table variable.
+			for _, s := range batchStmts(tree) {
+				spec, ok := get(s.n, "UpdateSpecification").(node)
+				if !ok || len(granted) == 0 {
+					continue
+				}
+				targets := updateTargets(spec, q.SQL)
+				if len(targets) == 0 || !strings.EqualFold(targets[0].table, episodesTable) {
+					continue
+				}
+				set := map[string]string{}
+				for _, c := range getList(spec, "SetClauses") {
+					set[columnOrWord(get(c, "Column"))] = r.expr(get(c, "NewValue")).String()
+				}
+				if _, status := set["status"]; status || set["run_after"] != "NULL" {
+					continue
+				}
+				notGranted := slices.ContainsFunc(conjuncts(get(spec, "WhereClause", "SearchCondition")), func(c any) bool {
+					if getString(c, "$type") != "BooleanNotExpression" || getString(get(c, "Expression"), "$type") != "ExistsPredicate" {
+						return false
+					}
+					v, _ := singleVariableSource(get(c, "Expression", "Subquery", "QueryExpression"))
+					return granted[v]
+				})
+				require.True(t, notGranted, "an episode made unavailable without a start must not be one this batch granted:\n%s", fragment(q.SQL, s.n))
 			}
 		})
 	}

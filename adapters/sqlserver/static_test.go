@@ -41,7 +41,6 @@ import (
 const (
 	claimsTable    = "leasehold_work_claims"
 	agentsTable    = "leasehold_agent_definitions"
-	requestsTable  = "leasehold_trigger_requests"
 	findingsTable  = "leasehold_findings"
 	nodesTable     = "leasehold_nodes"
 	episodesTable  = "leasehold_episodes"
@@ -121,6 +120,10 @@ var (
 		// Migration 00009's leasehold_hold, whose body is held to the batch
 		// statement types (procedureBody).
 		"CreateProcedureStatement": true, "DropProcedureStatement": true,
+		// Migration 00016: the open trigger requests become available
+		// episodes (UPDATE), and the trigger that refuses new ones, whose
+		// body is held to the batch statement types like a procedure's.
+		"UpdateStatement": true, "CreateTriggerStatement": true, "DropTriggerStatement": true,
 	}
 	// noopMigration is the whole of a migration section that changes
 	// nothing on SQL Server and keeps the version numbers in step with the
@@ -141,8 +144,8 @@ func requireStatementTypes(t *testing.T, tree node, allowed map[string]bool) {
 	check = func(stmt any) {
 		typ := getString(stmt, "$type")
 		require.True(t, allowed[typ], "parsed as %s, a statement type these files do not use: a typo the parser guessed around?", typ)
-		if typ == "CreateProcedureStatement" {
-			// A procedure's body is a batch: held to the batch types.
+		if typ == "CreateProcedureStatement" || typ == "CreateTriggerStatement" {
+			// A procedure's or trigger's body is a batch: held to the batch types.
 			for _, child := range childStatements(stmt) {
 				requireStatementTypes(t, node{"$type": "TSqlScript", "Batches": []any{node{"Statements": []any{child}}}}, batchStatements)
 			}
@@ -327,16 +330,12 @@ func TestStaticLockHints(t *testing.T) {
 		{"ClaimForRecovery", claimsTable, txRead, upsert},
 		// Recovery's restart decides, inside its transaction, on the claim
 		// row (fenced out under a key-range lock, or re-read absent under
-		// one), on the episode row (given back: its status read under the
-		// lock the UPDATE then takes) and on the episode's open request
-		// (none, under a key-range lock, so a poller's claim of a request
-		// cannot straddle it); the request row it reuses is the upsert of
-		// RetryEpisode's.
+		// one) and on the episode row (given back: its status read under
+		// the lock the UPDATE then takes, which re-checks it is not
+		// available).
 		{"RequeueOrphan", claimsTable, updateTarget, upsert},
 		{"RequeueOrphan", claimsTable, txRead, upsert},
 		{"RequeueOrphan", episodesTable, txRead, upsert},
-		{"RequeueOrphan", requestsTable, txRead, upsert},
-		{"RequeueOrphan", requestsTable, updateTarget, upsert},
 		{"PutAgentDefinition", agentsTable, updateTarget, upsert},
 		{"RenewClaim", claimsTable, everyRef, fenced},
 		{"RenewClaims", claimsTable, everyRef, fenced},
@@ -349,26 +348,21 @@ func TestStaticLockHints(t *testing.T) {
 		{"FinishEpisode", claimsTable, everyRef, fenced},
 		{"FinishEpisodes", claimsTable, everyRef, fenced},
 		// Cancel decides "held live" on the claim row read under a key-range
-		// lock held to the end (then fences it or asks its holder); a retry
-		// and an operator's requeue reuse the episode's request row, read
-		// under the same lock, so a poller's claim of it is ordered with them.
+		// lock held to the end (then fences it or asks its holder).
 		{"CancelEpisode", claimsTable, everyRef, fenced},
 		{"CancelEpisode", claimsTable, someRef, upsert},
-		{"CancelEpisode", requestsTable, everyRef, fenced},
 		{"RetryEpisode", claimsTable, everyRef, fenced},
-		{"RetryEpisode", requestsTable, someRef, upsert},
-		{"RequeueEpisode", requestsTable, someRef, upsert},
-		// Trigger requests: pollers pick disjoint batches; the hand-over is
-		// fenced on the request and grants the claim like AcquireClaim;
-		// expiry checks for a live claim under a key-range lock; the
-		// deferred episode's insert is guarded by a check of its dedupe key
-		// under a key-range lock, so a duplicate is an empty result and
-		// never an error (which would doom a caller's transaction).
-		{"ClaimTriggerRequests", requestsTable, everyRef, skipLocked},
-		{"DispatchTriggerRequest", requestsTable, updateTarget, fenced},
-		{"DispatchTriggerRequest", claimsTable, updateTarget, upsert},
-		{"DispatchTriggerRequest", episodesTable, updateTarget, fenced},
-		{"ExpireTriggerRequests", claimsTable, everyRef, upsert},
+		// Available work: a poll picks a disjoint set (SKIP LOCKED), holds
+		// it to COMMIT, and grants the claims like AcquireClaim (the UPDATE
+		// and the fresh INSERT's guard under a key-range lock); expiry
+		// checks for a live claim under a key-range lock; the deferred
+		// episode's insert is guarded by a check of its dedupe key under a
+		// key-range lock, so a duplicate is an empty result and never an
+		// error (which would doom a caller's transaction).
+		{"ClaimAvailable", episodesTable, someRef, skipLocked},
+		{"ClaimAvailable", claimsTable, updateTarget, upsert},
+		{"ClaimAvailable", claimsTable, txRead, upsert},
+		{"ExpireAvailable", claimsTable, everyRef, upsert},
 		{"CreateDeferredEpisode", episodesTable, insertGuard, upsert},
 		{"CreateDeferredEpisodes", episodesTable, insertGuard, upsert},
 		// Findings: fenced on the work claim; the raise is an upsert of the
@@ -456,8 +450,8 @@ func TestStaticDatabaseClock(t *testing.T) {
 }
 
 // TestStaticMaintenanceNests: the batches Maintain sends inside its one
-// transaction (every call in maintenance.go, and ExpireTriggerRequests,
-// which it runs through Store.ExpireTriggerRequests) never end that
+// transaction (every call in maintenance.go, and ExpireAvailable, which it
+// runs through Store.ExpireAvailable) never end that
 // transaction early: no ROLLBACK (it would end the outer transaction and
 // release the maintenance lock, and the later batches would run in
 // autocommit), no savepoint, and every BEGIN TRANSACTION matched by a
@@ -467,7 +461,7 @@ func TestStaticMaintenanceNests(t *testing.T) {
 	t.Parallel()
 
 	qs := sqlServerQueries(t)
-	names := map[string]bool{"ExpireTriggerRequests": true}
+	names := map[string]bool{"ExpireAvailable": true}
 	for _, c := range adapterCalls(t, ".") {
 		if strings.HasPrefix(c.pos, "maintenance.go:") {
 			names[c.name] = true
@@ -680,13 +674,14 @@ func TestStaticBounds(t *testing.T) {
 	}
 
 	bound := map[string]string{
-		"AcquireClaim": "BoundLockWait", "ClaimForRecovery": "BoundLockWait", "DispatchTriggerRequest": "BoundLockWait",
+		"AcquireClaim": "BoundLockWait", "ClaimForRecovery": "BoundLockWait", "RequeueOrphan": "BoundLockWait",
+		"ClaimAvailable": "BoundLockWait",
 	}
 	txType := reflect.TypeFor[workflows.Tx]()
 	for i := range txType.NumMethod() {
 		bound[txType.Method(i).Name] = "BoundTransaction"
 	}
-	bound["ExpireTriggerRequests"] = "BoundTransaction" // Maintain's
+	bound["ExpireAvailable"] = "BoundTransaction" // Maintain's
 	for _, c := range adapterCalls(t, ".") {
 		if strings.HasPrefix(c.pos, "maintenance.go:") {
 			bound[c.name] = "BoundTransaction"
@@ -756,11 +751,12 @@ func TestStaticStartEpisodeLiveLease(t *testing.T) {
 
 // TestStaticRecoveryOrphanRules: recovery treats a non-terminal episode
 // whose claim is done or failed as orphaned (item 7 of issue 14), never an
-// episode with an open trigger request (available work: the pollers'), in
-// both branches of ListOrphanedEpisodes and in ClaimForRecovery; and
-// ClaimForRecovery keeps the re-check that stops it from reopening work
-// finished meanwhile: the claim UPDATE first, then the episode UPDATE on
-// status running or queued and not archived, and a ROLLBACK.
+// available episode (run_after set: the pollers'), in both branches of
+// ListOrphanedEpisodes and in ClaimForRecovery and RequeueOrphan; and those
+// two keep the re-check that stops them from reopening work finished (or
+// made available) meanwhile: the claim UPDATE first, then the episode
+// UPDATE on status running or queued, not archived and not available, and
+// a ROLLBACK.
 func TestStaticRecoveryOrphanRules(t *testing.T) {
 	t.Parallel()
 
@@ -772,16 +768,13 @@ func TestStaticRecoveryOrphanRules(t *testing.T) {
 				slices.Contains(stringValues(getList(n, "Values")), "done") && slices.Contains(stringValues(getList(n, "Values")), "failed") {
 				finished++
 			}
-			if getString(n, "$type") == "QuerySpecification" {
-				if slices.ContainsFunc(conjuncts(get(n, "WhereClause", "SearchCondition")), func(c any) bool {
-					return getString(c, "$type") == "BooleanNotExpression" && isOpenRequestProbe(get(c, "Expression"))
-				}) {
-					excluded++
-				}
+			if getString(n, "$type") == "QuerySpecification" &&
+				slices.ContainsFunc(conjuncts(get(n, "WhereClause", "SearchCondition")), isNotAvailable) {
+				excluded++
 			}
 		})
 		require.Equal(t, 2, finished, "the done/failed rule in both branches (running, queued)")
-		require.Equal(t, 2, excluded, "both branches exclude, at top level, episodes with an open trigger request")
+		require.Equal(t, 2, excluded, "both branches exclude, at top level, available episodes (run_after IS NULL)")
 	})
 
 	for _, name := range []string{"ClaimForRecovery", "RequeueOrphan"} {
@@ -795,104 +788,131 @@ func TestStaticRecoveryOrphanRules(t *testing.T) {
 // second sweeper that waited on the claim row finds a released claim and
 // must see the first requeue on the episode row).
 func recoveryTakeoverRules(t *testing.T, name, sql string) {
-	{
-		tree := mustParse(t, sql)
-		// The variable that records "no open request", set from the probe,
-		// 1 (open) until then.
-		openVars := map[string]bool{}
-		walk(tree, func(n node) {
-			if getString(n, "$type") != "SelectSetVariable" {
-				return
+	tree := mustParse(t, sql)
+	// The first, lock-free read finds the orphan's key, never an available
+	// episode's, and nothing is taken over unless it found one.
+	var reads int
+	walk(tree, func(n node) {
+		if getString(n, "$type") != "QuerySpecification" {
+			return
+		}
+		for _, e := range getList(n, "SelectElements") {
+			if getString(e, "$type") == "SelectSetVariable" && strings.EqualFold(getString(e, "Variable", "Name"), "@orphan_key") {
+				reads++
+				require.True(t, slices.ContainsFunc(conjuncts(get(n, "WhereClause", "SearchCondition")), isNotAvailable),
+					"the read that sets @orphan_key must leave out available episodes (run_after IS NULL at top level)")
 			}
-			e := get(n, "Expression")
-			whens := getList(e, "WhenClauses")
-			if getString(e, "$type") == "SearchedCaseExpression" && len(whens) == 1 &&
-				isOpenRequestProbe(get(whens[0], "WhenExpression")) &&
-				getString(whens[0], "ThenExpression", "Value") == "1" && getString(e, "ElseExpression", "Value") == "0" {
-				openVars[strings.ToLower(getString(n, "Variable", "Name"))] = true
-			}
-		})
-		require.Len(t, openVars, 1, "%s must read its episode's open trigger request into a variable", name)
-		walk(tree, func(n node) {
-			if getString(n, "$type") == "DeclareVariableElement" && openVars[strings.ToLower(getString(n, "VariableName", "Value"))] {
-				require.Equal(t, "1", getString(n, "Value", "Value"), "the variable starts at 1: open, nothing taken over")
-			}
-		})
-		// The takeover runs only under IF ... AND @open_request = 0.
-		var guarded bool
-		walk(tree, func(n node) {
-			if getString(n, "$type") != "IfStatement" {
-				return
-			}
-			if slices.ContainsFunc(conjuncts(get(n, "Predicate")), func(c any) bool {
-				return getString(c, "ComparisonType") == "Equals" && openVars[strings.ToLower(getString(c, "FirstExpression", "Name"))] &&
-					getString(c, "SecondExpression", "Value") == "0"
-			}) && readsTable(get(n, "ThenStatement"), claimsTable) {
-				guarded = true
-			}
-		})
-		require.True(t, guarded, "nothing is taken over unless the episode has no open trigger request")
+		}
+	})
+	require.Equal(t, 1, reads, "%s must read its orphan's claim key into @orphan_key, once", name)
+	var guarded bool
+	walk(tree, func(n node) {
+		if getString(n, "$type") == "IfStatement" && readsVariable(get(n, "Predicate"), map[string]bool{"@orphan_key": true}) &&
+			readsTable(get(n, "ThenStatement"), claimsTable) {
+			guarded = true
+		}
+	})
+	require.True(t, guarded, "nothing is taken over unless the first read found an orphan that is not available")
 
-		var updates []string // target tables in text order
-		var n int
-		walk(tree, func(spec node) {
-			if getString(spec, "$type") != "UpdateSpecification" {
-				return
+	var updates []string // target tables in text order
+	var n int
+	walk(tree, func(spec node) {
+		if getString(spec, "$type") != "UpdateSpecification" {
+			return
+		}
+		table := getString(spec, "Target", "SchemaObject", "BaseIdentifier", "Value")
+		updates = append(updates, table)
+		walk(get(spec, "WhereClause"), func(in node) {
+			if getString(in, "$type") == "InPredicate" && isColumn(get(in, "Expression"), "state") &&
+				slices.Contains(stringValues(getList(in, "Values")), "done") {
+				n++
+				require.Equal(t, claimsTable, table)
 			}
-			table := getString(spec, "Target", "SchemaObject", "BaseIdentifier", "Value")
-			updates = append(updates, table)
-			walk(get(spec, "WhereClause"), func(in node) {
-				if getString(in, "$type") == "InPredicate" && isColumn(get(in, "Expression"), "state") &&
-					slices.Contains(stringValues(getList(in, "Values")), "done") {
-					n++
-					require.Equal(t, claimsTable, table)
+		})
+		if table == episodesTable {
+			where := get(spec, "WhereClause", "SearchCondition")
+			require.True(t, slices.ContainsFunc(conjuncts(where), func(c any) bool {
+				return getString(c, "$type") == "InPredicate" && isColumn(get(c, "Expression"), "status") &&
+					slices.Equal(stringValues(getList(c, "Values")), []string{"running", "queued"})
+			}), "the episode UPDATE re-checks status IN (running, queued)")
+			require.True(t, slices.ContainsFunc(conjuncts(where), func(c any) bool {
+				return getString(c, "$type") == "BooleanIsNullExpression" && isColumn(get(c, "Expression"), "archived_at") &&
+					get(c, "IsNot") != true
+			}), "the episode UPDATE re-checks archived_at IS NULL")
+			require.True(t, slices.ContainsFunc(conjuncts(where), isNotAvailable),
+				"the episode UPDATE re-checks run_after IS NULL on the locked row: available work is the pollers'")
+			if name == "RequeueOrphan" {
+				require.True(t, slices.ContainsFunc(conjuncts(where), func(c any) bool {
+					return getString(c, "ComparisonType") == "Equals" && isColumn(get(c, "FirstExpression"), "attempts") &&
+						strings.EqualFold(getString(c, "SecondExpression", "Name"), "@attempts")
+				}), "RequeueOrphan's episode UPDATE compares attempts = @attempts on the locked row")
+			}
+		}
+	})
+	require.Equal(t, 1, n, "the claim UPDATE takes over done/failed claims")
+	require.Equal(t, []string{claimsTable, episodesTable}, updates[:2], "lock order: claim row, then episode row")
+	var rollbacks int
+	walk(tree, func(n node) {
+		if getString(n, "$type") == "RollbackTransactionStatement" {
+			rollbacks++
+		}
+	})
+	require.Equal(t, 1, rollbacks, "a takeover whose episode no longer qualifies is rolled back")
+}
+
+// TestStaticCommitsOnlyWhenTheLastWriteMatched: the batches whose writes
+// land together only when their last one matched (a journaled step, a
+// retry's requeue, a recovery's takeover or requeue) commit under IF
+// EXISTS (SELECT FROM <the table variable that last write OUTPUTs INTO>),
+// once, and roll back in its ELSE: an unconditional COMMIT would let a
+// released claim or a fenced-out grant land alone.
+func TestStaticCommitsOnlyWhenTheLastWriteMatched(t *testing.T) {
+	t.Parallel()
+
+	qs := sqlServerQueries(t)
+	for _, name := range []string{"AppendStep", "RetryEpisode", "ClaimForRecovery", "RequeueOrphan"} {
+		t.Run(name, func(t *testing.T) {
+			q, ok := qs[name]
+			require.True(t, ok, "no query %s", name)
+			tree := mustParse(t, q.SQL)
+			stmts, info := dependencies(tree, q.SQL)
+			require.NotEmpty(t, info.writes)
+			last := stmts[info.writes[len(info.writes)-1]].n
+			var into string
+			for _, spec := range []string{"UpdateSpecification", "InsertSpecification"} {
+				if v := getString(last, spec, "OutputIntoClause", "IntoTable", "Variable", "Name"); v != "" {
+					into = strings.ToLower(v)
+				}
+			}
+			require.NotEmpty(t, into, "the last write OUTPUTs INTO a table variable")
+			var commits, guarded int
+			walk(tree, func(n node) {
+				switch getString(n, "$type") {
+				case "CommitTransactionStatement":
+					commits++
+				case "IfStatement":
+					if getString(n, "ThenStatement", "$type") != "CommitTransactionStatement" ||
+						getString(n, "ElseStatement", "$type") != "RollbackTransactionStatement" ||
+						getString(n, "Predicate", "$type") != "ExistsPredicate" {
+						return
+					}
+					from := getList(n, "Predicate", "Subquery", "QueryExpression", "FromClause", "TableReferences")
+					if len(from) == 1 && strings.EqualFold(getString(from[0], "Variable", "Name"), into) {
+						guarded++
+					}
 				}
 			})
-			if table == episodesTable {
-				where := get(spec, "WhereClause", "SearchCondition")
-				require.True(t, slices.ContainsFunc(conjuncts(where), func(c any) bool {
-					return getString(c, "$type") == "InPredicate" && isColumn(get(c, "Expression"), "status") &&
-						slices.Equal(stringValues(getList(c, "Values")), []string{"running", "queued"})
-				}), "the episode UPDATE re-checks status IN (running, queued)")
-				require.True(t, slices.ContainsFunc(conjuncts(where), func(c any) bool {
-					return getString(c, "$type") == "BooleanIsNullExpression" && isColumn(get(c, "Expression"), "archived_at") &&
-						get(c, "IsNot") != true
-				}), "the episode UPDATE re-checks archived_at IS NULL")
-				if name == "RequeueOrphan" {
-					require.True(t, slices.ContainsFunc(conjuncts(where), func(c any) bool {
-						return getString(c, "ComparisonType") == "Equals" && isColumn(get(c, "FirstExpression"), "attempts") &&
-							strings.EqualFold(getString(c, "SecondExpression", "Name"), "@attempts")
-					}), "RequeueOrphan's episode UPDATE compares attempts = @attempts on the locked row")
-				}
-			}
+			require.Equal(t, 1, commits, "one COMMIT")
+			require.Equal(t, 1, guarded, "IF EXISTS (SELECT 1 FROM %s) COMMIT ELSE ROLLBACK", into)
 		})
-		require.Equal(t, 1, n, "the claim UPDATE takes over done/failed claims")
-		require.Equal(t, []string{claimsTable, episodesTable}, updates[:2], "lock order: claim row, then episode row")
-		var rollbacks int
-		walk(tree, func(n node) {
-			if getString(n, "$type") == "RollbackTransactionStatement" {
-				rollbacks++
-			}
-		})
-		require.Equal(t, 1, rollbacks, "a takeover whose episode no longer qualifies is rolled back")
 	}
 }
 
-// isOpenRequestProbe: EXISTS (SELECT ... FROM leasehold_trigger_requests
-// WHERE ... episode_id = ... AND status IN (N'pending', N'claimed')).
-func isOpenRequestProbe(n any) bool {
-	if getString(n, "$type") != "ExistsPredicate" || !readsTable(n, requestsTable) {
-		return false
-	}
-	where := conjuncts(get(n, "Subquery", "QueryExpression", "WhereClause", "SearchCondition"))
-	byEpisode := slices.ContainsFunc(where, func(c any) bool {
-		return getString(c, "ComparisonType") == "Equals" && isColumn(get(c, "FirstExpression"), "episode_id")
-	})
-	open := slices.ContainsFunc(where, func(c any) bool {
-		return getString(c, "$type") == "InPredicate" && isColumn(get(c, "Expression"), "status") &&
-			slices.Equal(stringValues(getList(c, "Values")), []string{"pending", "claimed"})
-	})
-	return byEpisode && open
+// isNotAvailable: run_after IS NULL, an episode that is not available work
+// (migration 00016).
+func isNotAvailable(c any) bool {
+	return getString(c, "$type") == "BooleanIsNullExpression" && isColumn(get(c, "Expression"), "run_after") &&
+		get(c, "IsNot") != true
 }
 
 // readsTable reports whether n's FROM clauses (at any depth) name table.
@@ -1620,13 +1640,14 @@ var (
 	pgTableRE     = regexp.MustCompile(`(?ms)^CREATE TABLE (\w+) \((.*?)^\)`)
 	pgColumnRE    = regexp.MustCompile(`(?m)^ {4}(\w+)\s`)
 	pgIndexRE     = regexp.MustCompile(`(?m)^CREATE (?:UNIQUE )?INDEX (\w+)`)
-	pgAddColumnRE = regexp.MustCompile(`(?m)^ALTER TABLE (\w+)\s+ADD COLUMN (\w+)`)
+	pgAlterRE     = regexp.MustCompile(`(?ms)^ALTER TABLE (\w+)\s(.*?);`)
+	pgAddColumnRE = regexp.MustCompile(`\bADD COLUMN (\w+)`)
 )
 
 // postgresSchema reads the tables (columns in order) and index names of a
 // Postgres migration from its text, as sql/schema/postgres lays it out: one
 // column or "CONSTRAINT ..." per line indented by four spaces, continuation
-// lines indented deeper; "ALTER TABLE t ADD COLUMN c" (one column each)
+// lines indented deeper; each "ADD COLUMN c" of an "ALTER TABLE t ...;"
 // appends c to t, which base holds when an earlier migration created it.
 func postgresSchema(text string, base map[string][]string) (tables map[string][]string, indexes []string) {
 	// The Up section only: a Down may create again what its Up dropped.
@@ -1644,11 +1665,13 @@ func postgresSchema(text string, base map[string][]string) (tables map[string][]
 		}
 		tables[m[1]] = cols
 	}
-	for _, m := range pgAddColumnRE.FindAllStringSubmatch(text, -1) {
-		if _, ok := tables[m[1]]; !ok {
-			tables[m[1]] = slices.Clone(base[m[1]])
+	for _, m := range pgAlterRE.FindAllStringSubmatch(text, -1) {
+		for _, c := range pgAddColumnRE.FindAllStringSubmatch(m[2], -1) {
+			if _, ok := tables[m[1]]; !ok {
+				tables[m[1]] = slices.Clone(base[m[1]])
+			}
+			tables[m[1]] = append(tables[m[1]], c[1])
 		}
-		tables[m[1]] = append(tables[m[1]], m[2])
 	}
 	for _, m := range pgIndexRE.FindAllStringSubmatch(text, -1) {
 		indexes = append(indexes, m[1])

@@ -132,14 +132,14 @@ const (
 	boundLockWait = "BoundLockWait"
 )
 
-// takeovers are the statements that take a claim, a request or an episode
-// over from another holder, which may be frozen while holding the row:
-// each is sent behind BoundLockWait, as on Postgres.
+// takeovers are the statements that take a claim or an episode over from
+// another holder, which may be frozen while holding the row: each is sent
+// behind BoundLockWait, as on Postgres.
 var takeovers = map[string]bool{
-	"AcquireClaim":           true,
-	"ClaimForRecovery":       true,
-	"RequeueOrphan":          true,
-	"DispatchTriggerRequest": true,
+	"AcquireClaim":     true,
+	"ClaimForRecovery": true,
+	"RequeueOrphan":    true,
+	"ClaimAvailable":   true,
 }
 
 // batch returns the text and arguments sent for the named statement: the
@@ -193,11 +193,11 @@ var resultColumns = map[string][]string{
 	"StartEpisode":       {"id", "next_step_no"},
 	"AppendStep":         {"step_no"},
 	"FinishEpisode":      {"id"},
-	"RetryEpisode":       {"id", "attempts", "status", "request_id", "run_after"},
+	"RetryEpisode":       {"id", "attempts", "status", "run_after"},
 	"FinishEpisodes":     {"id"},
 	"CancelEpisode":      {"id", "status", "cancel_requested_at"},
 	"ListCancelRequests": {"id", "fence"},
-	"RequeueEpisode":     {"id", "attempts", "request_id", "run_after"},
+	"RequeueEpisode":     {"id", "attempts", "run_after"},
 	"GetEpisode": {
 		"id", "actor_id", "expectation_id", "trigger_type", "trigger_ref", "dedupe_key",
 		"status", "phase", "attempts", "max_attempts", "budget", "source_stack", "source_env",
@@ -216,29 +216,21 @@ var resultColumns = map[string][]string{
 		"max_attempts", "source_stack", "source_env", "payload", "created_at", "claim_key",
 		"fence", "claim_attempt", "lease_until", "claimed_at", "grant_kind",
 	},
-	"RequeueOrphan":          {"id", "status", "attempts", "max_attempts", "request_id"},
+	"RequeueOrphan":          {"id", "status", "attempts", "max_attempts"},
 	"GetAgentRecoveryPolicy": {"recovery_policy"},
 	"PutAgentDefinition":     nil,
 
-	"CreateDeferredEpisode":  {"created", "id", "created_at", "request_id"},
-	"CreateDeferredEpisodes": {"created", "id", "created_at", "dedupe_key", "request_id"},
-	"ClaimTriggerRequests": {
-		"id", "episode_id", "actor_id", "expectation_id", "source_node", "fence", "opts",
-	},
-	"DispatchTriggerRequest": {
-		"request_id", "episode_id", "claim_key", "claim_fence", "attempt", "lease_until", "claimed_at", "grant_kind",
+	"CreateDeferredEpisode":  {"created", "id", "created_at"},
+	"CreateDeferredEpisodes": {"created", "id", "created_at", "dedupe_key"},
+	"ClaimAvailable": {
+		"episode_id", "picked_actor_id", "picked_expectation_id", "opts",
+		"claim_key", "claim_fence", "attempt", "lease_until", "claimed_at", "grant_kind",
 		"started", "next_step_no", "actor_id", "expectation_id", "trigger_type", "trigger_ref",
 		"dedupe_key", "attempts", "max_attempts", "source_stack", "source_env", "payload", "result",
 		"error_class", "error_detail", "created_at", "started_at", "last_step_at", "trace_parent",
 	},
-	"ExpireTriggerRequests":  {"id", "episode_id", "episode_canceled"},
-	"ReleaseTriggerRequests": {"id"},
-	"NextTriggerRequestDue":  {"wait_ms"},
-	"ListTriggerRequests": {
-		"id", "episode_id", "actor_id", "expectation_id", "source_node", "source_stack",
-		"source_env", "status", "claimed_by", "fence", "opts", "created_at", "claimed_at",
-		"claim_until", "finished_at",
-	},
+	"ExpireAvailable":  {"id"},
+	"NextAvailableDue": {"wait_ms"},
 
 	"RaiseFinding":       append([]string{"lease_held"}, findingColumns...),
 	"UpdateFinding":      {"lease_held", "updated"},
@@ -303,7 +295,7 @@ var resultColumns = map[string][]string{
 		"finished_at", "last_step_at", "archived_at",
 		"claim_key", "claim_state", "claim_owner", "claim_fence", "claim_attempt", "claim_grant",
 		"claim_work_type", "claim_claimed_at", "claim_lease_until", "claim_heartbeat_at", "claim_live",
-		"request_status", "request_run_after", "journal_steps",
+		"run_after", "journal_steps",
 	},
 	"InspectJournal": {"step_no", "fence", "owner_node", "data", "created_at"},
 

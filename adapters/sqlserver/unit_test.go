@@ -211,7 +211,7 @@ func TestUnitOpenMarksConnectErrors(t *testing.T) {
 // TestUnitBounds: which batches travel behind which bound of bounds.sql,
 // with which @bound_ms, and how the real texts are put together.
 func TestUnitBounds(t *testing.T) {
-	require.Equal(t, map[string]bool{"AcquireClaim": true, "ClaimForRecovery": true, "RequeueOrphan": true, "DispatchTriggerRequest": true}, takeovers,
+	require.Equal(t, map[string]bool{"AcquireClaim": true, "ClaimForRecovery": true, "RequeueOrphan": true, "ClaimAvailable": true}, takeovers,
 		"the takeover statements, as on Postgres")
 	require.Equal(t, int64(1), boundMillis(300*time.Microsecond), "SET LOCK_TIMEOUT 0 would mean: never wait")
 	require.Equal(t, int64(1500), boundMillis(1500*time.Millisecond))
@@ -223,8 +223,10 @@ func TestUnitBounds(t *testing.T) {
 	tk := claims.Token{Key: "k", Owner: "a", Fence: 1}
 	_, _ = f.store.Acquire(ctx, claims.AcquireParams{Key: "k", Owner: "a", Lease: time.Minute})
 	_, _, _ = f.store.ClaimForRecovery(ctx, 1, "a", time.Minute, time.Minute)
-	_, _ = f.store.DispatchTriggerRequest(ctx, episodes.TriggerRequest{ID: 1, Owner: "a", Fence: 1}, time.Minute)
-	for _, name := range []string{"AcquireClaim", "ClaimForRecovery", "DispatchTriggerRequest"} {
+	_, _ = f.store.RequeueOrphan(ctx, 1, 0, "a", time.Minute)
+	_, _ = f.store.ClaimAvailable(ctx, episodes.AvailableQuery{Owner: "a", Lease: time.Minute,
+		Runnable: []episodes.Runnable{{ActorID: "x", ExpectationID: "e"}}, Limit: 2})
+	for _, name := range []string{"AcquireClaim", "ClaimForRecovery", "RequeueOrphan", "ClaimAvailable"} {
 		require.Equal(t, boundLockWait, f.bound(name), name)
 		require.Equal(t, int64(3000), f.params[name]["bound_ms"], "%s: claims.TxBoundFrom(ctx)", name)
 	}
@@ -260,10 +262,10 @@ func TestUnitBounds(t *testing.T) {
 func TestUnitGrantsStampLocalStart(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	rows := map[string][]driver.Value{
-		"AcquireClaim":           {"k", "claimed", "a", now.Add(time.Minute), now, int64(1), int64(1), "fresh", "w"},
-		"CreateEpisode":          {true, int64(7), now, "queued", "episode:7", int64(1), int64(1), now.Add(time.Minute), now, "fresh"},
-		"ClaimForRecovery":       {int64(7), "x", "e", "event", nil, nil, int64(2), int64(3), "", "", nil, now, "episode:7", int64(2), int64(2), now.Add(time.Minute), now, "steal"},
-		"DispatchTriggerRequest": {int64(1), int64(7), "episode:7", int64(3), int64(1), now.Add(time.Minute), now, "reclaim", false, int64(1), nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil},
+		"AcquireClaim":     {"k", "claimed", "a", now.Add(time.Minute), now, int64(1), int64(1), "fresh", "w"},
+		"CreateEpisode":    {true, int64(7), now, "queued", "episode:7", int64(1), int64(1), now.Add(time.Minute), now, "fresh"},
+		"ClaimForRecovery": {int64(7), "x", "e", "event", nil, nil, int64(2), int64(3), "", "", nil, now, "episode:7", int64(2), int64(2), now.Add(time.Minute), now, "steal"},
+		"ClaimAvailable":   {int64(7), "x", "e", nil, "episode:7", int64(3), int64(1), now.Add(time.Minute), now, "reclaim", true, int64(1), "x", "e", "event", nil, nil, int64(1), int64(3), "", "", nil, nil, nil, nil, now, now, now, nil},
 	}
 	f := newFake(t)
 	var (
@@ -294,9 +296,14 @@ func TestUnitGrantsStampLocalStart(t *testing.T) {
 			_, c, err := f.store.ClaimForRecovery(ctx, 7, "a", time.Minute, time.Minute)
 			return c, err
 		},
-		"DispatchTriggerRequest": func() (claims.Claim, error) {
-			d, err := f.store.DispatchTriggerRequest(ctx, episodes.TriggerRequest{ID: 1, Owner: "a", Fence: 1}, time.Minute)
-			return d.Claim, err
+		"ClaimAvailable": func() (claims.Claim, error) {
+			d, err := f.store.ClaimAvailable(ctx, episodes.AvailableQuery{Owner: "a", Lease: time.Minute,
+				Runnable: []episodes.Runnable{{ActorID: "x", ExpectationID: "e"}}, Limit: 1})
+			if err != nil {
+				return claims.Claim{}, err
+			}
+			require.Len(t, d, 1)
+			return d[0].Claim, nil
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -429,15 +436,12 @@ func TestUnitParamsMatchPostgres(t *testing.T) {
 	_, _, _ = s.AgentRecoveryPolicy(ctx, "x", "y")
 	_ = s.PutAgentDefinition(ctx, episodes.Definition{ActorID: "x", ExpectationID: "y", RecoveryPolicy: "retry", MaxAttempts: 3})
 	_, _ = s.ListClaims(ctx, claims.ListQuery{Owner: "a", ExpiredOnly: true, Limit: 10})
-	_, _ = s.CreateDeferredEpisode(ctx, episodes.Deferred{New: episodes.New{ActorID: "x", MaxAttempts: 3}, SourceNode: "t"})
+	_, _ = s.CreateDeferredEpisode(ctx, episodes.Deferred{New: episodes.New{ActorID: "x", MaxAttempts: 3}})
 	_, _ = s.CreateDeferredEpisodes(ctx, episodes.DeferredBatch{New: episodes.New{ActorID: "x", MaxAttempts: 3},
-		Items: []episodes.BatchItem{{DedupeKey: "k"}}, SourceNode: "t"})
-	_, _ = s.ClaimTriggerRequests(ctx, episodes.RequestQuery{Owner: "a", Lease: time.Second, Runnable: []episodes.Runnable{{ActorID: "x", ExpectationID: "e"}, {ActorID: `y"z`, ExpectationID: "f"}}, Limit: 5})
-	_, _ = s.DispatchTriggerRequest(ctx, episodes.TriggerRequest{ID: 1, Owner: "a", Fence: 2}, time.Second)
-	_, _ = s.ExpireTriggerRequests(ctx, episodes.ExpireQuery{Env: "rc", TTL: time.Hour})
-	_, _ = s.ReleaseTriggerRequests(ctx, "a", []episodes.TriggerRequest{{ID: 1, Owner: "a", Fence: 2}})
-	_, _, _ = s.NextTriggerRequestDue(ctx, episodes.RequestQuery{Env: "rc", Runnable: []episodes.Runnable{{ActorID: "x", ExpectationID: "e"}}})
-	_, _ = s.ListTriggerRequests(ctx, episodes.RequestListQuery{Env: "rc", Limit: 10})
+		Items: []episodes.BatchItem{{DedupeKey: "k"}}})
+	_, _ = s.ClaimAvailable(ctx, episodes.AvailableQuery{Owner: "a", Lease: time.Second, Runnable: []episodes.Runnable{{ActorID: "x", ExpectationID: "e"}, {ActorID: `y"z`, ExpectationID: "f"}}, Limit: 5})
+	_, _ = s.ExpireAvailable(ctx, episodes.ExpireQuery{Env: "rc", TTL: time.Hour})
+	_, _, _ = s.NextAvailableDue(ctx, episodes.AvailableQuery{Env: "rc", Runnable: []episodes.Runnable{{ActorID: "x", ExpectationID: "e"}}})
 	_, _ = s.RaiseFinding(ctx, tk, 1, findings.Raise{Key: "f", Class: "c", Data: json.RawMessage(`{"n":1}`)})
 	_, _ = s.UpdateFinding(ctx, tk, 1, "f", findings.Update{Severity: "high"})
 	_, _ = s.ClearFinding(ctx, tk, 1, "f")
@@ -509,17 +513,17 @@ func TestUnitParamsMatchPostgres(t *testing.T) {
 	// takeovers (Postgres's take bound_ms themselves and set their own
 	// lock_timeout), BoundTransaction, with the Postgres bound's
 	// parameters, on every batch of Maintain's transaction
-	// (ExpireTriggerRequests ran there last).
-	for _, name := range []string{"AcquireClaim", "ClaimForRecovery", "DispatchTriggerRequest", "RequeueOrphan"} {
+	// (ExpireAvailable ran there last).
+	for _, name := range []string{"AcquireClaim", "ClaimForRecovery", "ClaimAvailable", "RequeueOrphan"} {
 		require.Contains(t, pg[name], "bound_ms", "Postgres's %s bounds its own lock wait", name)
 	}
 	require.NotContains(t, pg, boundLockWait, "Postgres sends no BoundLockWait")
 	require.Equal(t, []string{"bound_ms"}, pg[boundTransaction], "Postgres bounds.sql declares BoundTransaction(bound_ms)")
 	wantBound := map[string]string{
-		"AcquireClaim": boundLockWait, "ClaimForRecovery": boundLockWait, "DispatchTriggerRequest": boundLockWait,
+		"AcquireClaim": boundLockWait, "ClaimForRecovery": boundLockWait, "ClaimAvailable": boundLockWait,
 		"RequeueOrphan": boundLockWait, "HoldClaim": boundTransaction, "TryMaintenanceLock": boundTransaction, "ArchiveEpisodes": boundTransaction,
 		"PurgeArchivedSteps": boundTransaction, "MarkJournalsPurged": boundTransaction,
-		"ExpireTriggerRequests": boundTransaction, "DeleteSpentClaims": boundTransaction,
+		"ExpireAvailable": boundTransaction, "DeleteSpentClaims": boundTransaction,
 		"DeleteStaleNodes": boundTransaction, "ListWaitingForNode": boundTransaction,
 		"RaiseWaitingForNodeFinding": boundTransaction, "ClearWaitingForNodeFindings": boundTransaction,
 	}
@@ -550,18 +554,18 @@ func TestUnitParamsMatchPostgres(t *testing.T) {
 	require.Equal(t, "{}", f.params["AppendStep"]["data"])
 	require.Equal(t, `[{"dedupe_key":"k","fence":7}]`, f.params["RenewClaims"]["held"])
 	require.Equal(t, int64(1000), f.params["AcquireClaim"]["lease_ms"])
-	require.Equal(t, `[{"actor_id":"x","expectation_id":"e"},{"actor_id":"y\"z","expectation_id":"f"}]`, f.params["ClaimTriggerRequests"]["runnable"], "the (actor, expectation) pairs travel as one JSON array")
+	require.Equal(t, `[{"actor_id":"x","expectation_id":"e"},{"actor_id":"y\"z","expectation_id":"f"}]`, f.params["ClaimAvailable"]["runnable"], "the (actor, expectation) pairs travel as one JSON array")
+	require.Equal(t, int32(5), f.params["ClaimAvailable"]["max_rows"])
 	require.Nil(t, f.params["CreateDeferredEpisode"]["opts"])
 	require.Nil(t, f.params["CreateDeferredEpisode"]["dedupe_key"])
-	require.Equal(t, "t", f.params["CreateDeferredEpisode"]["source_node"])
 	require.Equal(t, "", f.params["CreateDeferredEpisode"]["source_env"], "the unset env is '', never NULL")
-	require.Equal(t, int64(3_600_000), f.params["ExpireTriggerRequests"]["ttl_ms"])
+	require.Equal(t, int64(3_600_000), f.params["ExpireAvailable"]["ttl_ms"])
 	require.Equal(t, `{"n":1}`, f.params["RaiseFinding"]["data"])
 	require.Nil(t, f.params["UpdateFinding"]["data"])
 	require.Equal(t, `[{"dedupe_key":"k","fence":7}]`, f.params["ReleaseClaims"]["held"])
 	require.Equal(t, true, f.params["HeartbeatNode"]["draining"])
 	require.Equal(t, `[{"actor_id":"billing","expectation_id":"charge"}]`, f.params["RegisterNode"]["runnable"],
-		"the node's pairs travel as ClaimTriggerRequests' JSON array")
+		"the node's pairs travel as ClaimAvailable's JSON array")
 	require.Equal(t, `[]`, f.params["HeartbeatNode"]["runnable"], "no pairs is an empty array, never NULL")
 	require.Equal(t, int64(40*24*3_600_000), f.params["ListWaitingForNode"]["overdue_after_ms"])
 	require.Equal(t, membership.DefaultSilentAfter.Milliseconds(), f.params["ListWaitingForNode"]["silent_after_ms"])
@@ -575,8 +579,8 @@ func TestUnitParamsMatchPostgres(t *testing.T) {
 	require.Equal(t, int64(90*24*3_600_000), f.params["DeleteSpentClaims"]["horizon_ms"])
 	require.Equal(t, int32(500), f.params["PurgeArchivedSteps"]["max_rows"])
 	require.Equal(t, int64(60_000), f.params["DeleteStaleNodes"]["stale_after_ms"])
-	require.Equal(t, true, f.params["ExpireTriggerRequests"]["all_envs"], "maintenance expires every env")
-	require.Equal(t, int64(3_600_000), f.params["ExpireTriggerRequests"]["ttl_ms"])
+	require.Equal(t, true, f.params["ExpireAvailable"]["all_envs"], "maintenance expires every env")
+	require.Equal(t, int64(3_600_000), f.params["ExpireAvailable"]["ttl_ms"])
 	require.Nil(t, f.params["CreateWorkflowInstance"]["payload"])
 	require.Equal(t, "", f.params["CreateWorkflowInstance"]["env"], "the unset env is '', never NULL")
 	require.Equal(t, `{"why":"x"}`, f.params["FinishWorkflowInstance"]["error_detail"])
@@ -655,12 +659,10 @@ func TestUnitEmptyResultMapping(t *testing.T) {
 	deferred, err := s.CreateDeferredEpisode(ctx, episodes.Deferred{New: episodes.New{ActorID: "x", DedupeKey: "d"}})
 	require.NoError(t, err)
 	require.False(t, deferred.Created)
-	reqs, err := s.ClaimTriggerRequests(ctx, episodes.RequestQuery{Owner: "a", Runnable: []episodes.Runnable{{ActorID: "x", ExpectationID: "e"}}, Limit: 5})
+	taken, err := s.ClaimAvailable(ctx, episodes.AvailableQuery{Owner: "a", Runnable: []episodes.Runnable{{ActorID: "x", ExpectationID: "e"}}, Limit: 5})
 	require.NoError(t, err)
-	require.Empty(t, reqs)
-	_, err = s.DispatchTriggerRequest(ctx, episodes.TriggerRequest{ID: 1, Owner: "a", Fence: 1}, time.Second)
-	require.ErrorIs(t, err, claims.ErrLeaseLost, "no row: the request claim lapsed")
-	expired, err := s.ExpireTriggerRequests(ctx, episodes.ExpireQuery{TTL: time.Hour})
+	require.Empty(t, taken, "no row: nothing was due")
+	expired, err := s.ExpireAvailable(ctx, episodes.ExpireQuery{TTL: time.Hour})
 	require.NoError(t, err)
 	require.Empty(t, expired)
 	active, err := s.ActiveFindings(ctx, findings.Query{Limit: 10})
@@ -853,7 +855,7 @@ func TestUnitScanEpisode(t *testing.T) {
 	}, e)
 }
 
-func TestUnitTriggerRequests(t *testing.T) {
+func TestUnitAvailable(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC)
 	ctx := context.Background()
 	f := newFake(t)
@@ -862,94 +864,107 @@ func TestUnitTriggerRequests(t *testing.T) {
 		return fakeResult{cols: resultColumns[name], rows: answer[name]}
 	}
 	s := f.store
+	runnable := []episodes.Runnable{{ActorID: "x", ExpectationID: "e"}}
 
 	t.Run("create", func(t *testing.T) {
-		answer = map[string][][]driver.Value{"CreateDeferredEpisode": {{true, int64(9), now, int64(3)}}}
+		answer = map[string][][]driver.Value{"CreateDeferredEpisode": {{true, int64(9), now}}}
 		n := episodes.New{ActorID: "x", ExpectationID: "e", TriggerType: episodes.TriggerEvent, DedupeKey: "d", MaxAttempts: 2, SourceEnv: "rc"}
-		got, err := s.CreateDeferredEpisode(ctx, episodes.Deferred{New: n, SourceNode: "t"})
+		got, err := s.CreateDeferredEpisode(ctx, episodes.Deferred{New: n, Opts: json.RawMessage(`{"o":1}`), Delay: time.Second})
 		require.NoError(t, err)
 		require.Equal(t, episodes.DeferredCreated{
-			Created: true, RequestID: 3,
+			Created: true,
 			Episode: episodes.Episode{
 				ID: 9, ActorID: "x", ExpectationID: "e", TriggerType: episodes.TriggerEvent, DedupeKey: "d",
 				Status: episodes.StatusQueued, MaxAttempts: 2, SourceEnv: "rc", CreatedAt: now,
 			},
 		}, got)
+		require.Equal(t, `{"o":1}`, f.params["CreateDeferredEpisode"]["opts"])
+		require.Equal(t, int64(1000), f.params["CreateDeferredEpisode"]["delay_ms"])
+	})
+
+	t.Run("create batch", func(t *testing.T) {
+		answer = map[string][][]driver.Value{
+			"CreateDeferredEpisodes": {{true, int64(9), now, "a"}, {false, int64(0), now, "b"}},
+			"FindLiveEpisode":        {{int64(4)}},
+		}
+		got, err := s.CreateDeferredEpisodes(ctx, episodes.DeferredBatch{New: episodes.New{ActorID: "x", ExpectationID: "e", MaxAttempts: 2},
+			Items: []episodes.BatchItem{{DedupeKey: "b"}, {DedupeKey: "a"}}})
+		require.NoError(t, err)
+		require.Len(t, got, 2)
+		require.Equal(t, episodes.DeferredCreated{ExistingID: 4}, got[0], "a duplicate: the live episode, read with FindLiveEpisode")
+		require.True(t, got[1].Created)
+		require.Equal(t, int64(9), got[1].Episode.ID)
+		require.Equal(t, "a", got[1].Episode.DedupeKey, "in the items' order, matched by key")
 	})
 
 	t.Run("claim", func(t *testing.T) {
-		before := f.calls("ClaimTriggerRequests")
-		got, err := s.ClaimTriggerRequests(ctx, episodes.RequestQuery{Owner: "a", Limit: 5})
+		before := f.calls("ClaimAvailable")
+		got, err := s.ClaimAvailable(ctx, episodes.AvailableQuery{Owner: "a", Limit: 5})
 		require.NoError(t, err)
 		require.Empty(t, got)
-		got, err = s.ClaimTriggerRequests(ctx, episodes.RequestQuery{Owner: "a", Runnable: []episodes.Runnable{{ActorID: "x", ExpectationID: "e"}}})
+		got, err = s.ClaimAvailable(ctx, episodes.AvailableQuery{Owner: "a", Runnable: runnable})
 		require.NoError(t, err)
 		require.Empty(t, got)
-		require.Equal(t, before, f.calls("ClaimTriggerRequests"), "no actors or no room: nothing is sent")
+		require.Equal(t, before, f.calls("ClaimAvailable"), "no actors or no room: nothing is sent")
 
-		answer = map[string][][]driver.Value{"ClaimTriggerRequests": {
-			{int64(3), int64(9), "x", "e", "t", int64(2), `{"o":1}`},
-			{int64(4), int64(10), "x", "e", "t", int64(1), nil},
+		answer = map[string][][]driver.Value{"ClaimAvailable": {
+			{int64(9), "x", "e", `{"o":1}`, "k", int64(4), int64(2), now.Add(time.Minute), now, "reclaim",
+				true, int64(3), "x", "e", "event", `{"t":1}`, "k", int64(1), int64(3), "", "prod", `{"p":1}`, nil, nil, nil,
+				now.Add(-time.Hour), now, now, "00-tp"},
+			// Held live elsewhere: picked, not granted, not started.
+			{int64(10), "x", "e", nil, "", int64(0), int64(0), now, now, "",
+				false, int64(1), nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil},
 		}}
-		got, err = s.ClaimTriggerRequests(ctx, episodes.RequestQuery{Owner: "a", Runnable: []episodes.Runnable{{ActorID: "x", ExpectationID: "e"}}, Limit: 5})
+		got, err = s.ClaimAvailable(ctx, episodes.AvailableQuery{Owner: "a", Lease: time.Minute, Env: "prod", Stack: "s",
+			Runnable: runnable, Limit: 5})
 		require.NoError(t, err)
-		require.Equal(t, []episodes.TriggerRequest{
-			{ID: 3, EpisodeID: 9, ActorID: "x", ExpectationID: "e", SourceNode: "t", Owner: "a", Fence: 2, Opts: json.RawMessage(`{"o":1}`)},
-			{ID: 4, EpisodeID: 10, ActorID: "x", ExpectationID: "e", SourceNode: "t", Owner: "a", Fence: 1},
-		}, got)
-	})
-
-	t.Run("dispatch", func(t *testing.T) {
-		r := episodes.TriggerRequest{ID: 3, EpisodeID: 9, Owner: "a", Fence: 2}
-		answer = map[string][][]driver.Value{"DispatchTriggerRequest": {{int64(3), int64(9), "k", int64(4), int64(2), now.Add(time.Minute), now, "reclaim",
-			true, int64(3), "x", "e", "event", `{"t":1}`, "k", int64(1), int64(3), "", "prod", `{"p":1}`, nil, nil, nil,
-			now.Add(-time.Hour), now, now, "00-tp"}}}
-		got, err := s.DispatchTriggerRequest(ctx, r, time.Minute)
-		require.NoError(t, err)
+		require.Equal(t, map[string]any{"max_rows": int32(5), "source_env": "prod", "source_stack": "s",
+			"runnable": `[{"actor_id":"x","expectation_id":"e"}]`, "owner_node": "a", "lease_ms": int64(60_000),
+			"bound_ms": claims.TxBound(claims.DefaultLease).Milliseconds()}, f.params["ClaimAvailable"])
+		require.Len(t, got, 2)
 		want := claims.Claim{
 			Token: claims.Token{Key: "k", Owner: "a", Fence: 4}, State: claims.StateClaimed, Attempt: 2,
 			LeaseUntil: now.Add(time.Minute), ClaimedAt: now, Grant: claims.GrantReclaim, WorkType: "episode",
 		}
-		require.False(t, got.Claim.LocalStart().IsZero(), "a granted claim carries its local start")
-		want.SetLocalStart(got.Claim.LocalStart())
+		require.False(t, got[0].Claim.LocalStart().IsZero(), "a granted claim carries its local start")
+		want.SetLocalStart(got[0].Claim.LocalStart())
 		started := now
-		require.Equal(t, episodes.Dispatched{RequestID: 3, EpisodeID: 9, Claim: want, Started: true, NextStep: 3, Episode: episodes.Episode{
-			ID: 9, ActorID: "x", ExpectationID: "e", TriggerType: episodes.TriggerEvent, TriggerRef: json.RawMessage(`{"t":1}`),
-			DedupeKey: "k", Status: episodes.StatusRunning, Attempts: 1, MaxAttempts: 3, SourceEnv: "prod", OwnerNode: "a",
-			Payload: json.RawMessage(`{"p":1}`), CreatedAt: now.Add(-time.Hour), StartedAt: &started, LastStepAt: &started,
-			TraceParent: "00-tp",
-		}}, got)
-
-		// Completed, but the episode is not ours to run: the zero claim.
-		answer = map[string][][]driver.Value{"DispatchTriggerRequest": {{int64(3), int64(9), "", int64(0), int64(0), now, now, "", false, int64(1), nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}}}
-		got, err = s.DispatchTriggerRequest(ctx, r, time.Minute)
-		require.NoError(t, err)
-		require.Equal(t, episodes.Dispatched{RequestID: 3, EpisodeID: 9, NextStep: 1}, got)
+		require.Equal(t, episodes.Dispatched{EpisodeID: 9, ActorID: "x", ExpectationID: "e", Opts: json.RawMessage(`{"o":1}`),
+			Claim: want, Started: true, NextStep: 3, Episode: episodes.Episode{
+				ID: 9, ActorID: "x", ExpectationID: "e", TriggerType: episodes.TriggerEvent, TriggerRef: json.RawMessage(`{"t":1}`),
+				DedupeKey: "k", Status: episodes.StatusRunning, Attempts: 1, MaxAttempts: 3, SourceEnv: "prod", OwnerNode: "a",
+				Payload: json.RawMessage(`{"p":1}`), CreatedAt: now.Add(-time.Hour), StartedAt: &started, LastStepAt: &started,
+				TraceParent: "00-tp",
+			}}, got[0])
+		require.Equal(t, episodes.Dispatched{EpisodeID: 10, ActorID: "x", ExpectationID: "e", NextStep: 1}, got[1],
+			"held live elsewhere: the zero claim")
 	})
 
 	t.Run("expire", func(t *testing.T) {
-		answer = map[string][][]driver.Value{"ExpireTriggerRequests": {{int64(3), int64(9), true}, {int64(4), int64(10), false}}}
-		got, err := s.ExpireTriggerRequests(ctx, episodes.ExpireQuery{Env: "rc", TTL: time.Hour})
+		answer = map[string][][]driver.Value{"ExpireAvailable": {{int64(9)}, {int64(10)}}}
+		got, err := s.ExpireAvailable(ctx, episodes.ExpireQuery{Env: "rc", Stack: "s", TTL: time.Hour})
 		require.NoError(t, err)
-		require.Equal(t, false, f.params["ExpireTriggerRequests"]["all_envs"], "a poller expires its own env only")
-		require.Equal(t, []episodes.Expired{
-			{RequestID: 3, EpisodeID: 9, EpisodeCanceled: true},
-			{RequestID: 4, EpisodeID: 10},
-		}, got)
+		require.Equal(t, []int64{9, 10}, got)
+		require.Equal(t, map[string]any{"source_env": "rc", "source_stack": "s", "ttl_ms": int64(3_600_000), "all_envs": false},
+			f.params["ExpireAvailable"], "a poller expires its own env only")
 	})
 
-	t.Run("list", func(t *testing.T) {
-		answer = map[string][][]driver.Value{"ListTriggerRequests": {
-			{int64(3), int64(9), "x", "e", "t", "s", "rc", "claimed", "a", int64(2), nil, now, now, now.Add(time.Second), nil},
-		}}
-		got, err := s.ListTriggerRequests(ctx, episodes.RequestListQuery{Env: "rc", Limit: 10})
+	t.Run("next due", func(t *testing.T) {
+		before := f.calls("NextAvailableDue")
+		_, ok, err := s.NextAvailableDue(ctx, episodes.AvailableQuery{Env: "rc"})
 		require.NoError(t, err)
-		until := now.Add(time.Second)
-		require.Equal(t, []episodes.RequestInfo{{
-			ID: 3, EpisodeID: 9, ActorID: "x", ExpectationID: "e", SourceNode: "t", SourceStack: "s",
-			SourceEnv: "rc", Status: episodes.RequestClaimed, ClaimedBy: "a", Fence: 2, CreatedAt: now,
-			ClaimedAt: &now, ClaimUntil: &until,
-		}}, got)
+		require.False(t, ok)
+		require.Equal(t, before, f.calls("NextAvailableDue"), "no actors: nothing is sent")
+
+		answer = map[string][][]driver.Value{"NextAvailableDue": {{int64(1500)}}}
+		wait, ok, err := s.NextAvailableDue(ctx, episodes.AvailableQuery{Env: "rc", Runnable: runnable})
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Equal(t, 1500*time.Millisecond, wait)
+		answer = map[string][][]driver.Value{"NextAvailableDue": {{int64(-1)}}}
+		_, ok, err = s.NextAvailableDue(ctx, episodes.AvailableQuery{Env: "rc", Runnable: runnable})
+		require.NoError(t, err)
+		require.False(t, ok, "-1: nothing waits")
 	})
 }
 
@@ -1141,7 +1156,7 @@ func TestUnitInTx(t *testing.T) {
 	step := []driver.Value{int64(5), "a", "running", int64(9), int64(1), int64(1), now}
 	answers := map[string][][]driver.Value{
 		"FinishEpisode":              {{int64(9)}},
-		"CreateDeferredEpisode":      {{true, int64(10), now, int64(3)}},
+		"CreateDeferredEpisode":      {{true, int64(10), now}},
 		"CreateWorkflowInstance":     {{int64(5), now}},
 		"GetRunningWorkflowInstance": {instance},
 		"LockWorkflowInstance":       {instance},
@@ -1517,10 +1532,8 @@ func TestUnitMaintain(t *testing.T) {
 				return fakeResult{err: mssql.Error{Number: 1205}}
 			case name == "TryMaintenanceLock":
 				return fakeResult{cols: resultColumns[name], rows: [][]driver.Value{{acquired}}}
-			case name == "ExpireTriggerRequests":
-				return fakeResult{cols: resultColumns[name], rows: [][]driver.Value{
-					{int64(1), int64(10), true}, {int64(2), int64(11), false}, {int64(3), int64(12), true},
-				}}
+			case name == "ExpireAvailable":
+				return fakeResult{cols: resultColumns[name], rows: [][]driver.Value{{int64(10)}, {int64(11)}, {int64(12)}}}
 			case name == "ListWaitingForNode": // one pair overdue, one not yet
 				return fakeResult{cols: resultColumns[name], rows: [][]driver.Value{waitingRow(true), waitingRow(false)}}
 			}
@@ -1543,18 +1556,18 @@ func TestUnitMaintain(t *testing.T) {
 		res, err := f.store.Maintain(ctx, plan)
 		require.NoError(t, err)
 		require.Equal(t, maintenance.Result{
-			Ran: true, Archived: 3, StepsPurged: 40, JournalsMarked: 2, RequestsExpired: 3,
-			EpisodesCanceled: 2, ClaimsDeleted: 5, NodesDeleted: 1, WaitingRaised: 1, WaitingCleared: 2,
+			Ran: true, Archived: 3, StepsPurged: 40, JournalsMarked: 2, EpisodesExpired: 3,
+			ClaimsDeleted: 5, NodesDeleted: 1, WaitingRaised: 1, WaitingCleared: 2,
 		}, res)
 		require.Equal(t, []string{
 			"begin Read Committed", "TryMaintenanceLock", "ArchiveEpisodes", "PurgeArchivedSteps",
-			"MarkJournalsPurged", "ExpireTriggerRequests", "DeleteSpentClaims", "DeleteStaleNodes",
+			"MarkJournalsPurged", "ExpireAvailable", "DeleteSpentClaims", "DeleteStaleNodes",
 			"ListWaitingForNode", "RaiseWaitingForNodeFinding", "ClearWaitingForNodeFindings", "commit",
 		}, f.events(), "one transaction, the Postgres order; only the overdue pair raises")
-		require.Equal(t, true, f.params["ExpireTriggerRequests"]["all_envs"])
+		require.Equal(t, true, f.params["ExpireAvailable"]["all_envs"])
 	})
 
-	for _, failing := range []string{"TryMaintenanceLock", "PurgeArchivedSteps", "ExpireTriggerRequests", "DeleteStaleNodes",
+	for _, failing := range []string{"TryMaintenanceLock", "PurgeArchivedSteps", "ExpireAvailable", "DeleteStaleNodes",
 		"ListWaitingForNode", "RaiseWaitingForNodeFinding", "ClearWaitingForNodeFindings"} {
 		t.Run("deadlock in "+failing, func(t *testing.T) {
 			f := newFake(t)

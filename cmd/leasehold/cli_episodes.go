@@ -120,8 +120,9 @@ func toEpisodeJSON(e episodes.Episode) episodeJSON {
 
 // episodeShowJSON is episodes show -json: the episode's fields as in ls,
 // then its documents verbatim (null when unset), its claim (null when the
-// claim key has no row), its trigger request (null when none) and the
-// shown part of its journal in step order.
+// claim key has no row), when it falls due while it is available work
+// (run_after, omitted otherwise) and the shown part of its journal in step
+// order.
 type episodeShowJSON struct {
 	episodeJSON
 	TriggerRef   json.RawMessage `json:"trigger_ref"`
@@ -131,7 +132,7 @@ type episodeShowJSON struct {
 	ArchivedAt   string          `json:"archived_at,omitempty"`
 	ClaimKey     string          `json:"claim_key"`
 	Claim        *claimShowJSON  `json:"claim"`
-	Request      *requestJSON    `json:"request"`
+	RunAfter     string          `json:"run_after,omitempty"`
 	JournalSteps int64           `json:"journal_steps"` // the journal's length; Journal holds the last -steps
 	Journal      []stepJSON      `json:"journal"`
 }
@@ -143,11 +144,6 @@ type claimShowJSON struct {
 	claimJSON
 	HeartbeatAt string `json:"heartbeat_at,omitempty"`
 	Live        bool   `json:"live"`
-}
-
-type requestJSON struct {
-	Status   string `json:"status"`
-	RunAfter string `json:"run_after"`
 }
 
 // stepJSON is one journal step; owner is omitted when not recorded (see
@@ -194,7 +190,8 @@ func episodesCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "show prints one episode: status, attempt, error class and detail, payload,")
 		fmt.Fprintln(w, "result, stack, env and owner; its work claim (state, owner, fence, lease, and")
-		fmt.Fprintln(w, "whether the lease is live on the database clock) and trigger request; and")
+		fmt.Fprintln(w, "whether the lease is live on the database clock), when it falls due while it")
+		fmt.Fprintln(w, "is available work (deferred, delayed, retried or recovered, not taken yet); and")
 		fmt.Fprintln(w, "the last -steps steps of its journal, each with its number, fence, owner and")
 		fmt.Fprintln(w, "time. A step's owner is known while its fence is the claim's current one;")
 		fmt.Fprintln(w, "steps of earlier grants (before a steal or a recovery) show '-'.")
@@ -438,9 +435,7 @@ func writeEpisodeJSON(w io.Writer, ep inspect.Episode, journal []inspect.Step, w
 			HeartbeatAt: utcPtr(c.HeartbeatAt), Live: c.Live,
 		}
 	}
-	if r := ep.Request; r != nil {
-		out.Request = &requestJSON{Status: r.Status, RunAfter: utc(r.RunAfter)}
-	}
+	out.RunAfter = utcPtr(ep.RunAfter)
 	for i, s := range journal {
 		out.Journal[i] = stepJSON{StepNo: s.StepNo, Fence: s.Fence, Owner: s.Owner, CreatedAt: utc(s.CreatedAt), Data: jsonValue(s.Data)}
 	}
@@ -464,7 +459,7 @@ func jsonValue(raw json.RawMessage) json.RawMessage {
 // writeEpisodeText prints the episode as labelled lines, its claim, and the
 // journal as a table. Every value goes through cell or jsonText, so no
 // stored text can fake a line or hide what it holds. A queued episode no
-// live node can run gets a "waiting" line after its request.
+// live node can run gets a "waiting" line after its due time.
 func writeEpisodeText(w io.Writer, ep inspect.Episode, journal []inspect.Step, waiting membership.Waiting) error {
 	var b strings.Builder
 	field := func(label, value string) { fmt.Fprintf(&b, "  %-13s %s\n", label, value) }
@@ -490,11 +485,7 @@ func writeEpisodeText(w io.Writer, ep inspect.Episode, journal []inspect.Step, w
 	field("last step at", dash(utcPtr(e.LastStepAt)))
 	field("finished at", dash(utcPtr(e.FinishedAt)))
 	field("archived at", dash(utcPtr(e.ArchivedAt)))
-	if r := ep.Request; r != nil {
-		field("request", fmt.Sprintf("%s, due %s", cell(r.Status), utc(r.RunAfter)))
-	} else {
-		field("request", "-")
-	}
+	field("available", dash(prefix("due ", utcPtr(ep.RunAfter))))
 	if waiting.ActorID != "" {
 		field("waiting", strings.TrimPrefix(waitingText(waiting), "waiting "))
 	}
@@ -574,4 +565,12 @@ func jsonText(raw json.RawMessage) string {
 		}
 	}
 	return b.String()
+}
+
+// prefix is p + s, or "" when s is.
+func prefix(p, s string) string {
+	if s == "" {
+		return ""
+	}
+	return p + s
 }

@@ -82,7 +82,7 @@ func TestCLIEpisodesShow(t *testing.T) {
 		`(?m)^  env +rc$`,
 		`(?m)^  result +-$`,
 		`(?m)^  finished at +\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$`,
-		`(?m)^  request +-$`,
+		`(?m)^  available +-$`,
 		`(?m)^claim bill-7$`,
 		`(?m)^  state +failed$`,
 		`(?m)^  fence +2$`,
@@ -143,7 +143,7 @@ func TestCLIEpisodesShow(t *testing.T) {
 	require.EqualValues(t, 2, got.Claim.Fence)
 	require.Equal(t, "steal", got.Claim.Grant)
 	require.False(t, got.Claim.Live)
-	require.Nil(t, got.Request)
+	require.Empty(t, got.RunAfter, "not available work")
 	require.EqualValues(t, 4, got.JournalSteps)
 	require.Len(t, got.Journal, 4)
 	for i, want := range []struct {
@@ -231,26 +231,24 @@ func TestCLIEpisodesShowClaims(t *testing.T) {
 	require.Contains(t, out, `"claim": null`)
 }
 
-// A deferred episode has a trigger request: show says when it is due.
-func TestCLIEpisodesShowRequest(t *testing.T) {
+// A deferred episode is available work: show says when it falls due.
+func TestCLIEpisodesShowAvailable(t *testing.T) {
 	store, url, _ := cliSchema(t)
 	d, err := store.CreateDeferredEpisode(context.Background(), episodes.Deferred{
-		New:        episodes.New{ActorID: "mailer", ExpectationID: "send", TriggerType: episodes.TriggerEvent, MaxAttempts: 3},
-		SourceNode: "node-t", Delay: time.Hour,
+		New:   episodes.New{ActorID: "mailer", ExpectationID: "send", TriggerType: episodes.TriggerEvent, MaxAttempts: 3},
+		Delay: time.Hour,
 	})
 	require.NoError(t, err)
 	require.True(t, d.Created)
 	id := strconv.FormatInt(d.Episode.ID, 10)
 	code, out, errOut := runCLI(t, episodesCmd, "show", id, "-url", url)
 	require.Equal(t, 0, code, errOut)
-	require.Regexp(t, `(?m)^  request +pending, due \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$`, out)
+	require.Regexp(t, `(?m)^  available +due \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$`, out)
 	code, out, errOut = runCLI(t, episodesCmd, "show", id, "-json", "-url", url)
 	require.Equal(t, 0, code, errOut)
 	var got episodeShowJSON
 	require.NoError(t, json.Unmarshal([]byte(out), &got), out)
-	require.NotNil(t, got.Request)
-	require.Equal(t, episodes.RequestPending, got.Request.Status)
-	due, err := time.Parse(time.RFC3339, got.Request.RunAfter)
+	due, err := time.Parse(time.RFC3339, got.RunAfter)
 	require.NoError(t, err)
 	created, err := time.Parse(time.RFC3339, got.CreatedAt)
 	require.NoError(t, err)

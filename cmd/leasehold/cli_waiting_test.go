@@ -27,8 +27,7 @@ func TestCLIEpisodesWaitingForNode(t *testing.T) {
 	ctx := context.Background()
 	deferred := func(expectation string) int64 {
 		d, err := store.CreateDeferredEpisode(ctx, episodes.Deferred{
-			New:        episodes.New{ActorID: "billing", ExpectationID: expectation, TriggerType: episodes.TriggerEvent, MaxAttempts: 3},
-			SourceNode: "node-t",
+			New: episodes.New{ActorID: "billing", ExpectationID: expectation, TriggerType: episodes.TriggerEvent, MaxAttempts: 3},
 		})
 		require.NoError(t, err)
 		return d.Episode.ID
@@ -54,7 +53,7 @@ func TestCLIEpisodesWaitingForNode(t *testing.T) {
 
 	code, out, errOut = runCLI(t, episodesCmd, "show", ids, "-url", url)
 	require.Equal(t, 0, code, errOut)
-	require.Regexp(t, `(?m)^  request +pending, due .*\n  waiting +for a node that runs billing/refund `+lastSeen+`$`, out)
+	require.Regexp(t, `(?m)^  available +due .*\n  waiting +for a node that runs billing/refund `+lastSeen+`$`, out)
 	code, out, errOut = runCLI(t, episodesCmd, "show", other, "-url", url)
 	require.Equal(t, 0, code, errOut)
 	require.NotContains(t, out, "waiting")

@@ -51,13 +51,9 @@ const (
 	// claim at all.
 	demoSweepEvery = time.Second
 	demoStaleAfter = 5 * time.Second
-	// demoPollEvery: the nodes' trigger-request poller (the demo has no
-	// waker); demoPollClaimLease: a poller's claim on a request, so that a
-	// request claimed by the SIGKILLed node is claimable again after one
-	// lease, like its work claims (the default, 30 s, kept a recovered
-	// episode queued for that long).
-	demoPollEvery      = time.Second
-	demoPollClaimLease = demoLease
+	// demoPollEvery: the nodes' poller for available work (the demo has
+	// no waker).
+	demoPollEvery = time.Second
 
 	killAfter       = 3 * time.Second  // look for a node running a billing episode from then on
 	killAnywayAfter = 13 * time.Second // kill it even if it never ran anything

@@ -173,7 +173,7 @@ func demoNode(ctx context.Context, url, schema, id string, every time.Duration, 
 	out := newProgressWriter(os.Stdout, id)
 
 	node, err := runner.NewNode(runner.Config{Store: store, Identity: id, Lease: demoLease, Logger: log, Observer: out,
-		Poll: runner.PollConfig{Interval: demoPollEvery, ClaimLease: demoPollClaimLease}})
+		Poll: runner.PollConfig{Interval: demoPollEvery}})
 	if err != nil {
 		return fmt.Errorf("new node: %w", err)
 	}

@@ -23,7 +23,7 @@ SELECT CAST(round(unixepoch('subsec') * 1000) AS INTEGER) AS db_now
 // the write lock; in WAL mode it reads the last committed state without
 // waiting for the writer and without holding it up. Nothing decides
 // anything from them: the runs, recovery and the pollers decide with the
-// statements of episodes.sql, recovery.sql and trigger_requests.sql, each
+// statements of episodes.sql, recovery.sql and available.sql, each
 // re-checking its own condition under the write lock. So a page is a
 // snapshot that may be stale by the time it is read. Ages, lease liveness
 // and chart windows are computed on the database clock,
@@ -113,13 +113,7 @@ SELECT e.id, e.actor_id, e.expectation_id, e.trigger_type, e.trigger_ref,
               AND c.lease_until > CAST(round(unixepoch('subsec') * 1000) AS INTEGER)
          THEN 1 ELSE 0 END AS BOOLEAN) AS claim_live,
     CAST(coalesce(c.lease_until - CAST(round(unixepoch('subsec') * 1000) AS INTEGER), 0) AS INTEGER) AS claim_lease_left_ms,
-    CAST(coalesce(r.status, '') AS TEXT) AS request_status,
-    CAST(coalesce(r.source_node, '') AS TEXT) AS request_source_node,
-    CAST(coalesce(r.claimed_by, '') AS TEXT) AS request_claimed_by,
-    CAST(coalesce(r.fence, 0) AS INTEGER) AS request_fence,
-    r.run_after AS request_run_after,
-    r.created_at AS request_created_at,
-    r.finished_at AS request_finished_at,
+    e.run_after,
     CAST(coalesce(w.instance_id, 0) AS INTEGER) AS workflow_instance_id,
     CAST(coalesce(w.step_id, '') AS TEXT) AS workflow_step_id,
     CAST((SELECT count(*) FROM leasehold_episode_steps AS s
@@ -127,8 +121,6 @@ SELECT e.id, e.actor_id, e.expectation_id, e.trigger_type, e.trigger_ref,
 FROM leasehold_episodes AS e
 LEFT JOIN leasehold_work_claims AS c
     ON c.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id)
-LEFT JOIN leasehold_trigger_requests AS r
-    ON r.episode_id = e.id
 LEFT JOIN leasehold_workflow_steps AS w
     ON w.episode_id = e.id
 WHERE e.id = ?1
@@ -175,13 +167,7 @@ type DashboardEpisodeRow struct {
 	ClaimErrorDetail   *string
 	ClaimLive          bool
 	ClaimLeaseLeftMs   int64
-	RequestStatus      string
-	RequestSourceNode  string
-	RequestClaimedBy   string
-	RequestFence       int64
-	RequestRunAfter    *int64
-	RequestCreatedAt   *int64
-	RequestFinishedAt  *int64
+	RunAfter           *int64
 	WorkflowInstanceID int64
 	WorkflowStepID     string
 	JournalSteps       int64
@@ -191,10 +177,10 @@ type DashboardEpisodeRow struct {
 // trigger's span stored, NULL for none) with, in the same statement (one
 // snapshot): the claim row of its claim key (its dedupe key, or
 // episode:{id}) with whether its lease is live and how long it has left on
-// the database clock, its trigger request, the workflow step it is the
-// episode of, and the size of its journal. No claim row: claim_state ”
-// and the claim's other columns zero or NULL; no request: request_status
-// ”; no workflow step: workflow_instance_id 0.
+// the database clock, the workflow step it is the episode of, and the
+// size of its journal; run_after is set while it is available work (its
+// due time). No claim row: claim_state ” and the claim's other columns
+// zero or NULL; no workflow step: workflow_instance_id 0.
 func (q *Queries) DashboardEpisode(ctx context.Context, db DBTX, id int64) (DashboardEpisodeRow, error) {
 	row := db.QueryRowContext(ctx, dashboardEpisode, id)
 	var i DashboardEpisodeRow
@@ -239,13 +225,7 @@ func (q *Queries) DashboardEpisode(ctx context.Context, db DBTX, id int64) (Dash
 		&i.ClaimErrorDetail,
 		&i.ClaimLive,
 		&i.ClaimLeaseLeftMs,
-		&i.RequestStatus,
-		&i.RequestSourceNode,
-		&i.RequestClaimedBy,
-		&i.RequestFence,
-		&i.RequestRunAfter,
-		&i.RequestCreatedAt,
-		&i.RequestFinishedAt,
+		&i.RunAfter,
 		&i.WorkflowInstanceID,
 		&i.WorkflowStepID,
 		&i.JournalSteps,

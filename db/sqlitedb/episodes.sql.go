@@ -138,6 +138,7 @@ SET status              = CASE WHEN CAST(?1 AS INTEGER) = 1 THEN status ELSE 'ca
     error_detail        = CASE WHEN CAST(?1 AS INTEGER) = 1 THEN error_detail ELSE ?2 END,
     finished_at         = CASE WHEN CAST(?1 AS INTEGER) = 1 THEN finished_at
                                ELSE CAST(round(unixepoch('subsec') * 1000) AS INTEGER) END,
+    run_after           = CASE WHEN CAST(?1 AS INTEGER) = 1 THEN run_after END,
     cancel_requested_at = coalesce(cancel_requested_at, CAST(round(unixepoch('subsec') * 1000) AS INTEGER))
 WHERE id = CAST(?3 AS INTEGER)
   AND status IN ('queued', 'running')
@@ -158,11 +159,11 @@ type CancelEpisodeRow struct {
 }
 
 // Cancels an episode. One nobody holds a live lease on (held = 0 from
-// CancelEpisodeTarget: available work, queued with a pending request, or an
-// orphan whose lease expired) ends canceled at once, here; the next
-// statements fence out its expired grant (CancelEpisodeFence) and close its
-// open request (CancelEpisodeRequest), so no poller dispatches it and no
-// zombie writes after it. One held live (running, or queued in its holder's
+// CancelEpisodeTarget: available work, or an orphan whose lease expired)
+// ends canceled at once, here, and leaves the available set (run_after
+// cleared); the next statement fences out its expired grant
+// (CancelEpisodeFence), so no poller takes it and no zombie writes after
+// it. One held live (running, or queued in its holder's
 // slot queue) gets cancel_requested_at instead: its holder reads
 // ListCancelRequests once per heartbeat interval and cancels the run, which
 // ends canceled by its own fenced FinishEpisode. Either way
@@ -199,23 +200,6 @@ type CancelEpisodeFenceParams struct {
 // zombie's writes match nothing after this.
 func (q *Queries) CancelEpisodeFence(ctx context.Context, db DBTX, arg CancelEpisodeFenceParams) error {
 	_, err := db.ExecContext(ctx, cancelEpisodeFence, arg.ClaimKey, arg.Held)
-	return err
-}
-
-const cancelEpisodeRequest = `-- name: CancelEpisodeRequest :exec
-UPDATE leasehold_trigger_requests
-SET status = 'completed', finished_at = CAST(round(unixepoch('subsec') * 1000) AS INTEGER)
-WHERE episode_id = CAST(?1 AS INTEGER)
-  AND status IN ('pending', 'claimed')
-  AND EXISTS (SELECT 1 FROM leasehold_episodes AS e
-              WHERE e.id = CAST(?1 AS INTEGER) AND e.status = 'canceled')
-`
-
-// CancelEpisode's last statement: the open (pending or claimed) trigger
-// request of an episode that ended canceled is closed (completed), so no
-// poller dispatches it.
-func (q *Queries) CancelEpisodeRequest(ctx context.Context, db DBTX, episodeID int64) error {
-	_, err := db.ExecContext(ctx, cancelEpisodeRequest, episodeID)
 	return err
 }
 
@@ -927,56 +911,6 @@ func (q *Queries) ListSteps(ctx context.Context, db DBTX, episodeID int64) ([]Li
 	return items, nil
 }
 
-const reopenTriggerRequest = `-- name: ReopenTriggerRequest :one
-INSERT INTO leasehold_trigger_requests AS t (
-    episode_id, actor_id, expectation_id, source_node, source_stack,
-    source_env, status, created_at, run_after
-)
-SELECT e.id, e.actor_id, e.expectation_id, CAST(?1 AS TEXT),
-    e.source_stack, e.source_env, 'pending', CAST(round(unixepoch('subsec') * 1000) AS INTEGER),
-    CAST(round(unixepoch('subsec') * 1000) AS INTEGER) + CAST(?2 AS INTEGER)
-FROM leasehold_episodes AS e
-WHERE e.id = CAST(?3 AS INTEGER)
-  AND e.status = 'queued'
-  AND e.archived_at IS NULL
-ON CONFLICT (episode_id) DO UPDATE SET
-    status      = 'pending',
-    source_node = excluded.source_node,
-    claimed_by  = NULL,
-    claimed_at  = NULL,
-    claim_until = NULL,
-    finished_at = NULL,
-    run_after   = excluded.run_after
-RETURNING id, run_after
-`
-
-type ReopenTriggerRequestParams struct {
-	SourceNode string
-	DelayMs    int64
-	EpisodeID  int64
-}
-
-type ReopenTriggerRequestRow struct {
-	ID       int64
-	RunAfter int64
-}
-
-// Makes a queued episode's trigger request pending, due at now + delay_ms
-// on the database clock, so whichever full node has a free slot for the
-// actor then takes it (ClaimTriggerRequests, DispatchTriggerRequest): the
-// last statement of RetryEpisode (delay: the backoff), RequeueEpisode and
-// RequeueOrphan (due at once), sent in their transaction after the episode
-// write. The request row is unique per episode: an episode that came
-// through a request reuses it (its fence, which pollers' hand-overs are
-// conditioned on, is kept), one that did not gets one. Only a queued,
-// unarchived episode gets one.
-func (q *Queries) ReopenTriggerRequest(ctx context.Context, db DBTX, arg ReopenTriggerRequestParams) (ReopenTriggerRequestRow, error) {
-	row := db.QueryRowContext(ctx, reopenTriggerRequest, arg.SourceNode, arg.DelayMs, arg.EpisodeID)
-	var i ReopenTriggerRequestRow
-	err := row.Scan(&i.ID, &i.RunAfter)
-	return i, err
-}
-
 const requeueEpisode = `-- name: RequeueEpisode :one
 UPDATE leasehold_episodes
 SET status              = 'queued',
@@ -986,34 +920,36 @@ SET status              = 'queued',
     owner_node          = NULL,
     finished_at         = NULL,
     cancel_requested_at = NULL,
-    last_step_at        = CAST(round(unixepoch('subsec') * 1000) AS INTEGER)
+    last_step_at        = CAST(round(unixepoch('subsec') * 1000) AS INTEGER),
+    run_after           = CAST(round(unixepoch('subsec') * 1000) AS INTEGER)
 WHERE id = CAST(?1 AS INTEGER)
   AND status IN ('failed', 'canceled')
   AND archived_at IS NULL
-RETURNING id, attempts
+RETURNING id, attempts, run_after
 `
 
 type RequeueEpisodeRow struct {
 	ID       int64
 	Attempts int64
+	RunAfter *int64
 }
 
 // Runs a failed or canceled episode again, for an operator: it becomes
 // available as its next attempt (attempts + 1, phase retrying, no owner,
-// its cancel request cleared), and ReopenTriggerRequest, next in the
-// transaction, makes its trigger request pending and due at once, so
-// whichever full node has a free slot for its actor takes it.
+// its cancel request cleared), due at once (run_after), so whichever full
+// node has a free slot for its actor takes it (ClaimAvailable).
 // max_attempts grows to admit that attempt when the episode had used them
 // all. The dedupe key stays with the episode, as it always did.
 //
 // Guarantee: only a terminal failed or canceled episode that is not
-// archived is requeued (its own finish wrote a claim that is not live, and
-// the dispatch grants a fresh fence); the write lock orders two operators,
-// and the second matches nothing (no row back).
+// archived is requeued (its own finish wrote a claim that is not live, so
+// the available invariant holds, and the poll grants a fresh fence); the
+// write lock orders two operators, and the second matches nothing (no row
+// back).
 func (q *Queries) RequeueEpisode(ctx context.Context, db DBTX, id int64) (RequeueEpisodeRow, error) {
 	row := db.QueryRowContext(ctx, requeueEpisode, id)
 	var i RequeueEpisodeRow
-	err := row.Scan(&i.ID, &i.Attempts)
+	err := row.Scan(&i.ID, &i.Attempts, &i.RunAfter)
 	return i, err
 }
 
@@ -1027,19 +963,22 @@ SET status       = CASE WHEN cancel_requested_at IS NULL THEN 'queued' ELSE 'can
     error_detail = ?2,
     finished_at  = CASE WHEN cancel_requested_at IS NULL THEN NULL
                         ELSE CAST(round(unixepoch('subsec') * 1000) AS INTEGER) END,
-    last_step_at = CAST(round(unixepoch('subsec') * 1000) AS INTEGER)
-WHERE id = CAST(?3 AS INTEGER)
+    last_step_at = CAST(round(unixepoch('subsec') * 1000) AS INTEGER),
+    run_after    = CASE WHEN cancel_requested_at IS NULL
+                        THEN CAST(round(unixepoch('subsec') * 1000) AS INTEGER) + CAST(?3 AS INTEGER) END
+WHERE id = CAST(?4 AS INTEGER)
   AND status IN ('queued', 'running')
   AND EXISTS (SELECT 1 FROM leasehold_work_claims AS c
-              WHERE c.dedupe_key = CAST(?4 AS TEXT)
-                AND c.owner_node = CAST(?5 AS TEXT)
-                AND c.fence = CAST(?6 AS INTEGER))
-RETURNING id, attempts, status, last_step_at
+              WHERE c.dedupe_key = CAST(?5 AS TEXT)
+                AND c.owner_node = CAST(?6 AS TEXT)
+                AND c.fence = CAST(?7 AS INTEGER))
+RETURNING id, attempts, status, last_step_at, run_after
 `
 
 type RetryEpisodeParams struct {
 	ErrorClass  *string
 	ErrorDetail *string
+	BackoffMs   int64
 	ID          int64
 	ClaimKey    string
 	OwnerNode   string
@@ -1051,23 +990,28 @@ type RetryEpisodeRow struct {
 	Attempts   int64
 	Status     string
 	LastStepAt *int64
+	RunAfter   *int64
 }
 
 // RetryEpisode's episode write, after RetryEpisodeClaim matched (and
 // FinishEpisodeStep journaled the attempt's error when step_no > 0): the
 // error is kept on the episode (error_class, error_detail) and the episode
 // is queued again as its next attempt (attempts + 1, phase retrying, no
-// owner); ReopenTriggerRequest then makes its request pending, due after
-// the backoff. A cancel requested meanwhile (cancel_requested_at) ends it
-// canceled instead, with no request. The dedupe key stays with the
-// episode: the same trigger fired meanwhile is a duplicate. The claim is
-// re-checked by key, owner and fence; no row back: the adapter rolls back.
-// last_step_at is this statement's instant, the run_after of a canceled
-// retry's result.
+// owner) and made available, due at now + backoff_ms on the database
+// clock (run_after), so whichever full node has a free slot for the actor
+// then takes it (ClaimAvailable). RetryEpisodeClaim released the claim in
+// this transaction, so it is not live and the available episode keeps the
+// invariant of available.sql. A cancel requested meanwhile
+// (cancel_requested_at) ends it canceled instead, not available. The
+// dedupe key stays with the episode: the same trigger fired meanwhile is a
+// duplicate. The claim is re-checked by key, owner and fence; no row back:
+// the adapter rolls back. last_step_at is this statement's instant, the
+// run_after of a canceled retry's result.
 func (q *Queries) RetryEpisode(ctx context.Context, db DBTX, arg RetryEpisodeParams) (RetryEpisodeRow, error) {
 	row := db.QueryRowContext(ctx, retryEpisode,
 		arg.ErrorClass,
 		arg.ErrorDetail,
+		arg.BackoffMs,
 		arg.ID,
 		arg.ClaimKey,
 		arg.OwnerNode,
@@ -1079,6 +1023,7 @@ func (q *Queries) RetryEpisode(ctx context.Context, db DBTX, arg RetryEpisodePar
 		&i.Attempts,
 		&i.Status,
 		&i.LastStepAt,
+		&i.RunAfter,
 	)
 	return i, err
 }
@@ -1128,6 +1073,7 @@ const startEpisode = `-- name: StartEpisode :one
 UPDATE leasehold_episodes
 SET status       = 'running',
     phase        = NULL,
+    run_after    = NULL,
     owner_node   = CAST(?1 AS TEXT),
     started_at   = coalesce(started_at, CAST(round(unixepoch('subsec') * 1000) AS INTEGER)),
     last_step_at = CAST(round(unixepoch('subsec') * 1000) AS INTEGER)
@@ -1169,6 +1115,11 @@ type StartEpisodeRow struct {
 // (lease_until > now): a grant whose answer came back late, or that waited
 // in the slot queue without being renewed, may already be stealable, and a
 // run must never start on a lease another node may take meanwhile.
+// A started episode is held, so it is not available work: run_after is
+// cleared (it is already NULL but for an episode granted outside
+// ClaimAvailable while available, which breaks the invariant of
+// available.sql; started, it is an ordinary running episode, recovery's
+// once its lease lapses).
 //
 // The table name qualifies id (sqlc would otherwise find it ambiguous with
 // the journal's id in the RETURNING subquery).

@@ -28,15 +28,12 @@ SELECT e.id, e.actor_id, e.expectation_id, e.trigger_type, e.trigger_ref,
     CAST(CASE WHEN c.state = 'claimed'
               AND c.lease_until > CAST(round(unixepoch('subsec') * 1000) AS INTEGER)
          THEN 1 ELSE 0 END AS BOOLEAN) AS claim_live,
-    CAST(coalesce(r.status, '') AS TEXT) AS request_status,
-    r.run_after AS request_run_after,
+    e.run_after,
     CAST((SELECT count(*) FROM leasehold_episode_steps AS s
           WHERE s.episode_id = e.id) AS INTEGER) AS journal_steps
 FROM leasehold_episodes AS e
 LEFT JOIN leasehold_work_claims AS c
     ON c.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id)
-LEFT JOIN leasehold_trigger_requests AS r
-    ON r.episode_id = e.id
 WHERE e.id = ?1
 `
 
@@ -74,18 +71,17 @@ type InspectEpisodeRow struct {
 	ClaimLeaseUntil  *int64
 	ClaimHeartbeatAt *int64
 	ClaimLive        bool
-	RequestStatus    string
-	RequestRunAfter  *int64
+	RunAfter         *int64
 	JournalSteps     int64
 }
 
 // Reads one episode with everything `episodes show` prints beside its row,
 // in one statement, so the parts are of one snapshot: the claim row of its
-// claim key (its dedupe key, or episode:{id}, the key its runs hold), its
-// trigger request (unique per episode) and the size of its journal. No
-// claim row: claim_state ” and the claim's other columns zero or NULL; no
-// request: request_status ”. claim_live says, on the database clock,
-// whether the claim is held by a lease that has not expired.
+// claim key (its dedupe key, or episode:{id}, the key its runs hold) and
+// the size of its journal; run_after is set while it is available work
+// (its due time). No claim row: claim_state ” and the claim's other
+// columns zero or NULL. claim_live says, on the database clock, whether
+// the claim is held by a lease that has not expired.
 func (q *Queries) InspectEpisode(ctx context.Context, db DBTX, id int64) (InspectEpisodeRow, error) {
 	row := db.QueryRowContext(ctx, inspectEpisode, id)
 	var i InspectEpisodeRow
@@ -123,8 +119,7 @@ func (q *Queries) InspectEpisode(ctx context.Context, db DBTX, id int64) (Inspec
 		&i.ClaimLeaseUntil,
 		&i.ClaimHeartbeatAt,
 		&i.ClaimLive,
-		&i.RequestStatus,
-		&i.RequestRunAfter,
+		&i.RunAfter,
 		&i.JournalSteps,
 	)
 	return i, err
@@ -184,7 +179,7 @@ type InspectEpisodesRow struct {
 //
 // None has a coordination role. Nothing decides anything from them: the runs,
 // recovery and the pollers decide with the statements of episodes.sql,
-// recovery.sql and trigger_requests.sql, each re-checking its own condition.
+// recovery.sql and available.sql, each re-checking its own condition.
 // So each is a plain SELECT: it takes no write lock (BEGIN IMMEDIATE is for
 // writes), reads the last committed state in WAL mode without waiting for
 // the writer, and a row it returns may have changed by the time it is

@@ -48,6 +48,8 @@ type LeaseholdEpisode struct {
 	CancelRequestedAt *int64
 	TraceParent       *string
 	KeyVersion        *int64
+	RunAfter          *int64
+	Opts              *string
 }
 
 type LeaseholdEpisodeStep struct {

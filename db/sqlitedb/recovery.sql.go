@@ -99,8 +99,7 @@ WHERE e.id = CAST(?3 AS INTEGER)
         AND coalesce(e.last_step_at, e.started_at, e.created_at)
             < CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - CAST(?4 AS INTEGER))
   )
-  AND NOT EXISTS (SELECT 1 FROM leasehold_trigger_requests AS r
-                  WHERE r.episode_id = e.id AND r.status IN ('pending', 'claimed'))
+  AND e.run_after IS NULL
 ON CONFLICT (dedupe_key) DO UPDATE SET
     state             = 'claimed',
     owner_node        = excluded.owner_node,
@@ -138,8 +137,8 @@ type ClaimForRecoveryGrantRow struct {
 // ClaimForRecovery's first statement: grants one orphan's work claim to
 // owner_node (fence + 1, attempt + 1), deciding, on the latest committed
 // rows under the write lock, that it is an orphan:
-//   - the episode is running or queued, not archived, and has no open
-//     trigger request (available work is the pollers'): a zombie that
+//   - the episode is running or queued, not archived, and not available
+//     (run_after IS NULL: available work is the pollers'): a zombie that
 //     finished the episode before this transaction began made it terminal,
 //     and nothing is granted;
 //   - it has a claim row, or (claim-less) it is running and stale;
@@ -218,8 +217,7 @@ WHERE e.status = 'running'
         ELSE (c.state = 'claimed' AND c.lease_until <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER))
              OR c.state IN ('released', 'done', 'failed')
       END
-  AND NOT EXISTS (SELECT 1 FROM leasehold_trigger_requests AS r
-                  WHERE r.episode_id = e.id AND r.status IN ('pending', 'claimed'))
+  AND e.run_after IS NULL
 UNION ALL
 SELECT e.id, e.actor_id, e.expectation_id, e.status, e.dedupe_key, e.attempts,
     e.max_attempts, e.source_stack, e.source_env, e.owner_node,
@@ -237,8 +235,7 @@ WHERE e.status = 'queued'
   AND e.source_env = CAST(?3 AS TEXT)
   AND ((c.state = 'claimed' AND c.lease_until <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER))
        OR c.state IN ('released', 'done', 'failed'))
-  AND NOT EXISTS (SELECT 1 FROM leasehold_trigger_requests AS r
-                  WHERE r.episode_id = e.id AND r.status IN ('pending', 'claimed'))
+  AND e.run_after IS NULL
 LIMIT CAST(?1 AS INTEGER)
 `
 
@@ -279,8 +276,8 @@ type ListOrphanedEpisodesRow struct {
 //   - running or queued, and its claim is done or failed (finished by
 //     another grant of the same key: nobody will ever finish the episode).
 //
-// Never an orphan, whatever its claim: an episode with an open trigger
-// request (pending or claimed): available work belongs to the pollers.
+// Never an orphan, whatever its claim: an available episode (run_after
+// set; see available.sql): it belongs to the pollers.
 // What a restart counts is Postgres's too: an orphan whose holder gave its
 // grant back (claim 'released'), or that no grant started since it was
 // last queued (episode 'queued': nothing ran), within attempts +
@@ -391,11 +388,14 @@ SET status      = CASE WHEN cancel_requested_at IS NOT NULL THEN 'canceled' ELSE
     owner_node  = NULL,
     error_class = CASE WHEN cancel_requested_at IS NOT NULL THEN 'canceled' ELSE error_class END,
     finished_at = CASE WHEN cancel_requested_at IS NOT NULL
+                       THEN CAST(round(unixepoch('subsec') * 1000) AS INTEGER) END,
+    run_after   = CASE WHEN cancel_requested_at IS NULL
                        THEN CAST(round(unixepoch('subsec') * 1000) AS INTEGER) END
 WHERE id = CAST(?2 AS INTEGER)
   AND attempts = CAST(?3 AS INTEGER)
   AND status IN ('running', 'queued')
   AND archived_at IS NULL
+  AND run_after IS NULL
 RETURNING id, status, attempts, max_attempts
 `
 
@@ -416,10 +416,13 @@ type RequeueOrphanRow struct {
 // claim, RequeueOrphanFence) matched: queued as its next attempt (attempts
 // + 1, phase recovering, no owner), or as the same attempt again when
 // RequeueOrphanTarget found the grant given back (given_back, read in this
-// transaction); ReopenTriggerRequest then makes its trigger request
-// pending, due at once. An orphan with a cancel request ends canceled
-// instead (class canceled) and gets no request. Re-checks the attempts the
-// sweeper listed, the status and archived_at.
+// transaction), and available, due at once (run_after), so whichever full
+// node has a free slot for its actor takes it (ClaimAvailable). The grant
+// RequeueOrphanFence fenced out is not live, so the available episode
+// keeps the invariant of available.sql. An orphan with a cancel request
+// ends canceled instead (class canceled) and is not made available.
+// Re-checks the attempts the sweeper listed, the status, archived_at and
+// that it is not available already.
 func (q *Queries) RequeueOrphan(ctx context.Context, db DBTX, arg RequeueOrphanParams) (RequeueOrphanRow, error) {
 	row := db.QueryRowContext(ctx, requeueOrphan, arg.GivenBack, arg.ID, arg.Attempts)
 	var i RequeueOrphanRow
@@ -489,8 +492,7 @@ WHERE e.id = CAST(?1 AS INTEGER)
         AND coalesce(e.last_step_at, e.started_at, e.created_at)
             < CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - CAST(?3 AS INTEGER))
   )
-  AND NOT EXISTS (SELECT 1 FROM leasehold_trigger_requests AS r
-                  WHERE r.episode_id = e.id AND r.status IN ('pending', 'claimed'))
+  AND e.run_after IS NULL
 `
 
 type RequeueOrphanTargetParams struct {
@@ -511,8 +513,8 @@ type RequeueOrphanTargetRow struct {
 // sweeping node, so recovered episodes flow to whichever full nodes have
 // free slots for their actor, never past an actor's MaxConcurrent). Reads,
 // under the write lock, whether the episode is an orphan this sweeper may
-// requeue: running or queued, not archived, no open trigger request (the
-// pollers' already), a claim row or (claim-less) running and stale, its
+// requeue: running or queued, not archived, not available (run_after IS
+// NULL; the pollers' already), a claim row or (claim-less) running and stale, its
 // attempts still the count the sweeper listed, and the attempt it would
 // start within max_attempts (attempts + 2 <= max_attempts, the attempt
 // after Attempt(); attempts + 1 <= max_attempts when given_back: the same
@@ -525,9 +527,9 @@ type RequeueOrphanTargetRow struct {
 // do) does not take the write lock to find that out.
 //
 // What keeps two sweepers from requeueing one orphan twice: the second,
-// serialized behind the first by the write lock, sees the open request the
-// first one made, and matches nothing here; and the first changed attempts
-// unless the grant was given back.
+// serialized behind the first by the write lock, sees the episode the first
+// one made available (run_after set), and matches nothing here; and the
+// first changed attempts unless the grant was given back.
 func (q *Queries) RequeueOrphanTarget(ctx context.Context, db DBTX, arg RequeueOrphanTargetParams) (RequeueOrphanTargetRow, error) {
 	row := db.QueryRowContext(ctx, requeueOrphanTarget, arg.ID, arg.Attempts, arg.StaleAfterMs)
 	var i RequeueOrphanTargetRow

@@ -92,34 +92,30 @@ SELECT now();
 -- name: HeldBy :one
 -- What node $1 still holds of the work it had at $2 (a fault's moment), and
 -- what it left available. held: unfinished episodes whose claim it holds
--- (live or expired), or released while no request is open (a drain's or a
--- failed write's hand-over to recovery, which a sweep takes), or whose
--- trigger request its poller claimed and has not handed over (claimable
--- again after Poll.ClaimLease). A takeover (recovery's grant, another
--- poller's claim) changes the owner, so held reaches 0 once every such
--- episode belongs to someone else or has finished: the takeover bound.
--- available: queued episodes whose released claim it was the last to
--- hold, with a pending request: available work, held by nobody, that any
--- poller with a free slot dispatches (its wait is the cluster's throughput,
--- which the final phase bounds). Grants and request claims after $2 (a
--- cut-off node back at work) are not counted. what: each held episode and
--- what holds it (for a report on a takeover past its bound).
+-- (live or expired), or released while the episode is not available work
+-- (a drain's or a failed write's hand-over to recovery, which a sweep
+-- takes). A takeover (recovery's grant, a poll's grant) changes the owner,
+-- so held reaches 0 once every such episode belongs to someone else or has
+-- finished: the takeover bound. available: queued episodes whose released
+-- claim it was the last to hold and that are available work (run_after
+-- set: a retry in its backoff), held by nobody, that any poller with a free
+-- slot takes (its wait is the cluster's throughput, which the final phase
+-- bounds). Grants after $2 (a cut-off node back at work) are not counted.
+-- what: each held episode and what holds it (for a report on a takeover
+-- past its bound).
 SELECT count(*) FILTER (WHERE h.held)     AS held,
        count(*) FILTER (WHERE NOT h.held) AS available,
        coalesce(string_agg(h.what, ', ') FILTER (WHERE h.held), '') AS what
 FROM (
     SELECT e.id || ': ' || CASE
-            WHEN r.status = 'claimed' AND r.claimed_by = $1 THEN 'request claimed, ' || CASE WHEN r.claim_until > now() THEN 'claim live' ELSE 'claim lapsed ' || round(extract(epoch FROM now() - r.claim_until)::numeric, 2) || 's ago' END
-            WHEN c.state = 'claimed' THEN 'claim held, ' || CASE WHEN c.lease_until > now() THEN 'lease live' ELSE 'lease expired ' || round(extract(epoch FROM now() - c.lease_until)::numeric, 2) || 's ago' END || ', request ' || coalesce(r.status || ' by ' || coalesce(r.claimed_by, 'nobody'), 'none')
-            ELSE 'claim ' || c.state || ', episode ' || e.status || ', request ' || coalesce(r.status, 'none') END AS what,
+            WHEN c.state = 'claimed' THEN 'claim held, ' || CASE WHEN c.lease_until > now() THEN 'lease live' ELSE 'lease expired ' || round(extract(epoch FROM now() - c.lease_until)::numeric, 2) || 's ago' END
+            ELSE 'claim ' || c.state || ', episode ' || e.status || ', ' || CASE WHEN e.run_after IS NULL THEN 'not available' ELSE 'available' END END AS what,
         coalesce((c.state = 'claimed' AND c.owner_node = $1 AND c.claimed_at <= $2)
-        OR (c.state = 'released' AND c.owner_node = $1 AND c.claimed_at <= $2 AND r.id IS NULL)
-        OR (r.status = 'claimed' AND r.claimed_by = $1 AND r.claimed_at <= $2), false) AS held,
+        OR (c.state = 'released' AND c.owner_node = $1 AND c.claimed_at <= $2 AND e.run_after IS NULL), false) AS held,
            coalesce((c.state = 'released' AND c.owner_node = $1 AND c.claimed_at <= $2
-            AND e.status = 'queued' AND r.status = 'pending'), false) AS available
+            AND e.status = 'queued' AND e.run_after IS NOT NULL), false) AS available
     FROM leasehold_episodes AS e
     JOIN leasehold_work_claims AS c ON c.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id)
-    LEFT JOIN leasehold_trigger_requests AS r ON r.episode_id = e.id AND r.status IN ('pending', 'claimed')
     WHERE e.status IN ('queued', 'running')
 ) AS h
 WHERE h.held OR h.available;
@@ -161,18 +157,15 @@ SELECT count(*) FROM leasehold_episodes WHERE status IN ('queued', 'running', 'b
 -- name: UnsettledBreakdown :many
 -- The unsettled episodes grouped by what they wait on (for a report when
 -- the suite's wait for 0 runs out): actor/expectation, status, the claim's
--- state and whether its lease is live, its owner, and the open request's
--- status and whether it is due.
+-- state and whether its lease is live, its owner, and whether it is
+-- available work and due.
 SELECT e.actor_id || '/' || e.expectation_id || ' ' || e.status
         || ', claim ' || coalesce(c.state || CASE WHEN c.state = 'claimed' THEN CASE WHEN c.lease_until > now() THEN ' (live)' ELSE ' (expired)' END ELSE '' END
             || ' by ' || c.owner_node, 'none')
-        || ', request ' || coalesce(r.status || CASE WHEN r.status = 'pending' AND r.run_after > now() THEN ' (not due)'
-            WHEN r.status = 'claimed' AND r.claim_until <= now() THEN ' (lapsed)' ELSE '' END
-            || coalesce(' by ' || r.claimed_by, ''), 'none') AS what,
+        || CASE WHEN e.run_after IS NULL THEN '' WHEN e.run_after > now() THEN ', available (not due)' ELSE ', available' END AS what,
     count(*) AS n
 FROM leasehold_episodes AS e
 LEFT JOIN leasehold_work_claims AS c ON c.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id)
-LEFT JOIN leasehold_trigger_requests AS r ON r.episode_id = e.id
 WHERE e.status IN ('queued', 'running', 'blocked')
 GROUP BY 1
 ORDER BY 2 DESC, 1

@@ -108,17 +108,14 @@ SELECT coalesce(sum(h.held), 0)      AS held,
        coalesce(group_concat(CASE WHEN h.held THEN h.what END, ', '), '') AS what
 FROM (
     SELECT e.id || ': ' || CASE
-            WHEN r.status = 'claimed' AND r.claimed_by = ?1 THEN 'request claimed, ' || CASE WHEN r.claim_until > CAST(round(unixepoch('subsec') * 1000) AS INTEGER) THEN 'claim live' ELSE 'claim lapsed ' || (CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - r.claim_until) || ' ms ago' END
-            WHEN c.state = 'claimed' THEN 'claim held, ' || CASE WHEN c.lease_until > CAST(round(unixepoch('subsec') * 1000) AS INTEGER) THEN 'lease live' ELSE 'lease expired ' || (CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - c.lease_until) || ' ms ago' END || ', request ' || coalesce(r.status || ' by ' || coalesce(r.claimed_by, 'nobody'), 'none')
-            ELSE 'claim ' || c.state || ', episode ' || e.status || ', request ' || coalesce(r.status, 'none') END AS what,
+            WHEN c.state = 'claimed' THEN 'claim held, ' || CASE WHEN c.lease_until > CAST(round(unixepoch('subsec') * 1000) AS INTEGER) THEN 'lease live' ELSE 'lease expired ' || (CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - c.lease_until) || ' ms ago' END
+            ELSE 'claim ' || c.state || ', episode ' || e.status || ', ' || CASE WHEN e.run_after IS NULL THEN 'not available' ELSE 'available' END END AS what,
         coalesce((c.state = 'claimed' AND c.owner_node = ?1 AND c.claimed_at <= ?2)
-        OR (c.state = 'released' AND c.owner_node = ?1 AND c.claimed_at <= ?2 AND r.id IS NULL)
-        OR (r.status = 'claimed' AND r.claimed_by = ?1 AND r.claimed_at <= ?2), 0) AS held,
+        OR (c.state = 'released' AND c.owner_node = ?1 AND c.claimed_at <= ?2 AND e.run_after IS NULL), 0) AS held,
            coalesce((c.state = 'released' AND c.owner_node = ?1 AND c.claimed_at <= ?2
-            AND e.status = 'queued' AND r.status = 'pending'), 0) AS available
+            AND e.status = 'queued' AND e.run_after IS NOT NULL), 0) AS available
     FROM leasehold_episodes AS e
     JOIN leasehold_work_claims AS c ON c.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id)
-    LEFT JOIN leasehold_trigger_requests AS r ON r.episode_id = e.id AND r.status IN ('pending', 'claimed')
     WHERE e.status IN ('queued', 'running')
 ) AS h
 WHERE h.held OR h.available;
@@ -141,13 +138,10 @@ SELECT count(*) FROM leasehold_episodes WHERE status IN ('queued', 'running', 'b
 SELECT e.actor_id || '/' || e.expectation_id || ' ' || e.status
         || ', claim ' || coalesce(c.state || CASE WHEN c.state = 'claimed' THEN CASE WHEN c.lease_until > CAST(round(unixepoch('subsec') * 1000) AS INTEGER) THEN ' (live)' ELSE ' (expired)' END ELSE '' END
             || ' by ' || c.owner_node, 'none')
-        || ', request ' || coalesce(r.status || CASE WHEN r.status = 'pending' AND r.run_after > CAST(round(unixepoch('subsec') * 1000) AS INTEGER) THEN ' (not due)'
-            WHEN r.status = 'claimed' AND r.claim_until <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER) THEN ' (lapsed)' ELSE '' END
-            || coalesce(' by ' || r.claimed_by, ''), 'none') AS what,
+        || CASE WHEN e.run_after IS NULL THEN '' WHEN e.run_after > CAST(round(unixepoch('subsec') * 1000) AS INTEGER) THEN ', available (not due)' ELSE ', available' END AS what,
     count(*) AS n
 FROM leasehold_episodes AS e
 LEFT JOIN leasehold_work_claims AS c ON c.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id)
-LEFT JOIN leasehold_trigger_requests AS r ON r.episode_id = e.id
 WHERE e.status IN ('queued', 'running', 'blocked')
 GROUP BY 1
 ORDER BY 2 DESC, 1

@@ -969,9 +969,9 @@ func (r *chaosRun) watchTakeover(kind, id string, at, since time.Time, held int6
 // else's, by how it departed, and how that bound was made up. Every bound
 // is what the workers' configuration allows plus testbound.Margin:
 //
-//   - SIGKILL: its claims and its pollers' request claims (ClaimLease is
-//     the lease) run out within a lease; a live worker's sweep, or poll,
-//     takes them within one interval more.
+//   - SIGKILL: its claims (its polls' grants among them) run out within a
+//     lease; a live worker's sweep, then poll, takes them within one
+//     interval more.
 //   - SIGTERM: as SIGKILL, after the drain (drainTimeout), during which the
 //     worker still renews; what the drain released a sweep takes at once.
 //   - cut, slow+cut, SIGSTOP: as SIGKILL, but the worker lives on: what it

@@ -162,7 +162,7 @@
 // AcquireClaim, RenewClaim(s) (one operation per lease of the heartbeat's
 // batch), Complete/Fail/ReleaseClaim, ReleaseClaims (drain), and the
 // statements that grant or change a claim with their own work:
-// CreateEpisode, ClaimForRecovery and DispatchTriggerRequest (acquires,
+// CreateEpisode, ClaimForRecovery and ClaimAvailable (acquires,
 // with the fence and lease_until they returned), RequeueOrphan (a
 // fence-out), AppendStep (an extension), StartEpisode (a check of a live
 // grant), Run.Hold (a fence check that reads no clock), FinishEpisode and

@@ -143,18 +143,32 @@ func (s recordingStore) RetryEpisode(ctx context.Context, id int64, t claims.Tok
 	return res, err
 }
 
-// DispatchTriggerRequest grants the request's episode's claim: an acquire
-// whose key the driver resolves from the episode when the call failed. A
-// lapsed request, or fence 0, granted nothing (refused).
-func (s recordingStore) DispatchTriggerRequest(ctx context.Context, r episodes.TriggerRequest, lease time.Duration) (episodes.Dispatched, error) {
-	call := s.rec.Call(claimhistory.Op{Kind: claimhistory.KindAcquire, Source: "DispatchTriggerRequest", Episode: r.EpisodeID, Owner: r.Owner, Lease: lease})
-	d, err := s.nodeStore.DispatchTriggerRequest(ctx, r, lease)
-	if errors.Is(err, claims.ErrLeaseLost) {
-		call.Return(claimhistory.Response{Outcome: claimhistory.Refused, Err: err})
-	} else {
-		call.ReturnGrant(d.Claim, err)
+// ClaimAvailable grants the claims of the episodes the poll picks, which
+// its answer alone names: an acquire of any key (AnyKey) invoked before the
+// statement is sent; with the answer, one acquire per picked episode on its
+// own key, invoked at the same instant, granted or refused (fence 0), and
+// the any-key acquire refused. Left without an answer it may have granted
+// any key (see claimhistory.Op.AnyKey).
+func (s recordingStore) ClaimAvailable(ctx context.Context, q episodes.AvailableQuery) ([]episodes.Dispatched, error) {
+	poll := s.rec.Call(claimhistory.Op{Kind: claimhistory.KindAcquire, Source: "ClaimAvailable", AnyKey: true, Owner: q.Owner, Lease: q.Lease})
+	ds, err := s.nodeStore.ClaimAvailable(ctx, q)
+	for _, d := range ds {
+		c := s.rec.CallAt(claimhistory.Op{Kind: claimhistory.KindAcquire, Source: "ClaimAvailable", Key: d.Claim.Key,
+			Episode: d.EpisodeID, Owner: q.Owner, Lease: q.Lease}, poll)
+		if d.Claim.Fence == 0 {
+			c.Return(claimhistory.Response{Outcome: claimhistory.Refused})
+			continue
+		}
+		c.ReturnGrant(d.Claim, nil)
 	}
-	return d, err
+	if err != nil {
+		// What it took before the error is recorded above; the rest may
+		// have been granted or not.
+		poll.ReturnErr(err)
+	} else {
+		poll.Return(claimhistory.Response{Outcome: claimhistory.Refused})
+	}
+	return ds, err
 }
 
 // ClaimForRecovery grants an orphan's claim: an acquire. Its ErrBusy also

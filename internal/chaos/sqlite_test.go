@@ -216,7 +216,7 @@ func openSQLite(ctx context.Context, path string, lease time.Duration) (backend,
 	store := sqlite.New(db)
 	return backend{
 		store:  store,
-		poll:   runner.PollConfig{Interval: sqlitePoll, ClaimLease: lease},
+		poll:   runner.PollConfig{Interval: sqlitePoll},
 		ledger: sqliteLedger{db, store},
 	}, nil
 }

@@ -153,9 +153,8 @@ func worker() int {
 		EventJitter: 20 * time.Millisecond, Logger: log, Observer: out, // spreads the wins
 		// Pollers on: work that finds no free slot (a trigger fired on one
 		// worker only) and retried attempts flow to any worker with a slot.
-		// A request a dead poller claimed is claimable again after
-		// ClaimLease: one lease, so its work is a live worker's within
-		// lease + sweep, like a dead worker's claims.
+		// What a dead worker's poll granted is recovered as any of its
+		// claims is: within lease + sweep.
 		Poll: be.poll, TriggerWaker: be.waker,
 	})
 	fin := &freezer{}
@@ -232,7 +231,7 @@ func openPostgres(ctx context.Context, url string, lease time.Duration, id strin
 	// connection frozen by a cut.
 	return backend{
 		store:  postgres.New(pool),
-		poll:   runner.PollConfig{Interval: pgPoll, ClaimLease: lease},
+		poll:   runner.PollConfig{Interval: pgPoll},
 		waker:  postgres.NewNotifier(pool),
 		ledger: pgLedger{pool},
 	}, nil

@@ -143,9 +143,20 @@ func Check(ops []Op, o Options) (Report, error) {
 // operations converts ops to porcupine's form, by key, and counts them.
 func operations(ops []Op, skew time.Duration, rep *Report) ([]porcupine.Operation, map[string][]porcupine.Operation) {
 	byKey := map[string][]porcupine.Operation{}
-	var keyOrder []string
+	var (
+		keyOrder []string
+		anyKey   []*Op // unanswered acquires that may have granted any key
+	)
 	for i := range ops {
 		op := &ops[i]
+		if op.AnyKey {
+			// Answered, its grants are operations of their own keys.
+			if op.outcome() == Unknown {
+				anyKey = append(anyKey, op)
+				rep.Unknown++
+			}
+			continue
+		}
 		if op.Key == "" {
 			rep.Unplaced++
 			continue
@@ -182,6 +193,19 @@ func operations(ops []Op, skew time.Duration, rep *Report) ([]porcupine.Operatio
 		})
 	}
 	rep.Keys = len(keyOrder)
+	for _, k := range keyOrder {
+		for _, op := range anyKey {
+			on := *op
+			on.Key = k
+			byKey[k] = append(byKey[k], porcupine.Operation{
+				Input:    &input{op: &on, w0: add(on.Call.UnixNano(), -int64(skew)), w1: int64(never), lease: int64(on.Lease)},
+				Call:     on.Call.UnixNano(),
+				Output:   output{outcome: Unknown},
+				Return:   int64(never),
+				Metadata: metadata(&on),
+			})
+		}
+	}
 	var history []porcupine.Operation
 	for _, k := range keyOrder {
 		lanes(byKey[k])

@@ -15,7 +15,8 @@
 // lease), Complete, Fail, Release and ReleaseMany (one per lease); the
 // chaos suite records the statements that grant or change a claim with
 // their own work the same way (CreateEpisode, ClaimForRecovery and
-// DispatchTriggerRequest as acquires, RequeueOrphan as a fence-out,
+// ClaimAvailable as acquires (a poll as an acquire of any key until its
+// answer names them), RequeueOrphan as a fence-out,
 // AppendStep as an extension, StartEpisode and its ledger write as checks,
 // FinishEpisode as complete or fail, RetryEpisode as a release). Outcomes:
 //

@@ -20,7 +20,7 @@ type Kind string
 const (
 	// KindAcquire grants a lease or is refused: AcquireClaim, and the
 	// statements that grant a claim with their own work (CreateEpisode,
-	// ClaimForRecovery, DispatchTriggerRequest).
+	// ClaimForRecovery, ClaimAvailable).
 	KindAcquire Kind = "acquire"
 	// KindRenew extends one lease: RenewClaim.
 	KindRenew Kind = "renew"
@@ -101,9 +101,18 @@ type Op struct {
 	Kind    Kind   `json:"kind"`
 	Source  string `json:"source"` // the statement, e.g. AcquireClaim, CreateEpisode
 	// Key is the claim's key. A statement that names an episode rather than
-	// a key (ClaimForRecovery, DispatchTriggerRequest) may leave it empty
-	// when it failed; Episode then says whose claim it is (ResolveKeys).
-	Key     string `json:"key,omitempty"`
+	// a key (ClaimForRecovery) may leave it empty when it failed; Episode
+	// then says whose claim it is (ResolveKeys).
+	Key string `json:"key,omitempty"`
+	// AnyKey marks an acquire whose keys are known only from its answer
+	// (ClaimAvailable, a poll: the statement picks the episodes). It is
+	// recorded before the statement is sent, with no key; once answered,
+	// each grant is recorded as an operation of its own key with the same
+	// call instant (CallAt) and this one ends refused. Left without an
+	// answer (the process died, or an error that proves nothing), it may
+	// have granted any key: the check adds it to every key's history as an
+	// acquire of unknown outcome.
+	AnyKey  bool   `json:"any_key,omitempty"`
 	Episode int64  `json:"episode,omitempty"`
 	Owner   string `json:"owner"`
 	// Fence is the grant a fenced statement acts for (0 for an acquire).
@@ -213,7 +222,16 @@ type Call struct {
 func (r *Recorder) Call(op Op) *Call {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.callLocked([]Op{op})[0]
+	return r.callLocked([]Op{op}, wallNow())[0]
+}
+
+// CallAt records op's invocation as made at the instant of call's
+// invocation: a grant an AnyKey acquire (call) made, known once its answer
+// came.
+func (r *Recorder) CallAt(op Op, call *Call) *Call {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.callLocked([]Op{op}, r.ops[call.idx].Call)[0]
 }
 
 // CallBatch records one invocation of a batched statement: one operation
@@ -232,12 +250,11 @@ func (r *Recorder) CallBatch(op Op, held []claims.Held) []*Call {
 		ops[i] = op
 		ops[i].Key, ops[i].Fence = h.Key, h.Fence
 	}
-	return r.callLocked(ops)
+	return r.callLocked(ops, wallNow())
 }
 
-// callLocked records ops as invoked now, in one Write.
-func (r *Recorder) callLocked(ops []Op) []*Call {
-	now := wallNow()
+// callLocked records ops as invoked at now, in one Write.
+func (r *Recorder) callLocked(ops []Op, now time.Time) []*Call {
 	calls := make([]*Call, 0, len(ops))
 	var buf []byte
 	for _, op := range ops {
@@ -386,7 +403,7 @@ func ReadFiles(paths ...string) ([]Op, error) {
 func ResolveKeys(ops []Op, keyOf map[int64]string) int {
 	left := 0
 	for i := range ops {
-		if ops[i].Key != "" {
+		if ops[i].Key != "" || ops[i].AnyKey {
 			continue
 		}
 		if k, ok := keyOf[ops[i].Episode]; ok && ops[i].Episode != 0 {

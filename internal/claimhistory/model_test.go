@@ -222,3 +222,33 @@ func TestRecorderWritesWhatReadReads(t *testing.T) {
 	_, err = claimhistory.Read(strings.NewReader("{bad\n" + `{"process":"p","id":1}` + "\n"))
 	require.Error(t, err, "a bad line that is not the last one")
 }
+
+// A poll's acquire (AnyKey) names its keys only in its answer. Unanswered
+// (its process died), it may have granted any key, so the check adds it to
+// every key's history: a grant it would explain (fence 2 between 1 and 3)
+// is legal; answered, its grants were recorded on their keys and it
+// explains nothing, so the same gap is not; and no unanswered poll makes
+// two overlapping grants legal.
+func TestAnUnansweredPollMayHaveGrantedAnyKey(t *testing.T) {
+	t.Parallel()
+	poll := func(out claimhistory.Outcome, ret int) claimhistory.Op {
+		op := claimhistory.Op{Process: "q", ID: 1, Kind: claimhistory.KindAcquire, Source: "ClaimAvailable", AnyKey: true,
+			Owner: "poller", Lease: lease * time.Millisecond, Call: at(1500), Outcome: out}
+		if ret >= 0 {
+			op.Return = at(ret)
+		}
+		return op
+	}
+	gap := (&h{}).grant("a", 1, 0, 0, 10).grant("c", 3, 5000, 5000, 5010).ops
+	check := func(ops []claimhistory.Op) error {
+		_, err := claimhistory.Check(ops, claimhistory.Options{Dir: t.TempDir()})
+		return err
+	}
+	require.ErrorIs(t, check(gap), claimhistory.ErrNotLinearizable, "a fence skipped with nothing to explain it")
+	require.NoError(t, check(append(append([]claimhistory.Op{}, gap...), poll("", -1))), "the dead poll may have granted fence 2")
+	require.ErrorIs(t, check(append(append([]claimhistory.Op{}, gap...), poll(claimhistory.Refused, 1600))),
+		claimhistory.ErrNotLinearizable, "an answered poll's grants are on their own keys")
+	overlap := (&h{}).grant("a", 1, 0, 0, 10).grant("c", 2, 100, 100, 110).ops
+	require.ErrorIs(t, check(append(append([]claimhistory.Op{}, overlap...), poll("", -1))),
+		claimhistory.ErrNotLinearizable, "a dead poll does not end a live lease")
+}

@@ -71,20 +71,6 @@ var equivalents = map[string]equivalent{
 			"the orphan's claim row FOR UPDATE until it ends, so this second lock on the same row changes nothing " +
 			"(TestRequeueOrphanSkipsAnOrphanAnotherRequeueHolds, TestRequeueOrphanGivesWayToTheOwnersFinish)",
 	},
-	"postgres:ClaimTriggerRequests:lock#2": {
-		what: `ClaimTriggerRequests: lock clause removed: "SKIP LOCKED"`,
-		why: "SKIP LOCKED only makes a poller pass over requests another poller is " +
-			"claiming instead of waiting for them; without it the poller waits, and its FOR UPDATE re-checks picked's " +
-			"claimable condition on the committed row (READ COMMITTED's re-check of a locking read) before the lock is " +
-			"taken, so each request still goes to one poller: slower under contention, never wrong",
-	},
-	"sqlite:ClaimTriggerRequests:cmp-strict#3": {
-		what: `ClaimTriggerRequests: "<=" -> "<" in "OR r.claim_until <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER))"`,
-		why: "a lapsed request claim becomes claimable at claim_until " +
-			"or one millisecond (the clock's resolution) later: either way the request's fence is bumped by the new " +
-			"claim and every hand-over is conditioned on the claimant's fence, so the poller whose claim lapsed can " +
-			"hand nothing over after it; only the moment another poller may take it moves, by 1 ms",
-	},
 	"sqlite:CreateEpisode:cmp-neg#3": {
 		what: `CreateEpisode: "=" -> "<>" in "CASE WHEN s.status = 'running' THEN CAST(round(unixepoch('subsec') * 1000) AS INTEGER) END"`,
 		why: "it swaps which new episodes get a creation-time timestamp (started_at or " +
@@ -108,11 +94,6 @@ var equivalents = map[string]equivalent{
 		what: `AppendStep: ">" -> ">=" in "WHEN lease_until > DATEADD(millisecond, CAST(@lease_ms AS int), SYSUTCDATETIME())"`,
 		why: "the CASE keeps the later of two instants; where they are equal both branches give the same value " +
 			"(SYSUTCDATETIME() is evaluated once per statement), so > and >= write the same lease_until",
-	},
-	"sqlserver:RetryEpisode:cmp-strict#5": {
-		what: `RetryEpisode: "=" -> ">=" in "WHERE e.status = N'queued';"`,
-		why: "@episode holds what the episode UPDATE wrote (OUTPUT inserted.status), only N'queued' or N'canceled' " +
-			"(the CASE on cancel_requested_at); N'canceled' sorts before N'queued', so >= picks exactly the rows = picks",
 	},
 	"postgres:AcquireClaim:cmp-strict#1": {
 		what: `AcquireClaim: "<=" -> "<" in "WHERE c.state <> 'claimed' OR c.lease_until <= now()"`,
@@ -140,28 +121,8 @@ var equivalents = map[string]equivalent{
 		what: `ListOrphanedEpisodes: predicate removed: "AND e.archived_at IS NULL"`,
 		why:  archivedIsTerminal,
 	},
-	"postgres:ListOrphanedEpisodes:drop#2": {
-		what: `ListOrphanedEpisodes: predicate removed: "AND e.archived_at IS NULL"`,
-		why:  archivedIsTerminal,
-	},
 	"postgres:RequeueOrphan:drop#2": {
 		what: `RequeueOrphan: predicate removed: "AND e.archived_at IS NULL"`,
-		why:  archivedIsTerminal,
-	},
-	"postgres:DispatchTriggerRequests:drop#3": {
-		what: `DispatchTriggerRequests: predicate removed: "AND e.archived_at IS NULL"`,
-		why:  archivedIsTerminal,
-	},
-	"postgres:DispatchTriggerRequests:drop#4": {
-		what: `DispatchTriggerRequests: predicate removed: "AND e.archived_at IS NULL"`,
-		why:  archivedIsTerminal,
-	},
-	"postgres:DispatchTriggerRequest:drop#4": {
-		what: `DispatchTriggerRequest: predicate removed: "AND e.archived_at IS NULL"`,
-		why:  archivedIsTerminal,
-	},
-	"postgres:DispatchTriggerRequest:drop#5": {
-		what: `DispatchTriggerRequest: predicate removed: "AND e.archived_at IS NULL"`,
 		why:  archivedIsTerminal,
 	},
 	"postgres:ClaimForRecovery:drop#1": {
@@ -172,36 +133,6 @@ var equivalents = map[string]equivalent{
 		what: `ClaimForRecovery: "=" -> ">=" in "OR (e.status = 'running'"`,
 		why: "the orphan CTE already requires status IN ('running', 'queued'), and of those two only " +
 			"'running' sorts at or after 'running', so >= 'running' picks exactly the rows = 'running' picks",
-	},
-	"postgres:ClaimForRecovery:cmp-strict#3": {
-		what: `ClaimForRecovery: "=" -> ">=" in "WHERE (c.state = 'claimed' AND c.lease_until <= now()) OR c.state IN ('released', 'done', 'failed')"`,
-		why: "a claim's state is one of claimed, done, failed, released (the table's CHECK); every one of them " +
-			"sorts at or after 'claimed', and the three that are not 'claimed' are admitted by the IN list beside it " +
-			"whatever their lease, so the mutant admits exactly the rows the statement does",
-	},
-	"postgres:ClaimForRecovery:drop#4": {
-		what: `ClaimForRecovery: predicate removed: "AND e.archived_at IS NULL"`,
-		why: "archived_at IS NULL is implied by the status condition beside it (status IN ('running', 'queued')): " +
-			"only ArchiveEpisodes sets archived_at, and only on terminal episodes, and RequeueEpisode refuses archived " +
-			"ones, so an archived episode is terminal for good and the UPDATE matches nothing either way",
-	},
-	"postgres:ClaimForRecovery:cmp-strict#4": {
-		what: `ClaimForRecovery: "<=" -> "<" in "WHERE (c.state = 'claimed' AND c.lease_until <= now()) OR c.state IN ('released', 'done', 'failed')"`,
-		why: "as AcquireClaim's: the mutant refuses a takeover only at the one instant a lease ends " +
-			"(lease_until = now() to the microsecond) and allows it a microsecond later, which is more conservative " +
-			"and never makes a second holder",
-	},
-	"postgres:ClaimForRecovery:drop#3": {
-		what: `ClaimForRecovery: predicate removed: "AND e.status IN ('running', 'queued')"`,
-		why: "the final UPDATE's copy of the check: the orphan CTE checked the same episode row's status and " +
-			"locked it FOR UPDATE in the same statement, so the row cannot change before the UPDATE, which joins " +
-			"grant_row, written only for that orphan (the CTE's own check is drop#2, caught)",
-	},
-	"postgres:RetryEpisode:cmp-strict#5": {
-		what: `RetryEpisode: "=" -> ">=" in "WHERE episode.status = 'queued'"`,
-		why: "episode.status is what the episode CTE's UPDATE wrote, and it writes only 'queued' or " +
-			"'canceled' (the CASE on cancel_requested_at); 'canceled' sorts before 'queued', so >= 'queued' picks " +
-			"exactly the rows = 'queued' picks",
 	},
 	// given_back's state = 'released' made state >= 'released': 'released'
 	// sorts after every other state the claims table's CHECK admits.
@@ -237,53 +168,9 @@ var equivalents = map[string]equivalent{
 		what: `ListOrphanedEpisodes: "=" -> ">=" in "ELSE (c.state = 'claimed' AND c.lease_until <= now()) OR c.state IN ('released', 'done', 'failed')"`,
 		why:  endedStatesAlreadyAdmitted,
 	},
-	"postgres:ListOrphanedEpisodes:cmp-strict#9": {
-		what: `ListOrphanedEpisodes: "=" -> ">=" in "AND ((c.state = 'claimed' AND c.lease_until <= now()) OR c.state IN ('released', 'done', 'failed'))"`,
-		why:  endedStatesAlreadyAdmitted,
-	},
-	"postgres:RequeueOrphan:cmp-strict#8": {
-		what: `RequeueOrphan: "=" -> ">=" in "AND ((c.state = 'claimed' AND c.lease_until <= now()) OR c.state IN ('released', 'done', 'failed'))"`,
-		why:  endedStatesAlreadyAdmitted,
-	},
 	"postgres:ListOrphanedEpisodes:cmp-strict#5": {
 		what: `ListOrphanedEpisodes: "<=" -> "<" in "ELSE (c.state = 'claimed' AND c.lease_until <= now()) OR c.state IN ('released', 'done', 'failed')"`,
 		why:  leaseEndingNowIsConservative,
-	},
-	"postgres:ListOrphanedEpisodes:cmp-strict#10": {
-		what: `ListOrphanedEpisodes: "<=" -> "<" in "AND ((c.state = 'claimed' AND c.lease_until <= now()) OR c.state IN ('released', 'done', 'failed'))"`,
-		why:  leaseEndingNowIsConservative,
-	},
-	"postgres:RequeueOrphan:cmp-strict#9": {
-		what: `RequeueOrphan: "<=" -> "<" in "AND ((c.state = 'claimed' AND c.lease_until <= now()) OR c.state IN ('released', 'done', 'failed'))"`,
-		why:  leaseEndingNowIsConservative,
-	},
-	"postgres:ClaimTriggerRequests:cmp-strict#2": {
-		what: `ClaimTriggerRequests: "<=" -> "<" in "AND ((r.status = 'pending' AND r.run_after <= now()) OR r.claim_until <= now())"`,
-		why:  leaseEndingNowIsConservative,
-	},
-	"postgres:ClaimTriggerRequests:cmp-strict#3": {
-		what: `ClaimTriggerRequests: "<=" -> "<" in "AND ((r.status = 'pending' AND r.run_after <= now()) OR r.claim_until <= now())"`,
-		why:  leaseEndingNowIsConservative,
-	},
-	"postgres:ExpireTriggerRequests:cmp-strict#2": {
-		what: `ExpireTriggerRequests: "<=" -> "<" in "AND (r.status = 'pending' OR r.claim_until <= now())"`,
-		why:  leaseEndingNowIsConservative,
-	},
-	"postgres:RequeueOrphan:cmp-strict#10": {
-		what: `RequeueOrphan: "=" -> ">=" in "WHERE episode.status = 'queued'"`,
-		why:  requeuedStatusIsQueuedOrCanceled,
-	},
-	"postgres:ClaimTriggerRequests:cmp-strict#1": {
-		what: `ClaimTriggerRequests: "=" -> ">=" in "AND ((r.status = 'pending' AND r.run_after <= now()) OR r.claim_until <= now())"`,
-		why:  pendingIsTheLastRequestStatus,
-	},
-	"postgres:ExpireTriggerRequests:cmp-strict#1": {
-		what: `ExpireTriggerRequests: "=" -> ">=" in "AND (r.status = 'pending' OR r.claim_until <= now())"`,
-		why:  pendingIsTheLastRequestStatus,
-	},
-	"postgres:ExpireTriggerRequests:cmp-strict#3": {
-		what: `ExpireTriggerRequests: "<" -> "<=" in "AND r.run_after < now() - ($4::bigint * interval '1 millisecond')"`,
-		why:  expiryInstant,
 	},
 	"sqlite:AppendStepLease:cmp-strict#1": {
 		what: `AppendStepLease: "=" -> ">=" in "AND owner_node = CAST(?3 AS TEXT)"`,
@@ -341,10 +228,6 @@ var equivalents = map[string]equivalent{
 		what: `MaintenanceDue: "<" -> "<=" in "WHERE n.heartbeat_at < CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - CAST(?4 AS INTEGER))"`,
 		why:  maintenanceDueIsWider,
 	},
-	"sqlite:MaintenanceDue:cmp-strict#5": {
-		what: `MaintenanceDue: "<" -> "<=" in "AND r.run_after < CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - CAST(?5 AS INTEGER))"`,
-		why:  maintenanceDueIsWider,
-	},
 	"sqlite:RequeueOrphanTarget:drop#3": {
 		what: `RequeueOrphanTarget: predicate removed: "AND e.status IN ('running', 'queued')"`,
 		why:  requeueOrphanRechecked,
@@ -355,10 +238,6 @@ var equivalents = map[string]equivalent{
 	},
 	"sqlite:MaintenanceDue:cmp-strict#1": {
 		what: `MaintenanceDue: "<" -> "<=" in "AND e.finished_at < CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - CAST(?1 AS INTEGER)"`,
-		why:  maintenanceDueIsWider,
-	},
-	"sqlite:MaintenanceDue:cmp-strict#2": {
-		what: `MaintenanceDue: "<" -> "<=" in "AND r.run_after < CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - CAST(?2 AS INTEGER)))"`,
 		why:  maintenanceDueIsWider,
 	},
 	"sqlite:MaintenanceDue:drop#3": {
@@ -393,38 +272,6 @@ var equivalents = map[string]equivalent{
 		what: `DeleteSpentClaims: "<" -> "<=" in "< CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - CAST(?1 AS INTEGER)"`,
 		why:  spentClaimCandidatesDecide,
 	},
-	"sqlite:DispatchTriggerRequestStart:cmp-strict#1": {
-		what: `DispatchTriggerRequestStart: "=" -> ">=" in "AND status = 'queued'"`,
-		why:  handOverStartsItsOwnGrant,
-	},
-	"sqlite:DispatchTriggerRequestStart:drop#1": {
-		what: `DispatchTriggerRequestStart: predicate removed: "AND status = 'queued'"`,
-		why:  handOverStartsItsOwnGrant,
-	},
-	"sqlite:DispatchTriggerRequestStart:drop#2": {
-		what: `DispatchTriggerRequestStart: predicate removed: "AND archived_at IS NULL"`,
-		why:  handOverStartsItsOwnGrant,
-	},
-	"sqlite:DispatchTriggerRequestStart:cmp-strict#2": {
-		what: `DispatchTriggerRequestStart: "=" -> ">=" in "AND c.owner_node = CAST(?1 AS TEXT)"`,
-		why:  handOverStartsItsOwnGrant,
-	},
-	"sqlite:DispatchTriggerRequestStart:drop#3": {
-		what: `DispatchTriggerRequestStart: predicate removed: "AND c.owner_node = CAST(?1 AS TEXT)"`,
-		why:  handOverStartsItsOwnGrant,
-	},
-	"sqlite:DispatchTriggerRequestStart:cmp-strict#3": {
-		what: `DispatchTriggerRequestStart: "=" -> ">=" in "AND c.fence = CAST(?4 AS INTEGER)"`,
-		why:  handOverStartsItsOwnGrant,
-	},
-	"sqlite:DispatchTriggerRequestStart:drop#4": {
-		what: `DispatchTriggerRequestStart: predicate removed: "AND c.fence = CAST(?4 AS INTEGER)"`,
-		why:  handOverStartsItsOwnGrant,
-	},
-	"sqlite:DispatchTriggerRequestStart:cmp-strict#4": {
-		what: `DispatchTriggerRequestStart: "=" -> ">=" in "AND c.state = 'claimed')"`,
-		why:  handOverStartsItsOwnGrant,
-	},
 	"sqlite:CancelEpisodeTarget:drop#2": {
 		what: `CancelEpisodeTarget: predicate removed: "AND e.status IN ('queued', 'running')"`,
 		why:  cancelTargetIsARead,
@@ -437,25 +284,9 @@ var equivalents = map[string]equivalent{
 		what: `FinishEpisodeClaim: "=" -> ">=" in "WHERE r.id = CAST(?6 AS INTEGER) AND r.status IN ('queued', 'running'))"`,
 		why:  finishEpisodeNamesItsOwn,
 	},
-	"sqlite:RetryEpisode:drop#2": {
-		what: `RetryEpisode: predicate removed: "AND c.owner_node = CAST(?5 AS TEXT)"`,
-		why:  retryAfterItsClaim,
-	},
 	"sqlite:EndWorkflowStep:cmp-strict#2": {
 		what: `EndWorkflowStep: "=" -> ">=" in "AND status = 'running'"`,
 		why:  skippedStepHasNoEpisode,
-	},
-	"postgres:DispatchTriggerRequest:cmp-strict#5": {
-		what: `DispatchTriggerRequest: "<=" -> "<" in "WHERE c.state <> 'claimed' OR c.lease_until <= now()"`,
-		why:  leaseEndingNowIsConservative,
-	},
-	"postgres:DispatchTriggerRequests:cmp-strict#5": {
-		what: `DispatchTriggerRequests: "<=" -> "<" in "WHERE c.state <> 'claimed' OR c.lease_until <= now()"`,
-		why:  leaseEndingNowIsConservative,
-	},
-	"postgres:ExpireTriggerRequests:cmp-strict#6": {
-		what: `ExpireTriggerRequests: ">" -> ">=" in "AND c.lease_until > now())"`,
-		why:  liveAtItsLastInstant,
 	},
 	"sqlite:FinishEpisode:cmp-strict#1": {
 		what: `FinishEpisode: "=" -> ">=" in "AND c.owner_node = CAST(?8 AS TEXT)"`,
@@ -467,14 +298,6 @@ var equivalents = map[string]equivalent{
 	},
 	"sqlite:FinishEpisode:cmp-strict#2": {
 		what: `FinishEpisode: "=" -> ">=" in "AND c.fence = CAST(?9 AS INTEGER))"`,
-		why:  rechecksWhatItsClaimMatched,
-	},
-	"sqlite:RetryEpisode:cmp-strict#1": {
-		what: `RetryEpisode: "=" -> ">=" in "AND c.owner_node = CAST(?5 AS TEXT)"`,
-		why:  rechecksWhatItsClaimMatched,
-	},
-	"sqlite:RetryEpisode:cmp-strict#2": {
-		what: `RetryEpisode: "=" -> ">=" in "AND c.fence = CAST(?6 AS INTEGER))"`,
 		why:  rechecksWhatItsClaimMatched,
 	},
 	"sqlite:FinishEpisodeClaim:cmp-strict#1": {
@@ -641,18 +464,6 @@ var equivalents = map[string]equivalent{
 		what: `CancelEpisodeFence: predicate removed: "AND lease_until <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER)"`,
 		why:  cancelHeldWasRead,
 	},
-	"sqlite:CancelEpisodeRequest:cmp-strict#1": {
-		what: `CancelEpisodeRequest: "=" -> ">=" in "WHERE e.id = CAST(?1 AS INTEGER) AND e.status = 'canceled')"`,
-		why:  cancelRequestAfterTheEnd,
-	},
-	"sqlite:CancelEpisodeRequest:cmp-strict#2": {
-		what: `CancelEpisodeRequest: "=" -> ">=" in "WHERE e.id = CAST(?1 AS INTEGER) AND e.status = 'canceled')"`,
-		why:  cancelRequestAfterTheEnd,
-	},
-	"sqlite:CancelEpisodeRequest:drop#1": {
-		what: `CancelEpisodeRequest: predicate removed: "AND status IN ('pending', 'claimed')"`,
-		why:  closedRequestStaysClosed,
-	},
 	"sqlite:CancelEpisodeTarget:cmp-strict#1": {
 		what: `CancelEpisodeTarget: "=" -> ">=" in "AND x.state = 'claimed'"`,
 		why:  endedClaimEndedItsLease,
@@ -716,18 +527,6 @@ var equivalents = map[string]equivalent{
 	"postgres:ListClaims:cmp-strict#4": {
 		what: `ListClaims: "<=" -> "<" in "OR (state = 'claimed' AND lease_until <= now()))"`,
 		why:  operatorReadAtAnInstant,
-	},
-	"sqlite:ReopenTriggerRequest:cmp-strict#1": {
-		what: `ReopenTriggerRequest: "=" -> ">=" in "AND e.status = 'queued'"`,
-		why:  reopenAfterItsEpisodeWrite,
-	},
-	"sqlite:ReopenTriggerRequest:drop#1": {
-		what: `ReopenTriggerRequest: predicate removed: "AND e.status = 'queued'"`,
-		why:  reopenAfterItsEpisodeWrite,
-	},
-	"sqlite:ReopenTriggerRequest:drop#2": {
-		what: `ReopenTriggerRequest: predicate removed: "AND e.archived_at IS NULL"`,
-		why:  reopenAfterItsEpisodeWrite,
 	},
 	"sqlite:RequeueEpisode:drop#2": {
 		what: `RequeueEpisode: predicate removed: "AND archived_at IS NULL"`,
@@ -825,18 +624,6 @@ var equivalents = map[string]equivalent{
 		what: `ListNodes: ">" -> ">=" in "AND c.lease_until > CAST(round(unixepoch('subsec') * 1000) AS INTEGER)) AS INTEGER) AS live_leases"`,
 		why:  operatorCountAtAnInstant,
 	},
-	"sqlite:ListWaitingForNode:cmp-strict#1": {
-		what: `ListWaitingForNode: "=" -> ">=" in "AND ((r.status = 'pending' AND r.run_after <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER))"`,
-		why:  pendingIsTheLastRequestStatus,
-	},
-	"sqlite:ListWaitingForNode:cmp-strict#2": {
-		what: `ListWaitingForNode: "<=" -> "<" in "AND ((r.status = 'pending' AND r.run_after <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER))"`,
-		why:  waitingBoundInstant,
-	},
-	"sqlite:ListWaitingForNode:cmp-strict#3": {
-		what: `ListWaitingForNode: "<=" -> "<" in "OR r.claim_until <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER))"`,
-		why:  waitingBoundInstant,
-	},
 	"sqlite:ClaimForRecovery:drop#1": {
 		what: `ClaimForRecovery: predicate removed: "AND status IN ('running', 'queued')"`,
 		why:  claimForRecoveryGrantChecked,
@@ -893,32 +680,16 @@ var equivalents = map[string]equivalent{
 		what: `RequeueOrphanTarget: "<" -> "<=" in "< CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - CAST(?3 AS INTEGER))"`,
 		why:  staleInstant,
 	},
-	"sqlite:ClaimForRecoveryGrant:cmp-strict#4": {
-		what: `ClaimForRecoveryGrant: "=" -> ">=" in "WHERE (c.state = 'claimed' AND c.lease_until <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER))"`,
-		why:  endedStatesAlreadyAdmitted,
-	},
 	"sqlite:ListOrphanedEpisodes:cmp-strict#5": {
 		what: `ListOrphanedEpisodes: "=" -> ">=" in "ELSE (c.state = 'claimed' AND c.lease_until <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER))"`,
-		why:  endedStatesAlreadyAdmitted,
-	},
-	"sqlite:ListOrphanedEpisodes:cmp-strict#10": {
-		what: `ListOrphanedEpisodes: "=" -> ">=" in "AND ((c.state = 'claimed' AND c.lease_until <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER))"`,
 		why:  endedStatesAlreadyAdmitted,
 	},
 	"sqlite:RequeueOrphanFence:cmp-strict#1": {
 		what: `RequeueOrphanFence: "=" -> ">=" in "AND ((state = 'claimed' AND lease_until <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER))"`,
 		why:  endedStatesAlreadyAdmitted,
 	},
-	"sqlite:ClaimForRecoveryGrant:cmp-strict#5": {
-		what: `ClaimForRecoveryGrant: "<=" -> "<" in "WHERE (c.state = 'claimed' AND c.lease_until <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER))"`,
-		why:  leaseEndingNowIsConservative,
-	},
 	"sqlite:ListOrphanedEpisodes:cmp-strict#6": {
 		what: `ListOrphanedEpisodes: "<=" -> "<" in "ELSE (c.state = 'claimed' AND c.lease_until <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER))"`,
-		why:  leaseEndingNowIsConservative,
-	},
-	"sqlite:ListOrphanedEpisodes:cmp-strict#11": {
-		what: `ListOrphanedEpisodes: "<=" -> "<" in "AND ((c.state = 'claimed' AND c.lease_until <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER))"`,
 		why:  leaseEndingNowIsConservative,
 	},
 	"sqlite:RequeueOrphanFence:cmp-strict#2": {
@@ -929,16 +700,8 @@ var equivalents = map[string]equivalent{
 		what: `ListOrphanedEpisodes: predicate removed: "AND e.archived_at IS NULL"`,
 		why:  archivedIsTerminal,
 	},
-	"sqlite:ListOrphanedEpisodes:drop#3": {
-		what: `ListOrphanedEpisodes: predicate removed: "AND e.archived_at IS NULL"`,
-		why:  archivedIsTerminal,
-	},
 	"sqlite:RequeueOrphanTarget:drop#2": {
 		what: `RequeueOrphanTarget: predicate removed: "AND e.archived_at IS NULL"`,
-		why:  archivedIsTerminal,
-	},
-	"sqlite:ListWaitingForNode:drop#2": {
-		what: `ListWaitingForNode: predicate removed: "AND e.archived_at IS NULL"`,
 		why:  archivedIsTerminal,
 	},
 	"sqlite:RequeueOrphan:cmp-strict#1": {
@@ -965,34 +728,6 @@ var equivalents = map[string]equivalent{
 		what: `RequeueOrphanTarget: predicate removed: "AND e.attempts = CAST(?2 AS INTEGER)"`,
 		why:  requeueOrphanRechecked,
 	},
-	"sqlite:ClaimTriggerRequests:cmp-strict#1": {
-		what: `ClaimTriggerRequests: "=" -> ">=" in "AND ((r.status = 'pending' AND r.run_after <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER))"`,
-		why:  pendingIsTheLastRequestStatus,
-	},
-	"sqlite:ListWaitingForNode:cmp-strict#5": {
-		what: `ListWaitingForNode: ">" -> ">=" in "AND n.heartbeat_at > CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - CAST(?2 AS INTEGER)"`,
-		why:  readBoundInstant,
-	},
-	"sqlite:ListWaitingForNode:cmp-strict#8": {
-		what: `ListWaitingForNode: "<" -> "<=" in "CAST(p.waiting_since < CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - CAST(?1 AS INTEGER)"`,
-		why:  readBoundInstant,
-	},
-	"sqlite:ClaimTriggerRequests:cmp-strict#5": {
-		what: `ClaimTriggerRequests: "=" -> ">=" in "AND ((status = 'pending' AND run_after <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER))"`,
-		why:  requestCandidatesDecide,
-	},
-	"sqlite:ClaimTriggerRequests:cmp-strict#6": {
-		what: `ClaimTriggerRequests: "<=" -> "<" in "AND ((status = 'pending' AND run_after <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER))"`,
-		why:  requestCandidatesDecide,
-	},
-	"sqlite:ClaimTriggerRequests:cmp-strict#7": {
-		what: `ClaimTriggerRequests: "=" -> ">=" in "OR (status = 'claimed' AND claim_until <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER)))"`,
-		why:  requestCandidatesDecide,
-	},
-	"sqlite:ClaimTriggerRequests:cmp-strict#8": {
-		what: `ClaimTriggerRequests: "<=" -> "<" in "OR (status = 'claimed' AND claim_until <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER)))"`,
-		why:  requestCandidatesDecide,
-	},
 	"postgres:CreateEpisode:cmp-strict#5": {
 		what: `CreateEpisode: ">" -> ">=" in "AND x.state = 'claimed' AND x.lease_until > now())"`,
 		why:  createStartsUnderItsGrant,
@@ -1005,18 +740,6 @@ var equivalents = map[string]equivalent{
 		what: `FindLiveEpisode: "=" -> ">=" in "WHERE dedupe_key = $1::text AND archived_at IS NULL"`,
 		why:  raceWinnerIsTheLeastKey,
 	},
-	"sqlite:ClaimTriggerRequests:cmp-strict#2": {
-		what: `ClaimTriggerRequests: "<=" -> "<" in "AND ((r.status = 'pending' AND r.run_after <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER))"`,
-		why:  leaseEndingNowIsConservative,
-	},
-	"sqlite:DispatchTriggerRequestGrant:cmp-strict#2": {
-		what: `DispatchTriggerRequestGrant: "<=" -> "<" in "WHERE c.state <> 'claimed' OR c.lease_until <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER)"`,
-		why:  leaseEndingNowIsConservative,
-	},
-	"sqlite:DispatchTriggerRequestGrant:drop#2": {
-		what: `DispatchTriggerRequestGrant: predicate removed: "AND e.archived_at IS NULL"`,
-		why:  archivedIsTerminal,
-	},
 	"postgres:ClearFinding:cmp-strict#4": {
 		what: `ClearFinding: "=" -> ">=" in "AND e.status = 'running'"`,
 		why:  runningIsTheLastStatus,
@@ -1025,22 +748,6 @@ var equivalents = map[string]equivalent{
 		what: `ClearFinding: predicate removed: "AND e.archived_at IS NULL"`,
 		why:  archivedIsTerminal,
 	},
-	"sqlite:ExpireTriggerRequests:cmp-strict#1": {
-		what: `ExpireTriggerRequests: "=" -> ">=" in "AND (status = 'pending' OR claim_until <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER))"`,
-		why:  pendingIsTheLastRequestStatus,
-	},
-	"sqlite:ExpireTriggerRequests:cmp-strict#2": {
-		what: `ExpireTriggerRequests: "<=" -> "<" in "AND (status = 'pending' OR claim_until <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER))"`,
-		why:  leaseEndingNowIsConservative,
-	},
-	"sqlite:ExpireTriggerRequests:cmp-strict#3": {
-		what: `ExpireTriggerRequests: "<" -> "<=" in "AND run_after < CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - CAST(?4 AS INTEGER)"`,
-		why:  expiryInstant,
-	},
-	"sqlite:ExpireTriggerRequestsCancel:cmp-strict#3": {
-		what: `ExpireTriggerRequestsCancel: ">" -> ">=" in "AND c.lease_until > CAST(round(unixepoch('subsec') * 1000) AS INTEGER))"`,
-		why:  liveAtItsLastInstant,
-	},
 	"postgres:RaiseFinding:cmp-strict#4": {
 		what: `RaiseFinding: "=" -> ">=" in "AND e.status = 'running'"`,
 		why:  runningIsTheLastStatus,
@@ -1048,10 +755,6 @@ var equivalents = map[string]equivalent{
 	"postgres:RaiseFinding:drop#5": {
 		what: `RaiseFinding: predicate removed: "AND e.archived_at IS NULL"`,
 		why:  archivedIsTerminal,
-	},
-	"sqlite:NextTriggerRequestDue:cmp-strict#1": {
-		what: `NextTriggerRequestDue: "=" -> ">=" in "WHERE r.status = 'pending'"`,
-		why:  pendingIsTheLastRequestStatus,
 	},
 	"postgres:UpdateFinding:cmp-strict#4": {
 		what: `UpdateFinding: "=" -> ">=" in "AND e.status = 'running'"`,
@@ -1072,14 +775,6 @@ var equivalents = map[string]equivalent{
 	"sqlite:FinishWorkflowInstance:cmp-strict#1": {
 		what: `FinishWorkflowInstance: "=" -> ">=" in "AND status = 'running'"`,
 		why:  instanceRunningIsTheLastStatus,
-	},
-	"sqlite:NextTriggerRequestDue:cmp-strict#2": {
-		what: `NextTriggerRequestDue: ">" -> ">=" in "AND r.run_after > CAST(round(unixepoch('subsec') * 1000) AS INTEGER)"`,
-		why:  sleepHintInstant,
-	},
-	"sqlite:NextTriggerRequestDue:cmp-strict#5": {
-		what: `NextTriggerRequestDue: ">" -> ">=" in "AND r.claim_until > CAST(round(unixepoch('subsec') * 1000) AS INTEGER)"`,
-		why:  sleepHintInstant,
 	},
 	"sqlite:GetRunningWorkflowInstance:cmp-strict#1": {
 		what: `GetRunningWorkflowInstance: "=" -> ">=" in "AND status = 'running'"`,
@@ -1129,22 +824,6 @@ var equivalents = map[string]equivalent{
 		what: `ListNodes: ">" -> ">=" in "AND c.lease_until > now())::bigint AS live_leases"`,
 		why:  operatorCountAtAnInstant,
 	},
-	"postgres:ListWaitingForNode:cmp-strict#1": {
-		what: `ListWaitingForNode: "=" -> ">=" in "AND ((r.status = 'pending' AND r.run_after <= now()) OR r.claim_until <= now())"`,
-		why:  pendingIsTheLastRequestStatus,
-	},
-	"postgres:ListWaitingForNode:cmp-strict#2": {
-		what: `ListWaitingForNode: "<=" -> "<" in "AND ((r.status = 'pending' AND r.run_after <= now()) OR r.claim_until <= now())"`,
-		why:  waitingBoundInstant,
-	},
-	"postgres:ListWaitingForNode:cmp-strict#3": {
-		what: `ListWaitingForNode: "<=" -> "<" in "AND ((r.status = 'pending' AND r.run_after <= now()) OR r.claim_until <= now())"`,
-		why:  waitingBoundInstant,
-	},
-	"postgres:ListWaitingForNode:drop#3": {
-		what: `ListWaitingForNode: predicate removed: "AND e.archived_at IS NULL"`,
-		why:  archivedIsTerminal,
-	},
 	"postgres:FinishWorkflowInstance:cmp-strict#1":       {what: `FinishWorkflowInstance: "=" -> ">=" in "AND status = 'running'"`, why: instanceRunningIsTheLastStatus},
 	"postgres:GetRunningWorkflowInstance:cmp-strict#1":   {what: `GetRunningWorkflowInstance: "=" -> ">=" in "AND status = 'running'"`, why: instanceRunningIsTheLastStatus},
 	"postgres:ListStalledWorkflowSteps:cmp-strict#1":     {what: `ListStalledWorkflowSteps: "=" -> ">=" in "WHERE i.status = 'running'"`, why: instanceRunningIsTheLastStatus},
@@ -1152,9 +831,6 @@ var equivalents = map[string]equivalent{
 	"postgres:SetWorkflowDefinitionVersion:cmp-strict#1": {what: `SetWorkflowDefinitionVersion: "=" -> ">=" in "AND status = 'running'"`, why: instanceRunningIsTheLastStatus},
 	"postgres:EndWorkflowStep:cmp-strict#1":              {what: `EndWorkflowStep: "=" -> ">=" in "AND status = 'running'"`, why: skippedStepHasNoEpisode},
 	"postgres:ListStalledWorkflowSteps:cmp-strict#2":     {what: `ListStalledWorkflowSteps: "=" -> ">=" in "AND s.status = 'running'"`, why: skippedStepHasNoEpisode},
-	"postgres:NextTriggerRequestDue:cmp-strict#1":        {what: `NextTriggerRequestDue: "=" -> ">=" in "WHERE r.status = 'pending'"`, why: pendingIsTheLastRequestStatus},
-	"postgres:NextTriggerRequestDue:cmp-strict#2":        {what: `NextTriggerRequestDue: ">" -> ">=" in "AND r.run_after > now()"`, why: sleepHintInstant},
-	"postgres:NextTriggerRequestDue:cmp-strict#5":        {what: `NextTriggerRequestDue: ">" -> ">=" in "AND r.claim_until > now()"`, why: sleepHintInstant},
 }
 
 // equivalent is one listed survivor: its description as the generator
@@ -1214,22 +890,6 @@ const leaseEndingNowIsConservative = "the mutant differs only when the stored ti
 	"taken is lost (the next sweep or poll takes it); the boundary is held where it matters, a lease ending at the " +
 	"statement's now() is over for every fenced write (TestStartEpisodeTreatsALeaseEndingNowAsOver)"
 
-// requeuedStatusIsQueuedOrCanceled: RequeueOrphan's request CTE reads the
-// status its episode CTE just wrote.
-const requeuedStatusIsQueuedOrCanceled = "the episode CTE sets status to 'queued' or 'canceled' (its CASE on " +
-	"cancel_requested_at), and 'canceled' sorts before 'queued', so status >= 'queued' is status = 'queued' on every " +
-	"row the request CTE can read"
-
-// pendingIsTheLastRequestStatus: a request's status is one of 'pending',
-// 'claimed', 'completed' and 'expired'.
-const pendingIsTheLastRequestStatus = "status >= 'pending' is status = 'pending': 'pending' sorts after every other " +
-	"value the requests table's CHECK admits ('claimed', 'completed', 'expired')"
-
-// expiryInstant: ExpireTriggerRequests' run_after < now() - ttl made <=.
-const expiryInstant = "the mutant differs only when run_after is exactly now() - ttl to the clock's resolution; now() is " +
-	"the expiring transaction's start, which no caller knows or controls, and the TTL bounds how long a request may " +
-	"wait, which expiring at that instant rather than a microsecond after does not change"
-
 // appendStepRechecked: SQLite's AppendStep is three statements in one
 // transaction.
 const appendStepRechecked = "AppendStepLease runs in one BEGIN IMMEDIATE transaction with AppendStepEpisode and " +
@@ -1282,14 +942,6 @@ const spentClaimCandidatesDecide = "the candidate list (the IN subquery) keeps t
 	"statement and under the same unixepoch('subsec'), and the DELETE only takes rows from it: its own re-check made " +
 	"'<=' admits nothing the candidates did not"
 
-// handOverStartsItsOwnGrant: SQLite's hand-over is three statements in one
-// transaction, the start last.
-const handOverStartsItsOwnGrant = "DispatchTriggerRequestStart runs, in the same BEGIN IMMEDIATE transaction, " +
-	"only after DispatchTriggerRequestGrant granted this claim: the grant read the episode queued and unarchived " +
-	"(and does not write the episode row) and wrote the claim's owner, fence and state 'claimed' that the start is " +
-	"passed, and no other writer runs in between (the transaction holds the file's write lock), so each condition " +
-	"re-reads a value the grant just established"
-
 // cancelTargetIsARead: SQLite's CancelEpisode reads its target first.
 const cancelTargetIsARead = "CancelEpisodeTarget writes nothing; CancelEpisode, next in the same BEGIN " +
 	"IMMEDIATE transaction, re-checks status IN ('queued', 'running') and archived_at on the row it writes, and the " +
@@ -1307,23 +959,12 @@ const finishEpisodeNamesItsOwn = "the episode statement that follows in the same
 	"another, higher-numbered episode is open, the episode statement matches nothing and the adapter returns " +
 	"ErrLeaseLost and rolls the claim write back (FinishIsFencedOnTheOwnerAndTheEpisodeItNames holds the outcome)"
 
-// retryAfterItsClaim: SQLite's RetryEpisode, claim first.
-const retryAfterItsClaim = "RetryEpisodeClaim, first in the same BEGIN IMMEDIATE transaction, released the claim " +
-	"only if its key, owner, fence and state 'claimed' matched exactly (no row: ErrLeaseLost, nothing written); the " +
-	"release keeps owner and fence, so the episode statement's owner condition re-reads a value already proven"
-
 // skippedStepHasNoEpisode: EndWorkflowStep's status = 'running' made
 // >= 'running' admits 'skipped' too.
 const skippedStepHasNoEpisode = "status >= 'running' admits 'skipped' besides 'running' (the steps' CHECK: " +
 	"'pending', 'running', 'done', 'failed', 'skipped'), and a skipped step has no episode: only pending steps are " +
 	"skipped (SkipPendingWorkflowSteps), a step is pending only as inserted, with no episode, and StartWorkflowStep " +
 	"makes it running; so episode_id = @episode_id matches no skipped step"
-
-// liveAtItsLastInstant: ExpireTriggerRequests' live-claim test made >=.
-const liveAtItsLastInstant = "the mutant differs only when the claim's lease ends exactly at the expiry's now() " +
-	"to the microsecond, and then treats it as held for that instant: the request still expires and the episode " +
-	"stays queued under a claim whose lease has ended, which recovery lists and requeues (ListOrphanedEpisodes' " +
-	"queued branch), so no episode is canceled early and none is left behind"
 
 // appendStepCheckedTwice: SQLite's AppendStep is three statements in one
 // transaction, the last two with the same conditions.
@@ -1347,19 +988,6 @@ const cancelHeldWasRead = "CancelEpisodeFence runs only for an episode the cance
 	"(removed) or differs only when both statements ran in the very millisecond the lease ends ('<'); the grant is " +
 	"then left claimed, but its episode is already canceled, and every fenced write of its holder is conditioned on " +
 	"the episode being open (AppendStepEpisode, FinishEpisodeClaim), so none lands"
-
-// cancelRequestAfterTheEnd: SQLite's CancelEpisodeRequest runs only for
-// an episode the cancel ended.
-const cancelRequestAfterTheEnd = "the adapter runs CancelEpisodeRequest only after CancelEpisode returned the " +
-	"episode canceled, in the same BEGIN IMMEDIATE transaction, so the EXISTS (episode @episode_id canceled) always " +
-	"holds for the episode it names: loosening it changes nothing"
-
-// closedRequestStaysClosed: SQLite's CancelEpisodeRequest without its
-// status condition.
-const closedRequestStaysClosed = "a request that is neither pending nor claimed is already closed (completed or " +
-	"expired): no poller claims it, no hand-over or expiry reads it (each requires pending or claimed), so closing " +
-	"it again as completed, with a new finished_at, changes no decision; only an operator's listing shows the " +
-	"other word"
 
 // endedClaimEndedItsLease: a claim out of state 'claimed' has no live
 // lease.
@@ -1481,11 +1109,6 @@ const operatorCountAtAnInstant = "ListNodes is an operator read (leasehold nodes
 	"mutant counts as live a lease ending exactly at the listing's now (to the clock's resolution), which the next listing " +
 	"does not (NodesListCountsEachNodesLiveLeases holds every other case)"
 
-// waitingBoundInstant: ListWaitingForNode's due test made '<'.
-const waitingBoundInstant = "the mutant differs only for a request due, or a poller claim lapsing, exactly at the " +
-	"statement's now (to the clock's resolution), which it counts as waiting from the next tick: the waiting-for-node finding is raised " +
-	"after a bound of an hour by default, which that millisecond does not move, and nothing is claimed or run by it"
-
 // claimForRecoveryGrantChecked: SQLite's ClaimForRecovery episode write
 // after its grant.
 const claimForRecoveryGrantChecked = "ClaimForRecoveryGrant, first in the same BEGIN IMMEDIATE transaction, granted " +
@@ -1521,21 +1144,6 @@ const staleInstant = "the mutant differs only when a claim-less running episode'
 	"overlapped (a holder would have a claim row); the next sweep takes it either way " +
 	"(AClaimlessEpisodeIsAnOrphanOnlyOnceStale holds the bound on both sides)"
 
-// readBoundInstant: a bound of ListWaitingForNode, a read, made '>=' or
-// '<='.
-const readBoundInstant = "the mutant differs only when a time equals the read's bound exactly, to the " +
-	"millisecond; ListWaitingForNode decides nothing (the pollers' claim decides who runs the work), and a read a " +
-	"millisecond later sees it the other way: a silent node's row, or a waiting pair's overdue flag, one tick early"
-
-// requestCandidatesDecide: SQLite's ClaimTriggerRequests, the UPDATE's
-// re-check of its candidate list.
-const requestCandidatesDecide = "the UPDATE takes only rows of its candidate list (the IN subquery), read in the " +
-	"same statement under the write lock and the same unixepoch('subsec'): each is pending and due, or has a poller " +
-	"claim that lapsed; a pending request's claim_until is always NULL (created so; ReopenTriggerRequest and " +
-	"ReleaseTriggerRequests clear it), so 'claimed' made >= 'claimed' admits no pending row the due test refused, " +
-	"'pending' made >= 'pending' is 'pending' among the two statuses a candidate has, and a '<=' made '<' only " +
-	"leaves a row whose time is exactly now to the next poll"
-
 // raceWinnerIsTheLeastKey: Postgres's FindLiveEpisode made '>='.
 const raceWinnerIsTheLeastKey = "FindLiveEpisode is sent only after the creating statement conflicted on the key " +
 	"with an episode that committed meanwhile (TestCreateNamesTheWinnerOfARace), so a live episode with exactly that " +
@@ -1545,11 +1153,6 @@ const raceWinnerIsTheLeastKey = "FindLiveEpisode is sent only after the creating
 // instanceRunningIsTheLastStatus: a workflow instance's status >= 'running'.
 const instanceRunningIsTheLastStatus = "status >= 'running' is status = 'running': 'running' sorts after every other " +
 	"value the workflow instances table's CHECK admits ('done', 'failed', 'canceled')"
-
-// sleepHintInstant: NextTriggerRequestDue's future test made '>='.
-const sleepHintInstant = "NextTriggerRequestDue only tells an idle poller how long to sleep; the mutant counts a " +
-	"request due (or a poller claim lapsing) exactly at the statement's now (to the clock's resolution) as due in 0 ms rather " +
-	"than leaving it to the poll that follows: the poller polls at once either way, and the claim decides"
 
 // regrantMovesTheHorizon: Postgres's DeleteSpentClaims without its state
 // re-check on the locked row.

@@ -13,21 +13,22 @@ type mutation struct {
 }
 
 const (
-	qc = "sql/queries/sqlserver/claims.sql"
-	qe = "sql/queries/sqlserver/episodes.sql"
-	qr = "sql/queries/sqlserver/recovery.sql"
-	qt = "sql/queries/sqlserver/trigger_requests.sql"
-	qf = "sql/queries/sqlserver/findings.sql"
-	qn = "sql/queries/sqlserver/nodes.sql"
-	qm = "sql/queries/sqlserver/maintenance.sql"
-	qw = "sql/queries/sqlserver/workflows.sql"
-	qb = "sql/queries/sqlserver/bounds.sql"
-	qi = "sql/queries/sqlserver/inspect.sql"
-	s1 = "sql/schema/sqlserver/00001_leasehold_init.sql"
-	s2 = "sql/schema/sqlserver/00002_leasehold_deferred_findings.sql"
-	s3 = "sql/schema/sqlserver/00003_leasehold_membership_maintenance.sql"
-	s4 = "sql/schema/sqlserver/00004_leasehold_workflows.sql"
-	s5 = "sql/schema/sqlserver/00005_leasehold_definitions.sql"
+	qc  = "sql/queries/sqlserver/claims.sql"
+	qe  = "sql/queries/sqlserver/episodes.sql"
+	qr  = "sql/queries/sqlserver/recovery.sql"
+	qa  = "sql/queries/sqlserver/available.sql"
+	qf  = "sql/queries/sqlserver/findings.sql"
+	qn  = "sql/queries/sqlserver/nodes.sql"
+	qm  = "sql/queries/sqlserver/maintenance.sql"
+	qw  = "sql/queries/sqlserver/workflows.sql"
+	qb  = "sql/queries/sqlserver/bounds.sql"
+	qi  = "sql/queries/sqlserver/inspect.sql"
+	s1  = "sql/schema/sqlserver/00001_leasehold_init.sql"
+	s2  = "sql/schema/sqlserver/00002_leasehold_deferred_findings.sql"
+	s3  = "sql/schema/sqlserver/00003_leasehold_membership_maintenance.sql"
+	s4  = "sql/schema/sqlserver/00004_leasehold_workflows.sql"
+	s5  = "sql/schema/sqlserver/00005_leasehold_definitions.sql"
+	s16 = "sql/schema/sqlserver/00016_leasehold_available_episodes.sql"
 )
 
 // Classes: pred (predicate parity), set (written values), fence, batch
@@ -73,14 +74,14 @@ var mutations = []mutation{
 
 	{ID: "E16", Class: "fence", File: qe, Old: "  AND fence = @fence\n  AND state = N'claimed'\n  AND EXISTS (SELECT 1 FROM leasehold_episodes AS r", New: "  AND state = N'claimed'\n  AND EXISTS (SELECT 1 FROM leasehold_episodes AS r", N: 2, Breaks: true, What: "RetryEpisode's claim release without the fence (a zombie requeues the live run's episode)"},
 	{ID: "E17", Class: "batch", File: qe, Old: "  AND status IN (N'queued', N'running')\n  AND EXISTS (SELECT 1 FROM @claim);", New: "  AND status IN (N'queued', N'running');", N: 2, Breaks: true, What: "RetryEpisode requeues the episode without its claim release (a stolen run requeued)"},
-	{ID: "E18", Class: "dur", File: qe, Old: "    run_after   = DATEADD(second, CAST(@backoff_ms / 1000 AS int),", New: "    run_after   = DATEADD(second, -CAST(@backoff_ms / 1000 AS int),", What: "RetryEpisode's backoff in the past (the retry is due at once)"},
+	{ID: "E18", Class: "dur", File: qe, Old: "                        THEN DATEADD(second, CAST(@backoff_ms / 1000 AS int),", New: "                        THEN DATEADD(second, -CAST(@backoff_ms / 1000 AS int),", What: "RetryEpisode's backoff in the past (the retry is due at once)"},
 
 	// recovery.sql
 	{ID: "R1", Class: "pred", File: qr, Old: "         OR c.state IN (N'released', N'done', N'failed')\n", New: "         OR c.state IN (N'done', N'failed')\n", Breaks: true, What: "ListOrphanedEpisodes (running) no longer lists released claims (drained work never recovered)"},
 	{ID: "R2", Class: "pred", File: qr, Old: "SYSUTCDATETIME()) OR c.state IN (N'released', N'done', N'failed'))", New: "SYSUTCDATETIME()) OR c.state IN (N'done', N'failed'))", Breaks: true, What: "ListOrphanedEpisodes (queued) no longer lists released claims"},
-	{ID: "R3", Class: "pred", File: qr, Old: "      AND NOT EXISTS (SELECT 1 FROM leasehold_trigger_requests AS r", New: "      AND EXISTS (SELECT 1 FROM leasehold_trigger_requests AS r", N: 1, Breaks: true, What: "ListOrphanedEpisodes lists only episodes with an open request (available work recovered, orphans never)"},
+	{ID: "R3", Class: "pred", File: qr, Old: "      -- never available work: the pollers'\n      AND e.run_after IS NULL", New: "      -- never available work: the pollers'\n      AND e.run_after IS NOT NULL", Breaks: true, What: "ListOrphanedEpisodes (running) lists only available episodes (a started episode has run_after NULL: running orphans never recovered)"},
 	{ID: "R4", Class: "grant", File: qr, N: 1, Old: "           OR state IN (N'released', N'done', N'failed'));", New: "           OR state IN (N'done', N'failed'));", Breaks: true, What: "ClaimForRecovery no longer takes released claims over"},
-	{ID: "R5", Class: "batch", File: qr, Old: "      AND archived_at IS NULL\n      AND EXISTS (SELECT 1 FROM @grant);", New: "      AND archived_at IS NULL;", Breaks: true, What: "ClaimForRecovery re-queues the episode without a grant (a live run re-queued)"},
+	{ID: "R5", Class: "batch", File: qr, Old: "      AND run_after IS NULL\n      AND EXISTS (SELECT 1 FROM @grant);", New: "      AND run_after IS NULL;", Breaks: true, What: "ClaimForRecovery re-queues the episode without a grant (a live run re-queued)"},
 	{ID: "R6", Class: "hint", File: qr, N: 1, Old: "    UPDATE leasehold_work_claims WITH (UPDLOCK, HOLDLOCK)\n    SET state", New: "    UPDATE leasehold_work_claims\n    SET state", Breaks: true, What: "ClaimForRecovery's grant without UPDLOCK, HOLDLOCK"},
 	{ID: "R7", Class: "pred", File: qr, N: 1, Old: "      AND ((state = N'claimed' AND lease_until <= SYSUTCDATETIME())", New: "      AND ((state = N'claimed' AND lease_until < SYSUTCDATETIME())", What: "ClaimForRecovery: <= now becomes < now (one microsecond later)"},
 	{ID: "R8", Class: "dur", File: qr, N: 1, Old: "             < DATEADD(millisecond, -CAST(@stale_after_ms AS int), SYSUTCDATETIME()))\n  );", New: "             < DATEADD(millisecond, CAST(@stale_after_ms AS int), SYSUTCDATETIME()))\n  );", Breaks: true, What: "ClaimForRecovery: stale cut-off in the future (live claim-less runs taken over)"},
@@ -90,22 +91,38 @@ var mutations = []mutation{
 	{ID: "R12", Class: "set", File: qr, Old: "    max_attempts    = @max_attempts,\n", New: "", What: "PutAgentDefinition no longer updates max_attempts"},
 	{ID: "R13", Class: "batch", File: qr, Old: "IF @@ROWCOUNT = 0\n    INSERT INTO leasehold_agent_definitions", New: "IF @@ROWCOUNT = 1\n    INSERT INTO leasehold_agent_definitions", Breaks: true, What: "PutAgentDefinition inserts when the row exists, never when absent (policies never recorded)"},
 	{ID: "R14", Class: "name", File: qr, Old: "WHERE actor_id = @actor_id AND expectation_id = @expectation_id;\n\n-- name: PutAgentDefinition", New: "WHERE actor_id = @actor_id;\n\n-- name: PutAgentDefinition", What: "GetAgentRecoveryPolicy ignores the expectation"},
-	{ID: "R15", Class: "pred", File: qr, N: 1, Old: "IF @orphan_key IS NOT NULL AND @open_request = 0", New: "IF @orphan_key IS NOT NULL", Breaks: true, What: "ClaimForRecovery takes over an episode with an open trigger request (a retry's backoff skipped, available work recovered)"},
+	{ID: "R15", Class: "pred", File: qr, Old: "      AND archived_at IS NULL\n      AND run_after IS NULL\n      AND EXISTS (SELECT 1 FROM @grant);", New: "      AND archived_at IS NULL\n      AND EXISTS (SELECT 1 FROM @grant);", Breaks: true, What: "ClaimForRecovery's episode update no longer re-checks run_after IS NULL on the locked row (an episode made available after the first read, a retry or a requeue, is taken over: its backoff skipped, an attempt counted twice, an exhausted one failed instead of run)"},
+	{ID: "R16", Class: "pred", File: qr, Old: "  AND e.run_after IS NULL\n  AND (\n        EXISTS", New: "  AND (\n        EXISTS", What: "ClaimForRecovery's first, lock-free read no longer leaves available work out",
+		Harmless: "the episode UPDATE re-checks run_after IS NULL on the locked row and rolls the grant back (R15); what is lost is the lock order: the claim row of an available episode is locked before its episode row, so a poll and a sweep can deadlock, and the victim is rolled back whole and retried"},
+	{ID: "R17", Class: "pred", File: qr, Old: "          AND run_after IS NULL\n          AND attempts = @attempts\n", New: "          AND attempts = @attempts\n", What: "RequeueOrphan's episode update no longer re-checks run_after IS NULL on the locked row",
+		Harmless: "every write that makes an episode available between the first read and the claim lock counts an attempt (RetryEpisode, RequeueEpisode, RequeueOrphan not given back), which the attempts comparison on the locked row refuses (Q7); what is left is a second sweeper repeating a given-back requeue: the released claim fenced again and run_after reset to now, no grant, no run, no attempt"},
+	{ID: "R18", Class: "pred", File: qr, Old: "  AND e.run_after IS NULL\n  AND e.attempts = @attempts\n", New: "  AND e.attempts = @attempts\n", What: "RequeueOrphan's first, lock-free read no longer leaves available work out",
+		Harmless: "the episode UPDATE re-checks run_after IS NULL on the locked row and rolls the fencing back (R17); as R16, only the lock order is lost (a poll and a sweep can deadlock; the victim is retried)"},
 
-	// trigger_requests.sql
-	{ID: "T1", Class: "grant", File: qt, Old: "        fence             = fence + 1,", New: "        fence             = fence,", Breaks: true, What: "DispatchTriggerRequest grants without fence + 1"},
-	{ID: "T2", Class: "name", File: qt, Old: "  AND fence = @fence\n  AND status = N'claimed';", New: "  AND status = N'claimed';", Breaks: true, What: "DispatchTriggerRequest not fenced on the request"},
-	{ID: "T3", Class: "fence", File: qt, Old: "  AND claimed_by = @owner_node\n", New: "", Breaks: true, What: "DispatchTriggerRequest not fenced on the poller"},
-	{ID: "T4", Class: "hint", File: qt, Old: "WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)", New: "WITH (UPDLOCK, ROWLOCK, READCOMMITTEDLOCK)", What: "ClaimTriggerRequests waits instead of skipping locked rows"},
-	{ID: "T5", Class: "pred", File: qt, Old: "   OR (status = N'claimed' AND claim_until <= SYSUTCDATETIME());", New: "   OR status = N'claimed';", What: "ClaimTriggerRequests takes live request claims (the hand-over stays fenced)"},
-	{ID: "T6", Class: "pred", File: qt, Old: "        AND c.lease_until > SYSUTCDATETIME());", New: "        );", What: "ExpireTriggerRequests keeps episodes whose claim expired (recovery finds them)"},
-	{ID: "T7", Class: "pred", File: qt, Old: "  AND NOT EXISTS (\n      SELECT 1 FROM leasehold_work_claims AS c WITH (UPDLOCK, HOLDLOCK)", New: "  AND EXISTS (\n      SELECT 1 FROM leasehold_work_claims AS c WITH (UPDLOCK, HOLDLOCK)", Breaks: true, What: "ExpireTriggerRequests cancels episodes under a live lease"},
-	{ID: "T8", Class: "dur", File: qt, Old: "DATEADD(second, -CAST(@ttl_ms / 1000 AS int),", New: "DATEADD(minute, -CAST(@ttl_ms / 1000 AS int),", What: "ExpireTriggerRequests TTL 60x longer"},
-	{ID: "T9", Class: "dur", File: qt, Old: "DATEADD(millisecond, -CAST(@ttl_ms % 1000 AS int)", New: "DATEADD(millisecond, CAST(@ttl_ms % 1000 AS int)", What: "ExpireTriggerRequests: the split's millisecond part with the wrong sign (under 2 s off)"},
-	{ID: "T10", Class: "pred", File: qt, Old: "              AND archived_at IS NULL\n              AND dedupe_key = @dedupe_key);", New: "              AND dedupe_key = @dedupe_key);", Breaks: true, What: "CreateDeferredEpisode treats archived episodes as duplicates (trigger never runs again)"},
-	{ID: "T11", Class: "batch", File: qt, Old: "    IF @nested = 1\n        THROW;\n", New: "", Breaks: true, What: "CreateDeferredEpisode's CATCH no longer re-throws inside a caller's transaction"},
-	{ID: "T12", Class: "batch", File: qt, Old: "    FROM @created AS c;", New: "    FROM @created AS c WHERE 1 = 0;", Breaks: true, What: "CreateDeferredEpisode never writes the request (deferred episode never run)"},
-	{ID: "T13", Class: "set", File: qt, Old: "SET status      = N'expired',", New: "SET status      = N'completed',", What: "ExpireTriggerRequests marks requests completed instead of expired"},
+	// available.sql (was trigger_requests.sql). The old T2, T3 (the hand-over
+	// not fenced on the request, or on the poller) and T5 (a live request
+	// claim taken) have no counterpart: there is no request claim any more.
+	{ID: "T1", Class: "grant", File: qa, Old: "    fence             = c.fence + 1,", New: "    fence             = c.fence,", Breaks: true, What: "ClaimAvailable grants without fence + 1 (an expired holder's zombie writes under the poll's grant)"},
+	{ID: "T4", Class: "hint", File: qa, Old: "FROM leasehold_episodes AS e WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)", New: "FROM leasehold_episodes AS e WITH (UPDLOCK, ROWLOCK, READCOMMITTEDLOCK)", What: "ClaimAvailable's pick waits instead of skipping locked rows (READPAST dropped)",
+		Harmless: "the pick still takes UPDLOCK on the latest committed version of each row (READCOMMITTEDLOCK), so a poll that waited for another re-reads the row after its commit and finds it started (run_after cleared, running): it is never granted twice; pollers queue behind each other instead of taking disjoint sets, slower, and a deadlock's victim is rolled back and retried"},
+	{ID: "T6", Class: "pred", File: qa, Old: "        AND c.lease_until > SYSUTCDATETIME());", New: "        );", What: "ExpireAvailable spares episodes whose claim is claimed but expired (a poll still takes them; only their expiry is late)"},
+	{ID: "T7", Class: "pred", File: qa, Old: "  AND NOT EXISTS (\n      SELECT 1 FROM leasehold_work_claims AS c WITH (UPDLOCK, HOLDLOCK)", New: "  AND EXISTS (\n      SELECT 1 FROM leasehold_work_claims AS c WITH (UPDLOCK, HOLDLOCK)", Breaks: true, What: "ExpireAvailable cancels only episodes whose key is held live (under the holder; the others never expire)"},
+	{ID: "T8", Class: "dur", File: qa, Old: "DATEADD(second, -CAST(@ttl_ms / 1000 AS int),", New: "DATEADD(minute, -CAST(@ttl_ms / 1000 AS int),", What: "ExpireAvailable TTL 60x longer"},
+	{ID: "T9", Class: "dur", File: qa, Old: "DATEADD(millisecond, -CAST(@ttl_ms % 1000 AS int)", New: "DATEADD(millisecond, CAST(@ttl_ms % 1000 AS int)", What: "ExpireAvailable: the split's millisecond part with the wrong sign (under 2 s off)"},
+	{ID: "T10", Class: "pred", File: qa, Old: "              AND archived_at IS NULL\n              AND dedupe_key = @dedupe_key);", New: "              AND dedupe_key = @dedupe_key);", Breaks: true, What: "CreateDeferredEpisode treats archived episodes as duplicates (trigger never runs again)"},
+	{ID: "T11", Class: "batch", File: qa, Old: "    IF @nested = 1\n        THROW;\n", New: "", Breaks: true, What: "CreateDeferredEpisode's CATCH no longer re-throws inside a caller's transaction"},
+	{ID: "T12", Class: "set", File: qa, Old: "        @trace_parent, @key_version,\n        DATEADD(second, CAST(@delay_ms / 1000 AS int),\n            DATEADD(millisecond, CAST(@delay_ms % 1000 AS int), SYSUTCDATETIME())),\n        @opts", New: "        @trace_parent, @key_version,\n        NULL,\n        @opts", Breaks: true, What: "CreateDeferredEpisode writes run_after NULL (the episode is never available: no poller takes it, recovery never sees a claim-less queued episode; the trigger never runs)"},
+	{ID: "T13", Class: "set", File: qa, Old: "    error_class = N'trigger_expired',", New: "    error_class = N'canceled',", What: "ExpireAvailable classes expired episodes canceled instead of trigger_expired"},
+	{ID: "T14", Class: "pred", File: qa, Old: "  AND e.run_after <= SYSUTCDATETIME()\n", New: "", Breaks: true, What: "ClaimAvailable without the due check (a delayed run starts before its delay, which no poller may do; a retry skips its backoff)"},
+	{ID: "T15", Class: "pred", File: qa, Old: "  AND e.status = N'queued'\n  AND e.archived_at IS NULL\n  AND (@source_stack", New: "  AND e.archived_at IS NULL\n  AND (@source_stack", Breaks: true, What: "ClaimAvailable without status = queued (an ended episode whose run_after an older binary's finish left set, schema 16 in a mixed deployment, is granted and started again)"},
+	{ID: "T16", Class: "grant", File: qa, Old: "JOIN leasehold_work_claims AS c WITH (UPDLOCK, HOLDLOCK) ON c.dedupe_key = p.claim_key\nWHERE (c.state <> N'claimed' OR c.lease_until <= SYSUTCDATETIME())\n", New: "JOIN leasehold_work_claims AS c WITH (UPDLOCK, HOLDLOCK) ON c.dedupe_key = p.claim_key\n", Breaks: true, What: "ClaimAvailable's grant without the liveness condition (a live lease on the key, a claims user's, is stolen)"},
+	{ID: "T17", Class: "set", File: qa, Old: "    phase        = NULL,\n    run_after    = NULL,\n", New: "    phase        = NULL,\n", Breaks: true, What: "ClaimAvailable starts episodes without clearing run_after (a started episode stays in the available set: recovery never takes it over when its node dies)"},
+	{ID: "T18", Class: "pred", File: qa, Old: "JOIN leasehold_episodes AS e ON e.id = p.id\nWHERE NOT EXISTS (SELECT 1 FROM @granted AS g WHERE g.dedupe_key = p.claim_key)", New: "JOIN leasehold_episodes AS e ON e.id = p.id\nWHERE EXISTS (SELECT 1 FROM @granted AS g WHERE g.dedupe_key = p.claim_key)", What: "ClaimAvailable clears run_after on the granted rows (already cleared) instead of the ones held live elsewhere",
+		Harmless: "the held-elsewhere episode stays available: every poll picks it and answers fence 0 (a wasted slot) until the holder's lease ends and a poll grants it, or ExpireAvailable ends it; recovery never sees it, so it runs once, later"},
+	{ID: "T19", Class: "pred", File: qa, Old: "  AND e.run_after < DATEADD(second, -CAST(@ttl_ms / 1000 AS int),", New: "  AND e.run_after > DATEADD(second, -CAST(@ttl_ms / 1000 AS int),", Breaks: true, What: "ExpireAvailable's due-more-than-ttl check flipped (fresh and delayed work expires: triggers dropped)"},
+	{ID: "T20", Class: "pred", File: qa, Old: "  AND (@all_envs = 1 OR @source_stack = N'' OR e.source_stack IN (@source_stack, N''))\n  AND NOT EXISTS (\n      SELECT 1 FROM leasehold_work_claims AS c WITH (UPDLOCK, HOLDLOCK)\n      WHERE c.dedupe_key = COALESCE(e.dedupe_key, CONCAT(N'episode:', e.id))\n        AND c.state = N'claimed'\n        AND c.lease_until > SYSUTCDATETIME());", New: "  AND (@all_envs = 1 OR @source_stack = N'' OR e.source_stack IN (@source_stack, N''));", Breaks: true, What: "ExpireAvailable without the live-claim exclusion (an episode whose key is held live is canceled under its holder)"},
+	{ID: "T21", Class: "dur", File: qa, Old: "        @trace_parent, @key_version,\n        DATEADD(second, CAST(@delay_ms / 1000 AS int),\n            DATEADD(millisecond, CAST(@delay_ms % 1000 AS int), SYSUTCDATETIME())),\n        @opts", New: "        @trace_parent, @key_version,\n        SYSUTCDATETIME(),\n        @opts", Breaks: true, What: "CreateDeferredEpisode ignores the delay (due at once: a delayed run starts early)"},
+	{ID: "T22", Class: "dur", File: qa, Old: "    i.trace_parent, i.key_version,\n    DATEADD(second, CAST(@delay_ms / 1000 AS int),\n        DATEADD(millisecond, CAST(@delay_ms % 1000 AS int), SYSUTCDATETIME()))\nFROM @input AS i", New: "    i.trace_parent, i.key_version,\n    SYSUTCDATETIME()\nFROM @input AS i", Breaks: true, What: "CreateDeferredEpisodes ignores the delay (a batch's delayed runs start early)"},
 
 	// findings.sql
 	{ID: "F1", Class: "fence", File: qf, Old: "IF @held = 1\n    SELECT @ep_id = e.id, @ep_actor", New: "    SELECT @ep_id = e.id, @ep_actor", Breaks: true, What: "RaiseFinding reads the episode without the fence check"},
@@ -143,7 +160,7 @@ var mutations = []mutation{
 	{ID: "S5", Class: "schema", File: s1, Old: "    dedupe_key      nvarchar(512) COLLATE Latin1_General_100_BIN2 NULL,", New: "    dedupe_key      nvarchar(512) NULL,", Breaks: true, What: "episode dedupe key case-insensitive (a trigger dropped as a duplicate)"},
 	{ID: "S6", Class: "schema", File: s1, Old: "    WHERE dedupe_key IS NOT NULL AND archived_at IS NULL;", New: "    WHERE archived_at IS NULL;", Breaks: true, What: "dedupe index admits one NULL key only (keyless episodes fail)"},
 	{ID: "S7", Class: "schema", File: s2, Old: "    ON leasehold_findings (env, finding_key)\n    WHERE status = N'active';", New: "    ON leasehold_findings (env, finding_key);", Breaks: true, What: "active-finding index unfiltered (raise, clear, raise collides)"},
-	{ID: "S8", Class: "schema", File: s2, Old: "    CONSTRAINT leasehold_trigger_requests_episode_key UNIQUE (episode_id),\n", New: "", Breaks: true, What: "trigger requests: several per episode (recovery's early read is no longer sound)"},
+	{ID: "S8", Class: "schema", File: s2, Old: "    CONSTRAINT leasehold_trigger_requests_episode_key UNIQUE (episode_id),\n", New: "", Breaks: true, What: "trigger requests: several per episode (history since schema 16, but 00016's conversion and Down restore read one request per episode, and the schema-15 binary relies on it after a down migration)"},
 	{ID: "S9", Class: "schema", File: s4, Old: "    ON leasehold_workflow_instances (workflow_id, subject, env)\n    WHERE status = N'running';", New: "    ON leasehold_workflow_instances (workflow_id, subject)\n    WHERE status = N'running';", Breaks: true, What: "running-instance key without env (envs block each other)"},
 	{ID: "S10", Class: "schema", File: s4, Old: "    ON leasehold_workflow_steps (episode_id)\n    WHERE episode_id IS NOT NULL;", New: "    ON leasehold_workflow_steps (episode_id);", Breaks: true, What: "step-episode index unfiltered (only one pending step in the database)"},
 	{ID: "S11", Class: "schema", File: s5, Old: "max_attempts >= 0);", New: "max_attempts >= 1);", What: "agent definitions check stricter than Postgres"},
@@ -151,6 +168,8 @@ var mutations = []mutation{
 	{ID: "S13", Class: "schema", File: s1, Old: "CHECK (state IN (N'claimed', N'done', N'failed', N'released')),", New: "CHECK (state IN (N'claimed', N'done', N'failed')),", What: "claims state check rejects released"},
 	{ID: "S14", Class: "schema", File: s3, Old: "    WHERE archived_at IS NOT NULL AND journal_purged = 0;", New: "    WHERE journal_purged = 0;", What: "unpurged index filter widened (performance)"},
 	{ID: "S15", Class: "schema", File: s1, Old: "    CONSTRAINT leasehold_episode_steps_step_no_key UNIQUE (episode_id, step_no)", New: "    CONSTRAINT leasehold_episode_steps_step_no_key UNIQUE (step_no, episode_id)", What: "step journal unique key columns reordered (same uniqueness, other seek order)"},
+	{ID: "S16", Class: "schema", File: s16, Old: "-- +goose StatementBegin\nCREATE TRIGGER leasehold_trigger_requests_retired\nON leasehold_trigger_requests\nINSTEAD OF INSERT, UPDATE\nAS\nBEGIN\n    SET NOCOUNT ON;\n    THROW 51003, N'leasehold: trigger requests are episode rows since schema 16; this node runs a binary older than its database, upgrade it', 1;\nEND;\n-- +goose StatementEnd\n\n-- +goose Down\nDROP TRIGGER leasehold_trigger_requests_retired;\n", New: "-- +goose Down\n", Breaks: true, What: "00016 without the refusal trigger (an older binary's deferred trigger writes a request no poller reads: the trigger never runs)"},
+	{ID: "S17", Class: "schema", File: s16, Old: "    THROW 51003, N'leasehold: trigger requests are episode rows since schema 16; this node runs a binary older than its database, upgrade it', 1;\n", New: "", Breaks: true, What: "00016's refusal trigger a no-op (INSTEAD OF INSERT with an empty body: an older binary's request is silently discarded, its deferred episode never runs)"},
 
 	// work that flows: the start folded into creation, cancel, retry, recovery's requeue
 	{ID: "Q10", Class: "fence", File: qe, Old: "    ON c.dedupe_key = f.dedupe_key\n   AND c.fence = f.fence\nWHERE c.owner_node = @owner_node", New: "    ON c.dedupe_key = f.dedupe_key\nWHERE c.owner_node = @owner_node", Breaks: true, What: "FinishEpisodes' claim update without the row's fence (a zombie in a group finishes the live run's episode)"},
@@ -170,7 +189,7 @@ var mutations = []mutation{
 	// the adapter's Go call sites
 	{ID: "G1", Class: "go", File: "adapters/sqlserver/claims.go", Old: `sql.Named("lease_ms", p.Lease.Milliseconds()),`, New: `sql.Named("lease_ms", int64(p.Lease.Seconds())),`, Breaks: true, What: "Acquire sends seconds as lease_ms"},
 	{ID: "G2", Class: "go", File: "adapters/sqlserver/recovery.go", N: 1, Old: `sql.Named("stale_after_ms", staleAfter.Milliseconds()),`, New: `sql.Named("stale_after_ms", lease.Milliseconds()),`, Breaks: true, What: "ClaimForRecovery sends the lease as the stale window"},
-	{ID: "G3", Class: "go", File: "adapters/sqlserver/trigger_requests.go", Old: `sql.Named("lease_ms", lease.Milliseconds()),`, New: `sql.Named("lease_ms", lease.Microseconds()),`, Breaks: true, What: "DispatchTriggerRequest sends microseconds as lease_ms"},
+	{ID: "G3", Class: "go", File: "adapters/sqlserver/available.go", Old: `sql.Named("lease_ms", q.Lease.Milliseconds()),`, New: `sql.Named("lease_ms", q.Lease.Microseconds()),`, Breaks: true, What: "ClaimAvailable sends microseconds as lease_ms (every poll's grant 1,000x too short)"},
 	{ID: "G4", Class: "go", File: "adapters/sqlserver/maintenance.go", Old: `sql.Named("horizon_ms", p.ClaimHorizon.Milliseconds()),`, New: `sql.Named("horizon_ms", p.Retention.Milliseconds()),`, Breaks: true, What: "Maintain sends the retention as the claim horizon (claims deleted early, fences reset)"},
 	{ID: "G5", Class: "go", File: "adapters/sqlserver/episodes.go", Old: `sql.Named("lease_ms", lease.Milliseconds()),`, New: `sql.Named("lease_ms", int64(lease/time.Second)),`, Breaks: true, What: "AppendStep sends seconds as lease_ms"},
 }

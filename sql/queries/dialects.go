@@ -40,16 +40,10 @@ var DialectOnly = []Only{
 	{
 		Name:     "ListenTriggerRequests",
 		Dialects: []string{DialectPostgres},
-		Why: "LISTEN for the trigger-request insert trigger's NOTIFY (migration 00002): " +
+		Why: "LISTEN for the NOTIFY the episode triggers send when an episode becomes available (migration 00016; " +
+			"the channel kept the trigger requests' name): " +
 			"SQL Server and SQLite have no LISTEN/NOTIFY, and an SQLite trigger cannot reach another process",
 		Fallback: "pollers poll on their interval, which on Postgres is the fallback for a lost notification too",
-	},
-	{
-		Name:     "DispatchTriggerRequests",
-		Dialects: []string{DialectPostgres, DialectSQLite},
-		Why: "the batch hand-over: on SQL Server a set-based T-SQL grant, which TestStaticGrantShape " +
-			"does not yet accept (it checks grants keyed on one @key)",
-		Fallback: "SQL Server pollers send DispatchTriggerRequest per request, up to 8 at a time",
 	},
 	{
 		Name:     "BoundTransaction",
@@ -67,7 +61,7 @@ var DialectOnly = []Only{
 		Why: "a lock timeout sent on top of each takeover batch: T-SQL's SET LOCK_TIMEOUT is a statement of its own " +
 			"(and reverts when the parameterized call ends); SQLite's busy_timeout is a connection setting",
 		Fallback: "Postgres: each takeover statement (AcquireClaim, ClaimForRecovery, RequeueOrphan, " +
-			"DispatchTriggerRequest(s)) takes bound_ms and sets its own lock_timeout, LOCAL, before it reaches a row, " +
+			"ClaimAvailable) takes bound_ms and sets its own lock_timeout, LOCAL, before it reaches a row, " +
 			"so the bound costs no statement; SQLite: the connection's busy_timeout bounds each takeover's wait for " +
 			"the write lock, as for every statement",
 	},
@@ -94,10 +88,10 @@ var DialectOnly = []Only{
 		Name:     "RequeueOrphanLock",
 		Dialects: []string{DialectPostgres},
 		Why: "locks the orphan's claim row (NOWAIT: a row another sweeper or the holder has locked is skipped at once, " +
-			"for the next sweep) before RequeueOrphan takes its snapshot, so that RequeueOrphan sees the " +
-			"open request of a concurrent requeue (one that gave a given-back grant its attempt back changed nothing " +
-			"else on the episode row): SQLite's write lock serializes whole transactions, and SQL Server's " +
-			"RequeueOrphan re-reads the request under UPDLOCK, HOLDLOCK after its claim lock",
+			"for the next sweep) before RequeueOrphan takes its snapshot, so that sweepers never queue behind each " +
+			"other on one orphan (RequeueOrphan also re-checks the episode row's run_after under its own lock): " +
+			"SQLite's write lock serializes whole transactions, and SQL Server's RequeueOrphan re-reads the " +
+			"episode under UPDLOCK, HOLDLOCK after its claim lock",
 		Fallback: "SQLite: RequeueOrphanTarget runs under the write lock; SQL Server: RequeueOrphan's locking read, " +
 			"which waits for a locked claim row (bounded by its lock timeout, claims.TxBound) instead of skipping it",
 	},
@@ -118,20 +112,15 @@ var DialectOnly = []Only{
 	part("AppendStepEpisode", "AppendStep"),
 	part("CancelEpisodeTarget", "CancelEpisode"),
 	part("CancelEpisodeFence", "CancelEpisode"),
-	part("CancelEpisodeRequest", "CancelEpisode"),
+	part("ClaimAvailableGrant", "ClaimAvailable"),
+	part("ClaimAvailableStart", "ClaimAvailable"),
 	part("ClaimForRecoveryGrant", "ClaimForRecovery"),
 	part("CreateEpisodeGrant", "CreateEpisode"),
-	part("CreateDeferredEpisodeRequest", "CreateDeferredEpisode"),
-	part("CreateDeferredEpisodesRequests", "CreateDeferredEpisodes"),
-	part("DispatchTriggerRequestGrant", "DispatchTriggerRequest", "DispatchTriggerRequests"),
-	part("DispatchTriggerRequestStart", "DispatchTriggerRequest", "DispatchTriggerRequests"),
-	part("ExpireTriggerRequestsCancel", "ExpireTriggerRequests"),
 	part("FindingLeaseHeld", "UpdateFinding", "ClearFinding"),
 	part("FinishEpisodeClaim", "FinishEpisode"),
 	part("FinishEpisodeStep", "FinishEpisode"),
 	part("FinishEpisodesClaims", "FinishEpisodes"),
 	part("FinishEpisodesSteps", "FinishEpisodes"),
-	part("ReopenTriggerRequest", "RetryEpisode", "RequeueEpisode", "RequeueOrphan"),
 	part("RequeueOrphanTarget", "RequeueOrphan"),
 	part("RequeueOrphanFence", "RequeueOrphan"),
 	part("RetryEpisodeClaim", "RetryEpisode"),

@@ -8,7 +8,7 @@
 -- they end with the transaction and never leak into a pooled session.
 --
 -- A takeover statement sent on its own (AcquireClaim, ClaimForRecovery,
--- RequeueOrphan, DispatchTriggerRequest(s)) bounds itself: it takes
+-- RequeueOrphan, ClaimAvailable) bounds itself: it takes
 -- bound_ms and sets lock_timeout, LOCAL, before it reaches a row, so the
 -- bound costs no statement of its own (see each statement's "Bound").
 

@@ -4,7 +4,7 @@
 -- None has a coordination role and none locks anything: no FOR UPDATE, no
 -- FOR SHARE, no advisory lock. Nothing decides anything from them: the runs,
 -- recovery and the pollers decide with the statements of episodes.sql,
--- recovery.sql and trigger_requests.sql, each re-checking its own condition
+-- recovery.sql and available.sql, each re-checking its own condition
 -- on the rows it locks. So a page is a snapshot that may be stale by the
 -- time it is read. Ages, lease liveness and chart windows are computed on
 -- the database clock (now()), never the browser's or the serving node's.
@@ -93,7 +93,7 @@ ORDER BY b.bucket, b.status;
 -- each step records the fence it was written under. Consecutive journaled
 -- fences one apart mean the old holder ended its own grant and the next
 -- grant followed directly: a retry (RetryEpisode, or an operator's
--- RequeueEpisode, then DispatchTriggerRequest). Two or more apart mean
+-- RequeueEpisode, then ClaimAvailable). Two or more apart mean
 -- another node fenced the old grant out first: a takeover (recovery's
 -- RequeueOrphan or ClaimForRecovery after the holder died, lost its lease
 -- or released its work on drain). A grant that journaled no step is not
@@ -166,10 +166,11 @@ LIMIT sqlc.arg(max_rows)::integer;
 -- trigger's span stored, NULL for none) with, in the same statement (one
 -- snapshot): the claim
 -- row of its claim key (its dedupe key, or episode:{id}) with whether its
--- lease is live and how long it has left on the database clock, its
--- trigger request, the workflow step it is the episode of, and the size of
--- its journal. No claim row: claim_state '' and the claim's other columns
--- zero or NULL; no request: request_status ''; no workflow step:
+-- lease is live and how long it has left on the database clock, the
+-- workflow step it is the episode of, and the size of its journal;
+-- run_after is set while it is available work (its due time). No claim
+-- row: claim_state '' and the claim's other columns zero or NULL; no
+-- workflow step:
 -- workflow_instance_id 0.
 SELECT e.id, e.actor_id, e.expectation_id, e.trigger_type, e.trigger_ref,
     e.dedupe_key, e.status, e.phase, e.attempts, e.max_attempts, e.budget,
@@ -190,13 +191,7 @@ SELECT e.id, e.actor_id, e.expectation_id, e.trigger_type, e.trigger_ref,
     c.error_detail AS claim_error_detail,
     (CASE WHEN c.state = 'claimed' AND c.lease_until > now() THEN true ELSE false END)::boolean AS claim_live,
     coalesce(extract(epoch FROM (c.lease_until - now())) * 1000, 0)::bigint AS claim_lease_left_ms,
-    coalesce(r.status, '')::text AS request_status,
-    coalesce(r.source_node, '')::text AS request_source_node,
-    coalesce(r.claimed_by, '')::text AS request_claimed_by,
-    coalesce(r.fence, 0)::bigint AS request_fence,
-    r.run_after AS request_run_after,
-    r.created_at AS request_created_at,
-    r.finished_at AS request_finished_at,
+    e.run_after,
     coalesce(w.instance_id, 0)::bigint AS workflow_instance_id,
     coalesce(w.step_id, '')::text AS workflow_step_id,
     (SELECT count(*) FROM leasehold_episode_steps AS s
@@ -204,8 +199,6 @@ SELECT e.id, e.actor_id, e.expectation_id, e.trigger_type, e.trigger_ref,
 FROM leasehold_episodes AS e
 LEFT JOIN leasehold_work_claims AS c
     ON c.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id)
-LEFT JOIN leasehold_trigger_requests AS r
-    ON r.episode_id = e.id
 LEFT JOIN leasehold_workflow_steps AS w
     ON w.episode_id = e.id
 WHERE e.id = sqlc.arg(id);

@@ -125,6 +125,9 @@ WHERE dedupe_key = sqlc.arg(dedupe_key)::text AND archived_at IS NULL;
 -- clock (lease_until > now()): a grant whose answer came back late, or that
 -- waited in the slot queue without being renewed, may already be stealable,
 -- and a run must never start on a lease another node may take meanwhile.
+-- A started episode is held, so it is not available work (run_after
+-- cleared): an available episode whose key a claims user acquired directly
+-- and started is recovery's once that grant lapses, not the pollers'.
 WITH lease AS (
     SELECT 1 FROM leasehold_work_claims AS c
     WHERE c.dedupe_key = sqlc.arg(claim_key)
@@ -137,6 +140,7 @@ WITH lease AS (
 UPDATE leasehold_episodes AS e
 SET status       = 'running',
     phase        = NULL,
+    run_after    = NULL,
     owner_node   = sqlc.arg(owner_node)::text,
     started_at   = coalesce(e.started_at, now()),
     last_step_at = now()
@@ -220,6 +224,7 @@ WITH claim AS (
 UPDATE leasehold_episodes AS e
 SET status       = sqlc.arg(status),
     phase        = NULL,
+    run_after    = NULL,
     result       = sqlc.narg(result),
     error_class  = sqlc.narg(error_class),
     error_detail = sqlc.narg(error_detail),
@@ -296,6 +301,7 @@ WITH finish AS (
 UPDATE leasehold_episodes AS e
 SET status       = m.status,
     phase        = NULL,
+    run_after    = NULL,
     result       = m.result,
     error_class  = m.error_class,
     error_detail = m.error_detail,
@@ -310,18 +316,18 @@ RETURNING e.id;
 -- Ends a failed attempt that may run again, in one statement: the claim is
 -- released, the attempt's error is journaled (step_no, step_data) and kept
 -- on the episode (error_class, error_detail), the episode is queued again
--- as its next attempt (attempts + 1, phase retrying, no owner), and its
--- trigger request is made pending, due at now() + backoff_ms on the
--- database clock, so whichever full node has a free slot for the actor then
--- takes it (ClaimTriggerRequests, DispatchTriggerRequest). The dedupe key
--- stays with the episode: the same trigger fired meanwhile is a duplicate.
+-- as its next attempt (attempts + 1, phase retrying, no owner) and made
+-- available, due at now() + backoff_ms on the database clock (run_after),
+-- so whichever full node has a free slot for the actor then takes it
+-- (ClaimAvailable). The dedupe key stays with the episode: the same
+-- trigger fired meanwhile is a duplicate.
 --
 -- Guarantee: fenced like FinishEpisode; the claim UPDATE matches only the
 -- caller's live grant, and everything else runs only if it did. A retry from
 -- a grant that was stolen, or a duplicate, changes nothing (no row back).
--- The request row is unique per episode: an episode that came through a
--- request reuses it (its fence, which pollers' hand-overs are conditioned
--- on, is kept), one that did not gets one.
+-- The claim it releases is not live, so the available episode keeps the
+-- invariant of available.sql. With a cancel request the episode ends
+-- canceled instead and is not made available.
 WITH claim AS (
     UPDATE leasehold_work_claims AS c
     SET state        = 'released',
@@ -350,44 +356,24 @@ WITH claim AS (
         error_class  = CASE WHEN e.cancel_requested_at IS NULL THEN sqlc.narg(error_class)::text ELSE 'canceled' END,
         error_detail = sqlc.narg(error_detail),
         finished_at  = CASE WHEN e.cancel_requested_at IS NULL THEN NULL ELSE now() END,
-        last_step_at = now()
+        last_step_at = now(),
+        run_after    = CASE WHEN e.cancel_requested_at IS NULL
+                            THEN now() + (sqlc.arg(backoff_ms)::bigint * interval '1 millisecond') END
     WHERE e.id = sqlc.arg(id)
       AND e.status IN ('queued', 'running')
       AND EXISTS (SELECT 1 FROM claim)
-    RETURNING e.id, e.actor_id, e.expectation_id, e.source_stack, e.source_env, e.attempts, e.status
-), request AS (
-    INSERT INTO leasehold_trigger_requests AS t (
-        episode_id, actor_id, expectation_id, source_node, source_stack,
-        source_env, status, created_at, run_after
-    )
-    SELECT episode.id, episode.actor_id, episode.expectation_id, sqlc.arg(owner_node)::text,
-        episode.source_stack, episode.source_env, 'pending', now(),
-        now() + (sqlc.arg(backoff_ms)::bigint * interval '1 millisecond')
-    FROM episode
-    WHERE episode.status = 'queued'
-    ON CONFLICT (episode_id) DO UPDATE SET
-        status      = 'pending',
-        source_node = excluded.source_node,
-        claimed_by  = NULL,
-        claimed_at  = NULL,
-        claim_until = NULL,
-        finished_at = NULL,
-        run_after   = excluded.run_after
-    RETURNING t.id, t.run_after
+    RETURNING e.id, e.attempts, e.status, e.run_after
 )
 SELECT episode.id, episode.attempts, episode.status::text AS status,
-    coalesce(request.id, 0)::bigint AS request_id,
-    coalesce(request.run_after, now())::timestamptz AS run_after
-FROM episode
-LEFT JOIN request ON true;
+    coalesce(episode.run_after, now())::timestamptz AS run_after
+FROM episode;
 
 -- name: CancelEpisode :one
 -- Cancels an episode from anywhere in the cluster. One nobody holds a live
--- lease on (available work: queued with a pending request, or an orphan
--- whose lease expired) ends canceled at once, in this statement: its open
--- trigger request is closed (completed) and an expired grant is fenced out
--- (failed, fence + 1), so no poller dispatches it and no zombie writes
--- after it. One held live (running, or queued in its holder's slot queue)
+-- lease on (available work, or an orphan whose lease expired) ends
+-- canceled at once, in this statement: it leaves the available set
+-- (run_after cleared) and an expired grant is fenced out (failed, fence +
+-- 1), so no poller takes it and no zombie writes after it. One held live (running, or queued in its holder's slot queue)
 -- gets cancel_requested_at instead: its holder reads ListCancelRequests
 -- once per heartbeat interval and cancels the run, which ends canceled by
 -- its own fenced FinishEpisode. Either way cancel_requested_at is set, so
@@ -397,7 +383,7 @@ LEFT JOIN request ON true;
 -- is unknown, archived or already terminal.
 --
 -- Guarantee: decided on the latest committed rows, under their locks, in
--- the writers' lock order: claim row, episode row, then its request row.
+-- the writers' lock order: claim row, then episode row.
 -- "Held live" is the claim in state claimed with lease_until > now() on the
 -- database clock, read on the locked row, so a grant that commits first is
 -- seen and a grant that comes after finds the episode terminal (StartEpisode
@@ -432,18 +418,11 @@ WITH claim_row AS (
         error_class         = CASE WHEN target.held THEN e.error_class ELSE 'canceled' END,
         error_detail        = CASE WHEN target.held THEN e.error_detail ELSE sqlc.narg(error_detail)::jsonb END,
         finished_at         = CASE WHEN target.held THEN e.finished_at ELSE now() END,
+        run_after           = CASE WHEN target.held THEN e.run_after END,
         cancel_requested_at = coalesce(e.cancel_requested_at, now())
     FROM target
     WHERE e.id = target.id
     RETURNING e.id, e.status, e.cancel_requested_at
-), closed AS (
-    UPDATE leasehold_trigger_requests AS r
-    SET status = 'completed', finished_at = now()
-    FROM episode
-    WHERE r.episode_id = episode.id
-      AND episode.status = 'canceled'
-      AND r.status IN ('pending', 'claimed')
-    RETURNING r.id
 )
 SELECT episode.id, episode.status::text AS status, episode.cancel_requested_at::timestamptz AS cancel_requested_at
 FROM episode;
@@ -466,15 +445,14 @@ WHERE e.cancel_requested_at IS NOT NULL
 -- name: RequeueEpisode :one
 -- Runs a failed or canceled episode again, for an operator: it becomes
 -- available as its next attempt (attempts + 1, phase retrying, no owner,
--- its cancel request cleared) with its trigger request pending and due at
--- once, so whichever full node has a free slot for its actor takes it
--- (ClaimTriggerRequests, DispatchTriggerRequest). max_attempts grows to
+-- its cancel request cleared), available and due at once, so whichever
+-- full node has a free slot for its actor takes it (ClaimAvailable). max_attempts grows to
 -- admit that attempt when the episode had used them all. The dedupe key
 -- stays with the episode, as it always did.
 --
 -- Guarantee: only a terminal failed or canceled episode that is not
--- archived is requeued (its own finish wrote a claim that is not live, and
--- the dispatch grants a fresh fence); the row lock of the UPDATE orders two
+-- archived is requeued (its own finish wrote a claim that is not live, so
+-- the available invariant holds, and the poll grants a fresh fence); the row lock of the UPDATE orders two
 -- operators, and the second matches nothing (no row back).
 WITH episode AS (
     UPDATE leasehold_episodes AS e
@@ -485,32 +463,15 @@ WITH episode AS (
         owner_node          = NULL,
         finished_at         = NULL,
         cancel_requested_at = NULL,
-        last_step_at        = now()
+        last_step_at        = now(),
+        run_after           = now()
     WHERE e.id = sqlc.arg(id)
       AND e.status IN ('failed', 'canceled')
       AND e.archived_at IS NULL
-    RETURNING e.id, e.actor_id, e.expectation_id, e.source_stack, e.source_env, e.attempts
-), request AS (
-    INSERT INTO leasehold_trigger_requests AS t (
-        episode_id, actor_id, expectation_id, source_node, source_stack,
-        source_env, status, created_at, run_after
-    )
-    SELECT episode.id, episode.actor_id, episode.expectation_id, sqlc.arg(source_node)::text,
-        episode.source_stack, episode.source_env, 'pending', now(), now()
-    FROM episode
-    ON CONFLICT (episode_id) DO UPDATE SET
-        status      = 'pending',
-        source_node = excluded.source_node,
-        claimed_by  = NULL,
-        claimed_at  = NULL,
-        claim_until = NULL,
-        finished_at = NULL,
-        run_after   = excluded.run_after
-    RETURNING t.id, t.run_after
+    RETURNING e.id, e.attempts, e.run_after
 )
-SELECT episode.id, episode.attempts, request.id AS request_id, request.run_after
-FROM episode
-JOIN request ON true;
+SELECT episode.id, episode.attempts, episode.run_after::timestamptz AS run_after
+FROM episode;
 
 -- name: GetEpisode :one
 SELECT id, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key,

@@ -133,12 +133,18 @@ WHERE dedupe_key = CAST(@dedupe_key AS TEXT) AND archived_at IS NULL;
 -- (lease_until > now): a grant whose answer came back late, or that waited
 -- in the slot queue without being renewed, may already be stealable, and a
 -- run must never start on a lease another node may take meanwhile.
+-- A started episode is held, so it is not available work: run_after is
+-- cleared (it is already NULL but for an episode granted outside
+-- ClaimAvailable while available, which breaks the invariant of
+-- available.sql; started, it is an ordinary running episode, recovery's
+-- once its lease lapses).
 --
 -- The table name qualifies id (sqlc would otherwise find it ambiguous with
 -- the journal's id in the RETURNING subquery).
 UPDATE leasehold_episodes
 SET status       = 'running',
     phase        = NULL,
+    run_after    = NULL,
     owner_node   = CAST(@owner_node AS TEXT),
     started_at   = coalesce(started_at, CAST(round(unixepoch('subsec') * 1000) AS INTEGER)),
     last_step_at = CAST(round(unixepoch('subsec') * 1000) AS INTEGER)
@@ -392,13 +398,16 @@ RETURNING dedupe_key;
 -- FinishEpisodeStep journaled the attempt's error when step_no > 0): the
 -- error is kept on the episode (error_class, error_detail) and the episode
 -- is queued again as its next attempt (attempts + 1, phase retrying, no
--- owner); ReopenTriggerRequest then makes its request pending, due after
--- the backoff. A cancel requested meanwhile (cancel_requested_at) ends it
--- canceled instead, with no request. The dedupe key stays with the
--- episode: the same trigger fired meanwhile is a duplicate. The claim is
--- re-checked by key, owner and fence; no row back: the adapter rolls back.
--- last_step_at is this statement's instant, the run_after of a canceled
--- retry's result.
+-- owner) and made available, due at now + backoff_ms on the database
+-- clock (run_after), so whichever full node has a free slot for the actor
+-- then takes it (ClaimAvailable). RetryEpisodeClaim released the claim in
+-- this transaction, so it is not live and the available episode keeps the
+-- invariant of available.sql. A cancel requested meanwhile
+-- (cancel_requested_at) ends it canceled instead, not available. The
+-- dedupe key stays with the episode: the same trigger fired meanwhile is a
+-- duplicate. The claim is re-checked by key, owner and fence; no row back:
+-- the adapter rolls back. last_step_at is this statement's instant, the
+-- run_after of a canceled retry's result.
 UPDATE leasehold_episodes
 SET status       = CASE WHEN cancel_requested_at IS NULL THEN 'queued' ELSE 'canceled' END,
     phase        = CASE WHEN cancel_requested_at IS NULL THEN 'retrying' END,
@@ -408,45 +417,16 @@ SET status       = CASE WHEN cancel_requested_at IS NULL THEN 'queued' ELSE 'can
     error_detail = sqlc.narg(error_detail),
     finished_at  = CASE WHEN cancel_requested_at IS NULL THEN NULL
                         ELSE CAST(round(unixepoch('subsec') * 1000) AS INTEGER) END,
-    last_step_at = CAST(round(unixepoch('subsec') * 1000) AS INTEGER)
+    last_step_at = CAST(round(unixepoch('subsec') * 1000) AS INTEGER),
+    run_after    = CASE WHEN cancel_requested_at IS NULL
+                        THEN CAST(round(unixepoch('subsec') * 1000) AS INTEGER) + CAST(@backoff_ms AS INTEGER) END
 WHERE id = CAST(@id AS INTEGER)
   AND status IN ('queued', 'running')
   AND EXISTS (SELECT 1 FROM leasehold_work_claims AS c
               WHERE c.dedupe_key = CAST(@claim_key AS TEXT)
                 AND c.owner_node = CAST(@owner_node AS TEXT)
                 AND c.fence = CAST(@fence AS INTEGER))
-RETURNING id, attempts, status, last_step_at;
-
--- name: ReopenTriggerRequest :one
--- Makes a queued episode's trigger request pending, due at now + delay_ms
--- on the database clock, so whichever full node has a free slot for the
--- actor then takes it (ClaimTriggerRequests, DispatchTriggerRequest): the
--- last statement of RetryEpisode (delay: the backoff), RequeueEpisode and
--- RequeueOrphan (due at once), sent in their transaction after the episode
--- write. The request row is unique per episode: an episode that came
--- through a request reuses it (its fence, which pollers' hand-overs are
--- conditioned on, is kept), one that did not gets one. Only a queued,
--- unarchived episode gets one.
-INSERT INTO leasehold_trigger_requests AS t (
-    episode_id, actor_id, expectation_id, source_node, source_stack,
-    source_env, status, created_at, run_after
-)
-SELECT e.id, e.actor_id, e.expectation_id, CAST(@source_node AS TEXT),
-    e.source_stack, e.source_env, 'pending', CAST(round(unixepoch('subsec') * 1000) AS INTEGER),
-    CAST(round(unixepoch('subsec') * 1000) AS INTEGER) + CAST(@delay_ms AS INTEGER)
-FROM leasehold_episodes AS e
-WHERE e.id = CAST(@episode_id AS INTEGER)
-  AND e.status = 'queued'
-  AND e.archived_at IS NULL
-ON CONFLICT (episode_id) DO UPDATE SET
-    status      = 'pending',
-    source_node = excluded.source_node,
-    claimed_by  = NULL,
-    claimed_at  = NULL,
-    claim_until = NULL,
-    finished_at = NULL,
-    run_after   = excluded.run_after
-RETURNING id, run_after;
+RETURNING id, attempts, status, last_step_at, run_after;
 
 -- name: CancelEpisodeTarget :one
 -- CancelEpisode's first statement (cancel from anywhere in the cluster, in
@@ -468,11 +448,11 @@ WHERE e.id = CAST(@id AS INTEGER)
 
 -- name: CancelEpisode :one
 -- Cancels an episode. One nobody holds a live lease on (held = 0 from
--- CancelEpisodeTarget: available work, queued with a pending request, or an
--- orphan whose lease expired) ends canceled at once, here; the next
--- statements fence out its expired grant (CancelEpisodeFence) and close its
--- open request (CancelEpisodeRequest), so no poller dispatches it and no
--- zombie writes after it. One held live (running, or queued in its holder's
+-- CancelEpisodeTarget: available work, or an orphan whose lease expired)
+-- ends canceled at once, here, and leaves the available set (run_after
+-- cleared); the next statement fences out its expired grant
+-- (CancelEpisodeFence), so no poller takes it and no zombie writes after
+-- it. One held live (running, or queued in its holder's
 -- slot queue) gets cancel_requested_at instead: its holder reads
 -- ListCancelRequests once per heartbeat interval and cancels the run, which
 -- ends canceled by its own fenced FinishEpisode. Either way
@@ -487,6 +467,7 @@ SET status              = CASE WHEN CAST(@held AS INTEGER) = 1 THEN status ELSE 
     error_detail        = CASE WHEN CAST(@held AS INTEGER) = 1 THEN error_detail ELSE sqlc.narg(error_detail) END,
     finished_at         = CASE WHEN CAST(@held AS INTEGER) = 1 THEN finished_at
                                ELSE CAST(round(unixepoch('subsec') * 1000) AS INTEGER) END,
+    run_after           = CASE WHEN CAST(@held AS INTEGER) = 1 THEN run_after END,
     cancel_requested_at = coalesce(cancel_requested_at, CAST(round(unixepoch('subsec') * 1000) AS INTEGER))
 WHERE id = CAST(@id AS INTEGER)
   AND status IN ('queued', 'running')
@@ -507,17 +488,6 @@ WHERE dedupe_key = CAST(@claim_key AS TEXT)
   AND state = 'claimed'
   AND lease_until <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER);
 
--- name: CancelEpisodeRequest :exec
--- CancelEpisode's last statement: the open (pending or claimed) trigger
--- request of an episode that ended canceled is closed (completed), so no
--- poller dispatches it.
-UPDATE leasehold_trigger_requests
-SET status = 'completed', finished_at = CAST(round(unixepoch('subsec') * 1000) AS INTEGER)
-WHERE episode_id = CAST(@episode_id AS INTEGER)
-  AND status IN ('pending', 'claimed')
-  AND EXISTS (SELECT 1 FROM leasehold_episodes AS e
-              WHERE e.id = CAST(@episode_id AS INTEGER) AND e.status = 'canceled');
-
 -- name: ListCancelRequests :many
 -- The episodes owner_node holds (claim in state claimed under its name)
 -- that have a pending cancel request: the holder cancels each run (or its
@@ -536,16 +506,16 @@ WHERE e.cancel_requested_at IS NOT NULL
 -- name: RequeueEpisode :one
 -- Runs a failed or canceled episode again, for an operator: it becomes
 -- available as its next attempt (attempts + 1, phase retrying, no owner,
--- its cancel request cleared), and ReopenTriggerRequest, next in the
--- transaction, makes its trigger request pending and due at once, so
--- whichever full node has a free slot for its actor takes it.
+-- its cancel request cleared), due at once (run_after), so whichever full
+-- node has a free slot for its actor takes it (ClaimAvailable).
 -- max_attempts grows to admit that attempt when the episode had used them
 -- all. The dedupe key stays with the episode, as it always did.
 --
 -- Guarantee: only a terminal failed or canceled episode that is not
--- archived is requeued (its own finish wrote a claim that is not live, and
--- the dispatch grants a fresh fence); the write lock orders two operators,
--- and the second matches nothing (no row back).
+-- archived is requeued (its own finish wrote a claim that is not live, so
+-- the available invariant holds, and the poll grants a fresh fence); the
+-- write lock orders two operators, and the second matches nothing (no row
+-- back).
 UPDATE leasehold_episodes
 SET status              = 'queued',
     phase               = 'retrying',
@@ -554,11 +524,12 @@ SET status              = 'queued',
     owner_node          = NULL,
     finished_at         = NULL,
     cancel_requested_at = NULL,
-    last_step_at        = CAST(round(unixepoch('subsec') * 1000) AS INTEGER)
+    last_step_at        = CAST(round(unixepoch('subsec') * 1000) AS INTEGER),
+    run_after           = CAST(round(unixepoch('subsec') * 1000) AS INTEGER)
 WHERE id = CAST(@id AS INTEGER)
   AND status IN ('failed', 'canceled')
   AND archived_at IS NULL
-RETURNING id, attempts;
+RETURNING id, attempts, run_after;
 
 -- name: GetEpisode :one
 SELECT id, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key,

@@ -44,12 +44,15 @@ SELECT CAST(1 AS INTEGER) AS acquired;
 -- On 1 the run takes the lock and every statement below decides again.
 -- Each test is the predicate of the statement it stands for, or wider
 -- (never narrower, so no due work is ever skipped): the journal test
--- covers PurgeArchivedSteps and MarkJournalsPurged, the request test omits
--- ExpireTriggerRequests' poller-claim condition; request_ttl_ms 0 (no
--- RequestTTL) leaves requests out, as Maintain does. The waiting-for-node
--- finding stands for RaiseWaitingForNodeFinding (an open request due for
--- longer than waiting_after_ms, whether or not a node runs it) and
--- ClearWaitingForNodeFindings (an active finding of waiting_class).
+-- covers PurgeArchivedSteps and MarkJournalsPurged, the expiry test omits
+-- ExpireAvailable's status, archived and live-claim conditions (an
+-- available episode meets them; see available.sql); request_ttl_ms 0 (no
+-- RequestTTL) leaves available work out, as Maintain does. The
+-- waiting-for-node finding stands for RaiseWaitingForNodeFinding (an
+-- available episode due for longer than waiting_after_ms, whether or not a
+-- node runs it) and ClearWaitingForNodeFindings (an active finding of
+-- waiting_class). Both available tests read
+-- leasehold_episodes_available_idx.
 SELECT CAST((
     EXISTS (
         SELECT 1 FROM leasehold_episodes AS e
@@ -62,9 +65,8 @@ SELECT CAST((
         WHERE e.archived_at IS NOT NULL
           AND NOT e.journal_purged)
     OR (CAST(@request_ttl_ms AS INTEGER) > 0 AND EXISTS (
-        SELECT 1 FROM leasehold_trigger_requests AS r
-        WHERE r.status IN ('pending', 'claimed')
-          AND r.run_after < CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - CAST(@request_ttl_ms AS INTEGER)))
+        SELECT 1 FROM leasehold_episodes AS r
+        WHERE r.run_after < CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - CAST(@request_ttl_ms AS INTEGER)))
     OR EXISTS (
         SELECT 1 FROM leasehold_work_claims AS x
         WHERE x.state IN ('done', 'failed', 'released')
@@ -87,9 +89,8 @@ SELECT CAST((
         SELECT 1 FROM leasehold_nodes AS n
         WHERE n.heartbeat_at < CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - CAST(@stale_after_ms AS INTEGER))
     OR EXISTS (
-        SELECT 1 FROM leasehold_trigger_requests AS r
-        WHERE r.status IN ('pending', 'claimed')
-          AND r.run_after < CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - CAST(@waiting_after_ms AS INTEGER))
+        SELECT 1 FROM leasehold_episodes AS r
+        WHERE r.run_after < CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - CAST(@waiting_after_ms AS INTEGER))
     OR EXISTS (
         SELECT 1 FROM leasehold_findings AS f
         WHERE f.status = 'active'

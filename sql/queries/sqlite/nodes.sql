@@ -7,7 +7,7 @@
 -- A node announces itself on start: a restarted node with the same
 -- identity replaces its old row (started_at is reset). runnable is the
 -- (actor, expectation) pairs its poller asks work for, the JSON array of
--- ClaimTriggerRequests' runnable (episodes.RunnableJSON); key_version the
+-- ClaimAvailable's runnable (episodes.RunnableJSON); key_version the
 -- newest dedupe key version it computes (migration 00014).
 INSERT INTO leasehold_nodes AS n (node_id, stack, env, mode, draining, started_at, heartbeat_at, runnable, key_version)
 VALUES (
@@ -68,31 +68,30 @@ ORDER BY n.node_id;
 -- (env, actor, expectation) with queued work of that pair that is due and
 -- that no live node could claim. A read that decides nothing and takes no
 -- write lock: it grants nothing and changes nothing; the pollers' claim
--- (ClaimTriggerRequests) alone decides who runs the work, and a node that
+-- (ClaimAvailable) alone decides who runs the work, and a node that
 -- registers the pair takes it on its next poll whatever this read said.
 --
 -- The predicate of sql/queries/postgres/nodes.sql's ListWaitingForNode:
--- an unarchived queued episode whose request is open and due as
--- ClaimTriggerRequests would take it, for which no node row is a node that
--- could claim it now (same env; stack-compatible as the claim matches
--- source_stack; mode full; not draining; heartbeat within silent_after_ms
--- of the database clock; the pair in its runnable array, read with
--- json_each as ClaimTriggerRequests reads its parameter). waiting_since is
--- the oldest such request's run_after, oldest_episode_id its episode,
+-- an available episode (run_after set; see available.sql) that is due as
+-- ClaimAvailable would take it (run_after come), for which no node row is
+-- a node that could take it now (same env; stack-compatible as the poll
+-- matches source_stack; mode full; not draining; heartbeat within
+-- silent_after_ms of the database clock; the pair in its runnable array,
+-- read with json_each as ClaimAvailable reads its parameter).
+-- waiting_since is the oldest such episode's run_after, the instant it
+-- could first have been taken, oldest_episode_id that episode,
 -- overdue whether it is more than overdue_after_ms ago; last_node_id and
 -- last_heartbeat_at name the node row of the env, whatever its state, that
 -- lists the pair and heartbeated last ('' and NULL when none does). Times
 -- are milliseconds on the database clock ('now' is constant within the
--- statement).
+-- statement). The available scan uses leasehold_episodes_available_idx;
+-- the node table is small.
 WITH waiting AS (
-    SELECT r.source_env, r.actor_id, r.expectation_id, r.episode_id, r.run_after
-    FROM leasehold_trigger_requests AS r
-    JOIN leasehold_episodes AS e ON e.id = r.episode_id
-    WHERE r.status IN ('pending', 'claimed')
-      AND ((r.status = 'pending' AND r.run_after <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER))
-           OR r.claim_until <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER))
-      AND e.status = 'queued'
-      AND e.archived_at IS NULL
+    SELECT r.source_env, r.actor_id, r.expectation_id, r.id AS episode_id, r.run_after
+    FROM leasehold_episodes AS r
+    WHERE r.run_after <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER)
+      AND r.status = 'queued'
+      AND r.archived_at IS NULL
       AND NOT EXISTS (
             SELECT 1
             FROM leasehold_nodes AS n, json_each(n.runnable) AS k

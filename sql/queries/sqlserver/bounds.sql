@@ -51,10 +51,10 @@ SET LOCK_TIMEOUT @leasehold_lock_timeout_ms;
 
 -- name: BoundLockWait :exec
 -- The top of each takeover batch sent on its own (AcquireClaim,
--- ClaimForRecovery, DispatchTriggerRequest): the takeover waits at most
--- @bound_ms for a lock held by a frozen holder, then fails with 1222 and is
--- rolled back whole (XACT_ABORT), so a sweeper or poller retries and moves
--- on instead of hanging behind it. The takeover's own decision is
+-- ClaimForRecovery, RequeueOrphan, ClaimAvailable): the takeover waits at
+-- most @bound_ms for a lock held by a frozen holder, then fails with 1222
+-- and is rolled back whole (XACT_ABORT), so a sweeper or poller retries and
+-- moves on instead of hanging behind it. The takeover's own decision is
 -- unchanged: a lock it does get is held exactly as before.
 DECLARE @leasehold_lock_timeout_ms int = CAST(@bound_ms AS int);
 SET LOCK_TIMEOUT @leasehold_lock_timeout_ms;

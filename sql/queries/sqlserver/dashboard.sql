@@ -10,7 +10,7 @@
 -- plain read takes: no lock hint (and never NOLOCK, which could show a
 -- write that later rolled back), no sp_getapplock. Nothing decides
 -- anything from them: the runs, recovery and the pollers decide with the
--- statements of episodes.sql, recovery.sql and trigger_requests.sql, each
+-- statements of episodes.sql, recovery.sql and available.sql, each
 -- re-checking its own condition on the rows it locks. So a page is a
 -- snapshot that may be stale by the time it is read; with
 -- READ_COMMITTED_SNAPSHOT OFF the tables a statement joins are not read at
@@ -168,9 +168,10 @@ WHERE (@before_id = 0 OR e.id < @before_id)
 ORDER BY e.id DESC;
 
 -- name: DashboardEpisode :one
--- Reads one episode with its claim row, trigger request, workflow step and
--- journal size, as on Postgres (no claim row: claim_state N''; no request:
--- request_status N''; no workflow step: workflow_instance_id 0).
+-- Reads one episode with its claim row, workflow step and journal size,
+-- as on Postgres; run_after is set while it is available work (its due
+-- time). No claim row: claim_state N''; no workflow step:
+-- workflow_instance_id 0.
 -- claim_lease_left_ms counts millisecond boundaries (DATEDIFF_BIG), so it
 -- can differ by 1 ms from Postgres's. With READ_COMMITTED_SNAPSHOT OFF the
 -- joined tables are not read at one instant.
@@ -194,13 +195,7 @@ SELECT e.id, e.actor_id, e.expectation_id, e.trigger_type, e.trigger_ref,
     CAST(CASE WHEN c.state = N'claimed' AND c.lease_until > SYSUTCDATETIME()
               THEN 1 ELSE 0 END AS bit) AS claim_live,
     COALESCE(DATEDIFF_BIG(millisecond, SYSUTCDATETIME(), c.lease_until), 0) AS claim_lease_left_ms,
-    COALESCE(r.status, N'') AS request_status,
-    COALESCE(r.source_node, N'') AS request_source_node,
-    COALESCE(r.claimed_by, N'') AS request_claimed_by,
-    COALESCE(r.fence, 0) AS request_fence,
-    r.run_after AS request_run_after,
-    r.created_at AS request_created_at,
-    r.finished_at AS request_finished_at,
+    e.run_after,
     COALESCE(w.instance_id, 0) AS workflow_instance_id,
     COALESCE(w.step_id, N'') AS workflow_step_id,
     (SELECT COUNT_BIG(*) FROM leasehold_episode_steps AS s
@@ -208,8 +203,6 @@ SELECT e.id, e.actor_id, e.expectation_id, e.trigger_type, e.trigger_ref,
 FROM leasehold_episodes AS e
 LEFT JOIN leasehold_work_claims AS c
     ON c.dedupe_key = COALESCE(e.dedupe_key, CONCAT(N'episode:', e.id))
-LEFT JOIN leasehold_trigger_requests AS r
-    ON r.episode_id = e.id
 LEFT JOIN leasehold_workflow_steps AS w
     ON w.episode_id = e.id
 WHERE e.id = @id;

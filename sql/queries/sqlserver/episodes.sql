@@ -178,7 +178,10 @@ WHERE dedupe_key = @dedupe_key AND archived_at IS NULL;
 -- renewed, may already be stealable, and a run must never start on a lease
 -- another node may take meanwhile. The check is on the update-locked claim
 -- row, so a steal cannot land between it and the write; an expired grant
--- gives the empty result (the adapter's episodes.ErrLeaseLost).
+-- gives the empty result (the adapter's episodes.ErrLeaseLost). A started
+-- episode is held, so it is not available work (run_after cleared): an
+-- available episode whose key a claims user acquired directly and started
+-- is recovery's once that grant lapses, not the pollers'.
 --
 -- Hints: UPDLOCK, ROWLOCK on the claim row in the EXISTS: the fence check is
 -- a locking read (not a row version, whatever READ_COMMITTED_SNAPSHOT says)
@@ -195,6 +198,7 @@ DECLARE @started TABLE (id bigint NOT NULL);
 UPDATE leasehold_episodes
 SET status       = N'running',
     phase        = NULL,
+    run_after    = NULL,
     owner_node   = @owner_node,
     started_at   = COALESCE(started_at, SYSUTCDATETIME()),
     last_step_at = SYSUTCDATETIME()
@@ -339,6 +343,7 @@ WHERE @step_no > 0;
 UPDATE leasehold_episodes
 SET status       = @status,
     phase        = NULL,
+    run_after    = NULL,
     result       = @result,
     error_class  = @error_class,
     error_detail = @error_detail,
@@ -442,6 +447,7 @@ WHERE f.step_no > 0;
 UPDATE e
 SET status       = f.status,
     phase        = NULL,
+    run_after    = NULL,
     result       = f.result,
     error_class  = f.error_class,
     error_detail = f.error_detail,
@@ -461,36 +467,32 @@ SELECT id FROM @finished;
 -- Ends a failed attempt that may run again, in one transaction: the claim
 -- is released, the attempt's error is journaled (@step_no, @step_data) and
 -- kept on the episode, the episode is queued again as its next attempt
--- (attempts + 1, phase retrying, no owner), and its trigger request is made
--- pending, due at SYSUTCDATETIME() + @backoff_ms (split into seconds and
+-- (attempts + 1, phase retrying, no owner) and made available, due at
+-- SYSUTCDATETIME() + @backoff_ms (run_after; split into seconds and
 -- milliseconds so a backoff of more than 24.8 days does not overflow
--- DATEADD's int), so whichever full node has a free slot then takes it. The
--- dedupe key stays with the episode.
+-- DATEADD's int), so whichever full node has a free slot for the actor
+-- then takes it (ClaimAvailable). The dedupe key stays with the episode.
 --
 -- Guarantee: fenced like FinishEpisode; the claim UPDATE matches only the
 -- caller's live grant and every later write depends on its OUTPUT; the batch
--- commits only if the episode was requeued, so nothing lands alone. A retry
--- from a stolen grant, or a duplicate, changes nothing (empty result).
+-- commits only if the episode was requeued (or ended canceled), so nothing
+-- lands alone. A retry from a stolen grant, or a duplicate, changes nothing
+-- (empty result). The claim it releases is not live, so the available
+-- episode keeps the invariant of available.sql. With a cancel request the
+-- episode ends canceled instead and is not made available.
 --
 -- Hints: UPDLOCK, ROWLOCK on the claim UPDATE, as in FinishEpisode (held to
--- COMMIT: no steal can come between the writes); UPDLOCK, HOLDLOCK on the
--- request UPDATE, so the key (present or absent) stays update-locked and
--- the INSERT runs only when the episode has no request row (unique per
--- episode: a second writer waits, then updates). Lock order: claim,
--- episode, request, as in DispatchTriggerRequest's writers.
+-- COMMIT: no steal can come between the writes). Lock order: claim,
+-- episode, as in FinishEpisode.
 SET NOCOUNT ON;
 SET XACT_ABORT ON;
 DECLARE @claim TABLE (dedupe_key nvarchar(512) NOT NULL);
 DECLARE @episode TABLE (
-    id             bigint        NOT NULL,
-    actor_id       nvarchar(255) NOT NULL,
-    expectation_id nvarchar(255) NOT NULL,
-    source_stack   nvarchar(255) NOT NULL,
-    source_env     nvarchar(255) NOT NULL,
-    attempts       int           NOT NULL,
-    status         nvarchar(32)  NOT NULL
+    id        bigint       NOT NULL,
+    attempts  int          NOT NULL,
+    status    nvarchar(32) NOT NULL,
+    run_after datetime2(6) NULL
 );
-DECLARE @request TABLE (id bigint NOT NULL, run_after datetime2(6) NOT NULL);
 
 BEGIN TRANSACTION;
 
@@ -513,7 +515,7 @@ FROM @claim
 WHERE @step_no > 0;
 
 -- A cancel requested meanwhile (CancelEpisode) ends the episode canceled
--- instead, with no request: SET reads the pre-update row.
+-- instead, not available: SET reads the pre-update row.
 UPDATE leasehold_episodes
 SET status       = CASE WHEN cancel_requested_at IS NULL THEN N'queued' ELSE N'canceled' END,
     phase        = CASE WHEN cancel_requested_at IS NULL THEN N'retrying' END,
@@ -522,70 +524,50 @@ SET status       = CASE WHEN cancel_requested_at IS NULL THEN N'queued' ELSE N'c
     error_class  = CASE WHEN cancel_requested_at IS NULL THEN @error_class ELSE N'canceled' END,
     error_detail = @error_detail,
     finished_at  = CASE WHEN cancel_requested_at IS NULL THEN NULL ELSE SYSUTCDATETIME() END,
-    last_step_at = SYSUTCDATETIME()
-OUTPUT inserted.id, inserted.actor_id, inserted.expectation_id, inserted.source_stack,
-    inserted.source_env, inserted.attempts, inserted.status INTO @episode
+    last_step_at = SYSUTCDATETIME(),
+    run_after    = CASE WHEN cancel_requested_at IS NULL
+                        THEN DATEADD(second, CAST(@backoff_ms / 1000 AS int),
+                                 DATEADD(millisecond, CAST(@backoff_ms % 1000 AS int), SYSUTCDATETIME()))
+                   END
+OUTPUT inserted.id, inserted.attempts, inserted.status, inserted.run_after INTO @episode
 WHERE id = @id
   AND status IN (N'queued', N'running')
   AND EXISTS (SELECT 1 FROM @claim);
 
-UPDATE t
-SET status      = N'pending',
-    source_node = @owner_node,
-    claimed_by  = NULL,
-    claimed_at  = NULL,
-    claim_until = NULL,
-    finished_at = NULL,
-    run_after   = DATEADD(second, CAST(@backoff_ms / 1000 AS int),
-                      DATEADD(millisecond, CAST(@backoff_ms % 1000 AS int), SYSUTCDATETIME()))
-OUTPUT inserted.id, inserted.run_after INTO @request
-FROM leasehold_trigger_requests AS t WITH (UPDLOCK, HOLDLOCK)
-JOIN @episode AS e ON t.episode_id = e.id
-WHERE e.status = N'queued';
-
-IF @@ROWCOUNT = 0
-    INSERT INTO leasehold_trigger_requests (
-        episode_id, actor_id, expectation_id, source_node, source_stack,
-        source_env, status, created_at, run_after
-    )
-    OUTPUT inserted.id, inserted.run_after INTO @request
-    SELECT e.id, e.actor_id, e.expectation_id, @owner_node, e.source_stack,
-        e.source_env, N'pending', SYSUTCDATETIME(),
-        DATEADD(second, CAST(@backoff_ms / 1000 AS int),
-            DATEADD(millisecond, CAST(@backoff_ms % 1000 AS int), SYSUTCDATETIME()))
-    FROM @episode AS e
-    WHERE e.status = N'queued';
-
--- Requeued with its request, or ended canceled (no request): either way
--- every write matched.
-IF EXISTS (SELECT 1 FROM @request) OR EXISTS (SELECT 1 FROM @episode WHERE status = N'canceled')
+-- Made available, or ended canceled: either way every write matched.
+IF EXISTS (SELECT 1 FROM @episode)
     COMMIT TRANSACTION;
 ELSE
     ROLLBACK TRANSACTION;
 
-SELECT e.id, e.attempts, e.status, COALESCE(r.id, 0) AS request_id,
-    COALESCE(r.run_after, SYSUTCDATETIME()) AS run_after
-FROM @episode AS e
-LEFT JOIN @request AS r ON 1 = 1
-WHERE EXISTS (SELECT 1 FROM @request) OR e.status = N'canceled';
+SELECT e.id, e.attempts, e.status,
+    COALESCE(e.run_after, CAST(SYSUTCDATETIME() AS datetime2(6))) AS run_after
+FROM @episode AS e;
 
 -- name: CancelEpisode :one
 -- Cancels an episode from anywhere in the cluster, as
 -- sql/queries/postgres/episodes.sql's CancelEpisode: one nobody holds a
--- live lease on ends canceled at once (its open request closed, an expired
--- grant fenced out: failed, fence + 1); one held live gets
--- cancel_requested_at, and its holder (ListCancelRequests, once per
--- heartbeat interval) ends the run canceled by its own fenced finish.
--- Status canceled in the result: ended here; queued or running: requested.
--- Empty: unknown, archived or already terminal.
+-- live lease on (available work, or an orphan whose lease expired) ends
+-- canceled at once (it leaves the available set, run_after cleared, and an
+-- expired grant is fenced out: failed, fence + 1), so no poller takes it
+-- and no zombie writes after it; one held live gets cancel_requested_at,
+-- and its holder (ListCancelRequests, once per heartbeat interval) ends the
+-- run canceled by its own fenced finish. Status canceled in the result:
+-- ended here; queued or running: requested. Empty: unknown, archived or
+-- already terminal.
 --
--- Guarantee: one transaction, in the writers' lock order (claim row,
--- episode row, request row), every decision on locked rows: the claim row
--- is read WITH (UPDLOCK, HOLDLOCK) (its latest committed version, whatever
+-- Guarantee: one transaction, in the writers' lock order (claim row, then
+-- episode row), every decision on locked rows: the claim row is read WITH
+-- (UPDLOCK, HOLDLOCK) (its latest committed version, whatever
 -- READ_COMMITTED_SNAPSHOT says, and held to COMMIT: no grant lands between
 -- the read and the writes), the episode row is updated, so locked, under
 -- the status re-check. "Held live" is state claimed and lease_until >
--- SYSUTCDATETIME().
+-- SYSUTCDATETIME(). A poll (ClaimAvailable) locks the episode row first
+-- and its claim row second: one that committed first left the episode
+-- running under a live grant (a cancel request, then), one that comes
+-- after skips the locked row and finds it canceled; when each holds its
+-- first row, the server makes one the deadlock victim (1205: rolled back
+-- whole and retried by the adapter).
 SET NOCOUNT ON;
 SET XACT_ABORT ON;
 DECLARE @claim_key nvarchar(512);
@@ -613,26 +595,20 @@ SET status              = CASE WHEN @held = 1 THEN status ELSE N'canceled' END,
     error_class         = CASE WHEN @held = 1 THEN error_class ELSE N'canceled' END,
     error_detail        = CASE WHEN @held = 1 THEN error_detail ELSE @error_detail END,
     finished_at         = CASE WHEN @held = 1 THEN finished_at ELSE SYSUTCDATETIME() END,
+    run_after           = CASE WHEN @held = 1 THEN run_after END,
     cancel_requested_at = COALESCE(cancel_requested_at, SYSUTCDATETIME())
 OUTPUT inserted.id, inserted.status, inserted.cancel_requested_at INTO @episode
 WHERE id = @id
   AND status IN (N'queued', N'running')
   AND archived_at IS NULL;
 
+-- An expired grant is fenced out: its zombie writes nothing after this.
 IF EXISTS (SELECT 1 FROM @episode WHERE status = N'canceled')
-BEGIN
-    -- An expired grant is fenced out: its zombie writes nothing after this.
     UPDATE leasehold_work_claims WITH (UPDLOCK, ROWLOCK)
     SET state = N'failed', fence = fence + 1, lease_until = SYSUTCDATETIME(), finished_at = SYSUTCDATETIME()
     WHERE dedupe_key = @claim_key
       AND state = N'claimed'
       AND lease_until <= SYSUTCDATETIME();
-
-    UPDATE leasehold_trigger_requests WITH (UPDLOCK, ROWLOCK)
-    SET status = N'completed', finished_at = SYSUTCDATETIME()
-    WHERE episode_id = @id
-      AND status IN (N'pending', N'claimed');
-END;
 
 COMMIT TRANSACTION;
 
@@ -653,31 +629,18 @@ WHERE e.cancel_requested_at IS NOT NULL
 
 -- name: RequeueEpisode :one
 -- Runs a failed or canceled episode again, for an operator, as on Postgres:
--- available as its next attempt (attempts + 1, phase retrying, no owner,
--- cancel request cleared, max_attempts grown to admit it) with its trigger
--- request pending and due at once, in one transaction.
+-- it becomes available as its next attempt (attempts + 1, phase retrying,
+-- no owner, cancel request cleared, max_attempts grown to admit it), due at
+-- once (run_after), so whichever full node has a free slot for its actor
+-- takes it (ClaimAvailable). One UPDATE, so no transaction of its own.
 --
 -- Guarantee: only a terminal failed or canceled, unarchived episode is
--- requeued; the episode UPDATE locks the row and re-checks the status on
--- its latest committed version, so of two operators the second matches
--- nothing (empty result) and nothing else is written. Hints on the request
--- row as in RetryEpisode (UPDLOCK, HOLDLOCK: present or absent, the key
--- stays locked, so the INSERT runs only when there is no row).
-SET NOCOUNT ON;
-SET XACT_ABORT ON;
-DECLARE @episode TABLE (
-    id             bigint        NOT NULL,
-    actor_id       nvarchar(255) NOT NULL,
-    expectation_id nvarchar(255) NOT NULL,
-    source_stack   nvarchar(255) NOT NULL,
-    source_env     nvarchar(255) NOT NULL,
-    attempts       int           NOT NULL
-);
-DECLARE @request TABLE (id bigint NOT NULL, run_after datetime2(6) NOT NULL);
-
-BEGIN TRANSACTION;
-
+-- requeued (its own finish wrote a claim that is not live, so the
+-- available invariant holds, and the poll grants a fresh fence); the
+-- UPDATE locks the row and re-checks the status on its latest committed
+-- version, so of two operators the second matches nothing (empty result).
 -- SET reads the pre-update row.
+SET NOCOUNT ON;
 UPDATE leasehold_episodes
 SET status              = N'queued',
     phase               = N'retrying',
@@ -686,43 +649,12 @@ SET status              = N'queued',
     owner_node          = NULL,
     finished_at         = NULL,
     cancel_requested_at = NULL,
-    last_step_at        = SYSUTCDATETIME()
-OUTPUT inserted.id, inserted.actor_id, inserted.expectation_id, inserted.source_stack,
-    inserted.source_env, inserted.attempts INTO @episode
+    last_step_at        = SYSUTCDATETIME(),
+    run_after           = SYSUTCDATETIME()
+OUTPUT inserted.id, inserted.attempts, inserted.run_after
 WHERE id = @id
   AND status IN (N'failed', N'canceled')
   AND archived_at IS NULL;
-
-UPDATE t
-SET status      = N'pending',
-    source_node = @source_node,
-    claimed_by  = NULL,
-    claimed_at  = NULL,
-    claim_until = NULL,
-    finished_at = NULL,
-    run_after   = SYSUTCDATETIME()
-OUTPUT inserted.id, inserted.run_after INTO @request
-FROM leasehold_trigger_requests AS t WITH (UPDLOCK, HOLDLOCK)
-JOIN @episode AS e ON t.episode_id = e.id;
-
-IF @@ROWCOUNT = 0
-    INSERT INTO leasehold_trigger_requests (
-        episode_id, actor_id, expectation_id, source_node, source_stack,
-        source_env, status, created_at, run_after
-    )
-    OUTPUT inserted.id, inserted.run_after INTO @request
-    SELECT e.id, e.actor_id, e.expectation_id, @source_node, e.source_stack,
-        e.source_env, N'pending', SYSUTCDATETIME(), SYSUTCDATETIME()
-    FROM @episode AS e;
-
-IF EXISTS (SELECT 1 FROM @request)
-    COMMIT TRANSACTION;
-ELSE
-    ROLLBACK TRANSACTION;
-
-SELECT e.id, e.attempts, r.id AS request_id, r.run_after
-FROM @episode AS e
-CROSS JOIN @request AS r;
 
 -- name: GetEpisode :one
 SELECT id, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key,

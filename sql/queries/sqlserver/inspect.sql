@@ -8,7 +8,7 @@
 --
 -- None has a coordination role. Nothing decides anything from them: the runs,
 -- recovery and the pollers decide with the statements of episodes.sql,
--- recovery.sql and trigger_requests.sql, each re-checking its own condition.
+-- recovery.sql and available.sql, each re-checking its own condition.
 -- So they need no lock hint (and must not use NOLOCK, which could show a
 -- write that later rolled back), and a row they return may have changed by
 -- the time it is printed. Whether a lease is live is judged on
@@ -45,12 +45,12 @@ ORDER BY id DESC;
 -- name: InspectEpisode :one
 -- Reads one episode with everything `episodes show` prints beside its row,
 -- in one statement: the claim row of its claim key (its dedupe key, or
--- episode:{id}; CONCAT gives the same text as Postgres's 'episode:' || id),
--- its trigger request (unique per episode) and the size of its journal. No
--- claim row: claim_state N'' and the claim's other columns zero or NULL, as
--- on Postgres; no request: request_status N''. claim_live says, on the
--- database clock, whether the claim is held by a lease that has not
--- expired. With READ_COMMITTED_SNAPSHOT OFF the three tables are not read
+-- episode:{id}; CONCAT gives the same text as Postgres's 'episode:' || id)
+-- and the size of its journal; run_after is set while it is available
+-- work (its due time). No claim row: claim_state N'' and the claim's other
+-- columns zero or NULL, as on Postgres. claim_live says, on the database
+-- clock, whether the claim is held by a lease that has not expired. With
+-- READ_COMMITTED_SNAPSHOT OFF the tables are not read
 -- at one instant, so a write that commits meanwhile can show in one part
 -- and not another; with RCSI ON, as on Postgres, they are of one snapshot.
 SELECT e.id, e.actor_id, e.expectation_id, e.trigger_type, e.trigger_ref,
@@ -70,15 +70,12 @@ SELECT e.id, e.actor_id, e.expectation_id, e.trigger_type, e.trigger_ref,
     c.last_heartbeat_at AS claim_heartbeat_at,
     CAST(CASE WHEN c.state = N'claimed' AND c.lease_until > SYSUTCDATETIME()
               THEN 1 ELSE 0 END AS bit) AS claim_live,
-    COALESCE(r.status, N'') AS request_status,
-    r.run_after AS request_run_after,
+    e.run_after,
     (SELECT COUNT_BIG(*) FROM leasehold_episode_steps AS s
      WHERE s.episode_id = e.id) AS journal_steps
 FROM leasehold_episodes AS e
 LEFT JOIN leasehold_work_claims AS c
     ON c.dedupe_key = COALESCE(e.dedupe_key, CONCAT(N'episode:', e.id))
-LEFT JOIN leasehold_trigger_requests AS r
-    ON r.episode_id = e.id
 WHERE e.id = @id;
 
 -- name: InspectJournal :many

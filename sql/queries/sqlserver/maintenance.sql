@@ -8,12 +8,11 @@
 -- The adapter's Maintain opens the transaction (READ COMMITTED) on one
 -- pooled connection and sends these batches in it, in the Postgres order:
 -- TryMaintenanceLock, ArchiveEpisodes, PurgeArchivedSteps,
--- MarkJournalsPurged, ExpireTriggerRequests (trigger_requests.sql, with
--- @all_envs = 1), DeleteSpentClaims, DeleteStaleNodes; then COMMIT. None of
--- these batches opens or ends a transaction of its own, except
--- ExpireTriggerRequests, whose BEGIN/COMMIT pair nests. XACT_ABORT is ON
--- (SessionInitSQL, and each batch says so again), so any error rolls the
--- whole run back and releases the lock with it. No batch is sent again
+-- MarkJournalsPurged, ExpireAvailable (available.sql, with @all_envs = 1),
+-- DeleteSpentClaims, DeleteStaleNodes, then the waiting-for-node findings;
+-- then COMMIT. None of these batches opens or ends a transaction of its
+-- own. XACT_ABORT is ON (SessionInitSQL, and each batch says so again), so
+-- any error rolls the whole run back and releases the lock with it. No batch is sent again
 -- inside the transaction (a deadlock victim's transaction is already gone);
 -- the adapter sends the whole run again, in a new transaction.
 --

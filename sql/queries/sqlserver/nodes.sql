@@ -14,7 +14,7 @@
 -- A node announces itself on start: a restarted node with the same
 -- identity replaces its old row (started_at is reset, draining cleared).
 -- @runnable is the (actor, expectation) pairs its poller asks work for, the
--- nvarchar(max) JSON array of ClaimTriggerRequests' @runnable
+-- nvarchar(max) JSON array of ClaimAvailable's @runnable
 -- (episodes.RunnableJSON).
 --
 -- The upsert of Postgres's INSERT ... ON CONFLICT DO UPDATE, without MERGE,
@@ -107,34 +107,34 @@ ORDER BY n.node_id;
 -- (env, actor, expectation) with queued work of that pair that is due and
 -- that no live node could claim. A read that decides nothing: no lock hint
 -- (and no NOLOCK), it grants nothing and changes nothing; the pollers'
--- claim (ClaimTriggerRequests) alone decides who runs the work, and a node
--- that registers the pair takes it on its next poll whatever this read
--- said.
+-- poll (ClaimAvailable) alone decides who runs the work, and a node that
+-- registers the pair takes it on its next poll whatever this read said.
 --
 -- The predicate of sql/queries/postgres/nodes.sql's ListWaitingForNode:
--- an unarchived queued episode whose request is open and due as
--- ClaimTriggerRequests would take it, for which no node row is a node that
--- could claim it now (same env; stack-compatible as the claim matches
--- source_stack; mode full; not draining; heartbeat within
--- @silent_after_ms of SYSUTCDATETIME(); the pair in its runnable array,
--- read with OPENJSON ... WITH in the key columns' binary collation, as
--- ClaimTriggerRequests reads its @runnable). waiting_since is the oldest
--- such request's run_after, oldest_episode_id its episode, overdue whether
--- it is more than @overdue_after_ms ago; last_node_id and
--- last_heartbeat_at name the node row of the env, whatever its state, that
--- lists the pair and heartbeated last (N'' and NULL when none does). The
+-- an available episode (run_after set; see available.sql) that is due as
+-- ClaimAvailable would take it (run_after come, queued, unarchived), for
+-- which no node row is a node that could take it now (same env;
+-- stack-compatible as the poll matches source_stack; mode full; not
+-- draining; heartbeat within @silent_after_ms of SYSUTCDATETIME(); the
+-- pair in its runnable array, read with OPENJSON ... WITH in the key
+-- columns' binary collation, as ClaimAvailable reads its @runnable).
+-- waiting_since is the oldest such episode's run_after, oldest_episode_id
+-- that episode, overdue whether it is more than @overdue_after_ms ago;
+-- last_node_id and last_heartbeat_at name the node row of the env,
+-- whatever its state, that lists the pair and heartbeated last (N'' and
+-- NULL when none does). The
 -- durations are split into seconds and milliseconds, as in
 -- maintenance.sql, so that bounds over 24.8 days do not overflow DATEADD's
 -- int. The CTE is read twice (the pairs and each pair's oldest episode);
--- it is the open-request backlog of queued episodes, small by nature.
+-- it is the due available backlog, small by nature, read through
+-- leasehold_episodes_available_idx (its filter repeated literally).
 WITH waiting AS (
-    SELECT r.source_env, r.actor_id, r.expectation_id, r.episode_id, r.run_after
-    FROM leasehold_trigger_requests AS r
-    JOIN leasehold_episodes AS e ON e.id = r.episode_id
-    WHERE r.status IN (N'pending', N'claimed')
-      AND ((r.status = N'pending' AND r.run_after <= SYSUTCDATETIME()) OR r.claim_until <= SYSUTCDATETIME())
-      AND e.status = N'queued'
-      AND e.archived_at IS NULL
+    SELECT r.source_env, r.actor_id, r.expectation_id, r.id AS episode_id, r.run_after
+    FROM leasehold_episodes AS r
+    WHERE r.run_after IS NOT NULL
+      AND r.run_after <= SYSUTCDATETIME()
+      AND r.status = N'queued'
+      AND r.archived_at IS NULL
       AND NOT EXISTS (
             SELECT 1
             FROM leasehold_nodes AS n

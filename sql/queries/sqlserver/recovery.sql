@@ -19,10 +19,11 @@
 --     same key (a direct claims user that held the key when the episode was
 --     created, or stole it later) and nobody will ever finish the episode:
 --     without this rule it would stay queued for ever and block its trigger.
---     Excluded: an episode with an open trigger request (pending or
---     claimed), which is a deferred episode reusing an archived episode's
---     key, waiting for a poller's hand-over; it belongs to the pollers (and
---     to ExpireTriggerRequests), never to recovery.
+-- Never an orphan, whatever its claim: an available episode (run_after set;
+-- see available.sql), such as a deferred episode reusing an archived
+-- episode's key, or one a failed attempt requeued (RetryEpisode released
+-- its claim and made it due after its backoff). It belongs to the pollers
+-- (ClaimAvailable, and ExpireAvailable), never to recovery.
 -- All cut-offs are computed from SYSUTCDATETIME(), the database clock
 -- (@stale_after_ms is cast to int for DATEADD: under about 24.8 days).
 --
@@ -55,10 +56,8 @@
 -- No claim row: claim_state and claim_owner are N'' and claim_lease_until
 -- repeats created_at, exactly as on Postgres (never NULL).
 --
--- The done/failed case probes the episode's trigger request: at most one
--- row, a seek on the UNIQUE (episode_id) constraint's index. Like Postgres,
--- it reads without a lock hint: ClaimForRecovery decides, and an episode's
--- request only ever closes (see there). With READ_COMMITTED_SNAPSHOT OFF
+-- An available episode (run_after IS NOT NULL) is left out in both
+-- branches, on the episode row itself. With READ_COMMITTED_SNAPSHOT OFF
 -- the episode and its claim are not read at one instant, so a finish that
 -- commits between the two reads can list an episode that has just ended
 -- (its old status, its claim's new 'done'); ClaimForRecovery then finds it
@@ -95,9 +94,8 @@ FROM (
          OR (c.state = N'claimed' AND c.lease_until <= SYSUTCDATETIME())
          OR c.state IN (N'released', N'done', N'failed')
       )
-      -- never available work: an open trigger request is the pollers'
-      AND NOT EXISTS (SELECT 1 FROM leasehold_trigger_requests AS r
-                      WHERE r.episode_id = e.id AND r.status IN (N'pending', N'claimed'))
+      -- never available work: the pollers'
+      AND e.run_after IS NULL
     UNION ALL
     SELECT e.id, e.actor_id, e.expectation_id, e.status, e.dedupe_key, e.attempts,
         e.max_attempts, e.source_stack, e.source_env, e.owner_node,
@@ -118,8 +116,7 @@ FROM (
       AND (@source_stack = N'' OR e.source_stack IN (@source_stack, N''))
       AND e.source_env = @source_env
       AND ((c.state = N'claimed' AND c.lease_until <= SYSUTCDATETIME()) OR c.state IN (N'released', N'done', N'failed'))
-      AND NOT EXISTS (SELECT 1 FROM leasehold_trigger_requests AS r
-                      WHERE r.episode_id = e.id AND r.status IN (N'pending', N'claimed'))
+      AND e.run_after IS NULL
 ) AS o;
 
 -- name: ClaimForRecovery :one
@@ -137,16 +134,16 @@ FROM (
 -- rather than deadlock):
 --   * the claim UPDATE re-checks, on the locked row, that nobody can still
 --     use the grant: an expired ('claimed' and lease_until <= now) or a
---     'released' one, or a 'done' or 'failed' one when the episode has no
---     open trigger request. A second sweeper, or the original owner whose
---     journal writes extend its lease, makes it match nothing; an episode
---     already being recovered holds a live lease and is excluded the same
---     way;
+--     'released' one, or a 'done' or 'failed' one of an episode that is not
+--     available. A second sweeper, or the original owner whose journal
+--     writes extend its lease, makes it match nothing; an episode already
+--     being recovered holds a live lease and is excluded the same way;
 --   * only when no claim row exists at all (a claim-less running episode,
 --     found stale by the first read) is a fresh claim inserted;
 --   * the episode UPDATE re-checks, on the row it locks, that the episode
---     is still running or queued and not archived; otherwise the whole
---     grant is rolled back. An UPDATE qualifies the rows it locks on their
+--     is still running or queued, not archived and not available (run_after
+--     IS NULL: available work is the pollers'); otherwise the whole grant
+--     is rolled back. An UPDATE qualifies the rows it locks on their
 --     latest committed version, READ_COMMITTED_SNAPSHOT ON or OFF (as in
 --     AcquireClaim; docs/sqlserver.md, assumption 10).
 -- The new grant belongs to the sweeper, so a restarted run holds the claim
@@ -163,23 +160,25 @@ FROM (
 -- the episode is still non-terminal after the claim's finish committed:
 -- the claim was finished by another grant of the key (a direct claims
 -- user), and nobody else will ever finish the episode. Every other way an
--- episode ends (ExpireTriggerRequests' cancel) commits before this episode
+-- episode ends (a cancel, ExpireAvailable) commits before this episode
 -- UPDATE reads the row, or waits for this transaction and then sees the
 -- fresh live grant.
 --
--- The open-request exclusion (available work is the pollers': a deferred
--- or overflowing episode, perhaps reusing an archived episode's key whose
+-- The available exclusion (available work is the pollers': a deferred or
+-- overflowing episode, perhaps reusing an archived episode's key whose
 -- done claim is the archived run's, or one RetryEpisode requeued after a
--- failed attempt) is read in the first, lock-free SELECT, not under the
--- claim row's lock: read after the claim lock, it would wait under
--- READ_COMMITTED_SNAPSHOT OFF for a DispatchTriggerRequest that holds the
--- request row and waits for this claim row, a deadlock. A request opens
--- only with its episode's creation or with RetryEpisode, which releases the
--- claim of the grant it is fenced on; a retry that commits between the
--- read and the claim lock leaves a released claim this batch may take, so
--- that recovery restarts the episode without its backoff and counts one
--- attempt more: never a second run, since the retry's request is then
--- dispatched to nobody (the episode's claim is live) and completes.
+-- failed attempt) is read twice: in the first, lock-free SELECT, so that
+-- an available episode's claim row is never locked here (a poll locks the
+-- episode row first and the claim row second), and again by the episode
+-- UPDATE on its locked row. An episode becomes available only when it is
+-- created so, or when the write that makes it so releases or ends its
+-- grant (RetryEpisode, RequeueEpisode, RequeueOrphan); one made available
+-- between the first read and the claim lock leaves a claim this batch may
+-- take, and the episode UPDATE then finds run_after set and rolls the
+-- grant back. A poll that picked that episode meanwhile and waits for the
+-- claim row this batch holds, while this batch waits for the episode row,
+-- is a deadlock, and the server makes one of the two the victim (1205:
+-- rolled back whole and retried).
 --
 -- Hints: UPDLOCK, HOLDLOCK on the claim UPDATE and on the NOT EXISTS guard
 -- of the insert, inside the transaction: the row (or, when the key is
@@ -198,9 +197,6 @@ FROM (
 SET NOCOUNT ON;
 SET XACT_ABORT ON;
 DECLARE @orphan_key nvarchar(512);
--- 1 unless the first read found no open trigger request: an episode with
--- one is available work, the pollers', and nothing is taken over.
-DECLARE @open_request bit = 1;
 DECLARE @grant TABLE (
     dedupe_key  nvarchar(512) NOT NULL,
     fence       bigint        NOT NULL,
@@ -225,17 +221,14 @@ DECLARE @recovered TABLE (
 );
 
 -- The orphan: a claim row exists for it (its state is re-checked under lock
--- below), or it is running without one and stale; and whether it has an open
--- trigger request (see above for why this read needs no lock).
-SELECT @orphan_key = COALESCE(e.dedupe_key, CONCAT(N'episode:', e.id)),
-    @open_request = CASE WHEN EXISTS (
-            SELECT 1 FROM leasehold_trigger_requests AS r
-            WHERE r.episode_id = e.id AND r.status IN (N'pending', N'claimed'))
-        THEN 1 ELSE 0 END
+-- below), or it is running without one and stale; never available work
+-- (re-checked under lock below too).
+SELECT @orphan_key = COALESCE(e.dedupe_key, CONCAT(N'episode:', e.id))
 FROM leasehold_episodes AS e
 WHERE e.id = @id
   AND e.archived_at IS NULL
   AND e.status IN (N'running', N'queued')
+  AND e.run_after IS NULL
   AND (
         EXISTS (SELECT 1 FROM leasehold_work_claims AS x
                 WHERE x.dedupe_key = COALESCE(e.dedupe_key, CONCAT(N'episode:', e.id)))
@@ -244,7 +237,7 @@ WHERE e.id = @id
              < DATEADD(millisecond, -CAST(@stale_after_ms AS int), SYSUTCDATETIME()))
   );
 
-IF @orphan_key IS NOT NULL AND @open_request = 0
+IF @orphan_key IS NOT NULL
 BEGIN
     BEGIN TRANSACTION;
 
@@ -300,6 +293,7 @@ BEGIN
     WHERE id = @id
       AND status IN (N'running', N'queued')
       AND archived_at IS NULL
+      AND run_after IS NULL
       AND EXISTS (SELECT 1 FROM @grant);
 
     IF EXISTS (SELECT 1 FROM @recovered)
@@ -322,60 +316,53 @@ CROSS JOIN @grant AS g;
 -- the orphan becomes available work again (its grant fenced out: released,
 -- fence + 1; the episode queued, phase recovering, no owner, as its next
 -- attempt, or as the same attempt again when its holder gave the grant
--- back; its trigger request pending and due at once), so any full node
--- with a free slot for its actor takes it. An orphan with a cancel request
--- ends canceled instead, with no request. No row: not an orphan (any more),
+-- back; available, due at once: run_after), so any full node with a free
+-- slot for its actor takes it (ClaimAvailable), never past an actor's
+-- MaxConcurrent. An orphan with a cancel request ends canceled instead and
+-- is not made available. No row: not an orphan (any more),
 -- taken by another sweeper, or exhausted (attempts + 2 > max_attempts,
 -- attempts + 1 when given back: recovery fails those through
 -- ClaimForRecovery).
 --
 -- Guarantee: exactly ClaimForRecovery's (see there for the reasoning, the
 -- hints and the lock order, claim row then episode row): the first,
--- lock-free read finds the orphan and its open-request exclusion; the claim
+-- lock-free read finds the orphan and leaves out available work; the claim
 -- UPDATE WITH (UPDLOCK, HOLDLOCK) re-checks on the locked row that nobody
 -- can still use the grant, and its OUTPUT deleted.* says whether the
 -- holder had given the grant back (@given_back); a claim-less episode (no
 -- claim row at all, re-read under the same key-range lock) needs no
--- fencing; the episode UPDATE re-checks status, archive and attempts on its
--- latest committed version, and, under UPDLOCK, HOLDLOCK, that no trigger
--- request is open; anything that matches nothing rolls the whole
--- transaction back. A second sweeper that waited for the first on the
--- claim row finds a released claim, takeable; the first's open request,
--- read under the lock, tells it the orphan was requeued already (the
--- first's attempts + 1 does too, unless the grant had been given back).
--- The Postgres statement's RequeueOrphanLock has no T-SQL counterpart
--- (sql/queries/dialects.go): the locking read here sees the latest
--- committed request.
+-- fencing; the episode UPDATE re-checks status, archive, attempts and that
+-- the episode is not available (run_after IS NULL) on its latest committed
+-- version; anything that matches nothing rolls the whole transaction back.
+-- A second sweeper that waited for the first on the claim row finds a
+-- released claim, takeable; the first's run_after, on the episode row its
+-- UPDATE locks, tells it the orphan was requeued already (the first's
+-- attempts + 1 does too, unless the grant had been given back), whether or
+-- not that requeue counted an attempt. The Postgres statement's
+-- RequeueOrphanLock has no T-SQL counterpart (sql/queries/dialects.go):
+-- the episode UPDATE here qualifies the row on its latest committed
+-- version.
 --
 -- Bound: sent behind BoundLockWait (bounds.sql) in the same call, like
 -- ClaimForRecovery.
 SET NOCOUNT ON;
 SET XACT_ABORT ON;
 DECLARE @orphan_key nvarchar(512);
-DECLARE @open_request bit = 1;
 DECLARE @given_back bit = 0;
 DECLARE @fenced TABLE (dedupe_key nvarchar(512) NOT NULL, was_state nvarchar(32) NOT NULL, was_attempt int NOT NULL);
 DECLARE @episode TABLE (
-    id             bigint        NOT NULL,
-    actor_id       nvarchar(255) NOT NULL,
-    expectation_id nvarchar(255) NOT NULL,
-    source_stack   nvarchar(255) NOT NULL,
-    source_env     nvarchar(255) NOT NULL,
-    attempts       int           NOT NULL,
-    max_attempts   int           NOT NULL,
-    status         nvarchar(32)  NOT NULL
+    id           bigint       NOT NULL,
+    attempts     int          NOT NULL,
+    max_attempts int          NOT NULL,
+    status       nvarchar(32) NOT NULL
 );
-DECLARE @request TABLE (id bigint NOT NULL);
 
-SELECT @orphan_key = COALESCE(e.dedupe_key, CONCAT(N'episode:', e.id)),
-    @open_request = CASE WHEN EXISTS (
-            SELECT 1 FROM leasehold_trigger_requests AS r
-            WHERE r.episode_id = e.id AND r.status IN (N'pending', N'claimed'))
-        THEN 1 ELSE 0 END
+SELECT @orphan_key = COALESCE(e.dedupe_key, CONCAT(N'episode:', e.id))
 FROM leasehold_episodes AS e
 WHERE e.id = @id
   AND e.archived_at IS NULL
   AND e.status IN (N'running', N'queued')
+  AND e.run_after IS NULL
   AND e.attempts = @attempts
   -- The exact bound (+ 1 given back, + 2 otherwise) is checked under the
   -- lock below, once the claim row says which.
@@ -388,7 +375,7 @@ WHERE e.id = @id
              < DATEADD(millisecond, -CAST(@stale_after_ms AS int), SYSUTCDATETIME()))
   );
 
-IF @orphan_key IS NOT NULL AND @open_request = 0
+IF @orphan_key IS NOT NULL
 BEGIN
     BEGIN TRANSACTION;
 
@@ -425,56 +412,27 @@ BEGIN
                                ELSE attempts + 1 END,
             owner_node  = NULL,
             error_class = CASE WHEN cancel_requested_at IS NOT NULL THEN N'canceled' ELSE error_class END,
-            finished_at = CASE WHEN cancel_requested_at IS NOT NULL THEN SYSUTCDATETIME() END
-        OUTPUT inserted.id, inserted.actor_id, inserted.expectation_id, inserted.source_stack,
-            inserted.source_env, inserted.attempts, inserted.max_attempts, inserted.status
+            finished_at = CASE WHEN cancel_requested_at IS NOT NULL THEN SYSUTCDATETIME() END,
+            run_after   = CASE WHEN cancel_requested_at IS NULL THEN SYSUTCDATETIME() END
+        OUTPUT inserted.id, inserted.attempts, inserted.max_attempts, inserted.status
         INTO @episode
         WHERE id = @id
           AND status IN (N'running', N'queued')
           AND archived_at IS NULL
+          AND run_after IS NULL
           AND attempts = @attempts
-          AND attempts + CASE WHEN @given_back = 1 THEN 1 ELSE 2 END <= max_attempts
-          AND NOT EXISTS (SELECT 1 FROM leasehold_trigger_requests AS r WITH (UPDLOCK, HOLDLOCK)
-                          WHERE r.episode_id = @id AND r.status IN (N'pending', N'claimed'));
+          AND attempts + CASE WHEN @given_back = 1 THEN 1 ELSE 2 END <= max_attempts;
 
-    -- No open request was seen; a closed one (completed, expired) is reused,
-    -- as in RetryEpisode.
-    UPDATE t
-    SET status      = N'pending',
-        source_node = @owner_node,
-        claimed_by  = NULL,
-        claimed_at  = NULL,
-        claim_until = NULL,
-        finished_at = NULL,
-        run_after   = SYSUTCDATETIME()
-    OUTPUT inserted.id INTO @request
-    FROM leasehold_trigger_requests AS t WITH (UPDLOCK, HOLDLOCK)
-    JOIN @episode AS e ON t.episode_id = e.id
-    WHERE e.status = N'queued';
-
-    IF @@ROWCOUNT = 0
-        INSERT INTO leasehold_trigger_requests (
-            episode_id, actor_id, expectation_id, source_node, source_stack,
-            source_env, status, created_at, run_after
-        )
-        OUTPUT inserted.id INTO @request
-        SELECT e.id, e.actor_id, e.expectation_id, @owner_node, e.source_stack,
-            e.source_env, N'pending', SYSUTCDATETIME(), SYSUTCDATETIME()
-        FROM @episode AS e
-        WHERE e.status = N'queued';
-
-    IF EXISTS (SELECT 1 FROM @request) OR EXISTS (SELECT 1 FROM @episode WHERE status = N'canceled')
+    IF EXISTS (SELECT 1 FROM @episode)
         COMMIT TRANSACTION;
     ELSE
         ROLLBACK TRANSACTION;
 END;
 
--- Table variables keep their rows across ROLLBACK: answer only for a
--- committed requeue or cancel.
-SELECT e.id, e.status, e.attempts, e.max_attempts, COALESCE(r.id, 0) AS request_id
-FROM @episode AS e
-LEFT JOIN @request AS r ON 1 = 1
-WHERE EXISTS (SELECT 1 FROM @request) OR e.status = N'canceled';
+-- @episode is empty whenever the transaction was rolled back: answer only
+-- for a committed requeue or cancel.
+SELECT e.id, e.status, e.attempts, e.max_attempts
+FROM @episode AS e;
 
 -- name: GetAgentRecoveryPolicy :one
 -- The recovery policy of an expectation, as the nodes that run it recorded
