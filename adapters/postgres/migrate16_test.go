@@ -108,3 +108,48 @@ func TestMigrate16MakesOpenRequestsAvailable(t *testing.T) {
 		WHERE episode_id = $1 AND status = 'pending'`, later).Scan(&status))
 	require.Equal(t, "pending", status, "down gives available work its request back")
 }
+
+// A node older than migration 00016 that still runs beside new ones writes
+// the episode row without knowing run_after: its recovery can take over an
+// available episode (its ClaimForRecovery knows nothing of run_after) and
+// finish it, or start it, and leave run_after set. A poll and the expiry
+// then meet an ended or running episode that still looks available: they
+// must leave it alone (the status test on the locked row), never run a
+// failed episode again nor cancel running work.
+func TestPollAndExpiryLeaveAnOldBinarysLeftoversAlone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Schema(t)
+	s := postgres.New(pool)
+	leftover := func(key, status string) int64 {
+		t.Helper()
+		d, err := s.CreateDeferredEpisode(ctx, episodes.Deferred{New: episodes.New{ActorID: "a", ExpectationID: "e",
+			TriggerType: episodes.TriggerEvent, DedupeKey: key, MaxAttempts: 3}})
+		require.NoError(t, err)
+		// What the old binary's takeover left: its grant (expired, or
+		// finished) and the episode moved on, run_after untouched.
+		pgtest.Exec(t, pool, `INSERT INTO leasehold_work_claims (dedupe_key, state, owner_node, lease_until, claimed_at, fence, work_type)
+			VALUES ($1, CASE WHEN $2::text = 'running' THEN 'claimed' ELSE 'failed' END, 'old-node', now() - interval '1 second',
+				now() - interval '1 minute', 1, 'episode')`, key, status)
+		pgtest.Exec(t, pool, `UPDATE leasehold_episodes SET status = $2::text, owner_node = 'old-node',
+			finished_at = CASE WHEN $2::text = 'failed' THEN now() END, run_after = run_after - interval '2 hours'
+			WHERE id = $1`, d.Episode.ID, status)
+		return d.Episode.ID
+	}
+	failed := leftover("old-failed", "failed")
+	running := leftover("old-running", "running")
+
+	ds, err := s.ClaimAvailable(ctx, episodes.AvailableQuery{Owner: "new-node", Lease: time.Minute,
+		Runnable: []episodes.Runnable{{ActorID: "a", ExpectationID: "e"}}, Limit: 10})
+	require.NoError(t, err)
+	require.Empty(t, ds, "a poll took an episode an older binary ended or runs")
+	expired, err := s.ExpireAvailable(ctx, episodes.ExpireQuery{TTL: time.Hour})
+	require.NoError(t, err)
+	require.Empty(t, expired, "the expiry canceled an episode an older binary ended or runs")
+	for id, status := range map[int64]episodes.Status{failed: episodes.StatusFailed, running: episodes.StatusRunning} {
+		ep, err := s.GetEpisode(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, status, ep.Status)
+		require.Equal(t, "old-node", ep.OwnerNode)
+	}
+}

@@ -140,3 +140,43 @@ func TestClaimAvailableOnSQLite(t *testing.T) {
 	require.True(t, ds[0].Started)
 	require.EqualValues(t, 1, ds[0].Episode.Attempts)
 }
+
+// As Postgres's TestPollAndExpiryLeaveAnOldBinarysLeftoversAlone: a node
+// older than migration 00016 can take over an available episode and end
+// it, or run it, leaving run_after set; a poll and the expiry leave such an
+// episode alone (the status test), never running a failed episode again
+// nor canceling running work.
+func TestPollAndExpiryLeaveAnOldBinarysLeftoversAlone(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := sqlitetest.DB(t)
+	s := sqlite.New(db)
+	leftover := func(key, status, claim string) int64 {
+		t.Helper()
+		d, err := s.CreateDeferredEpisode(ctx, episodes.Deferred{New: episodes.New{ActorID: "mon", ExpectationID: "ping",
+			TriggerType: episodes.TriggerEvent, DedupeKey: key, MaxAttempts: 3}})
+		require.NoError(t, err)
+		now := time.Now().UnixMilli()
+		sqlitetest.Exec(t, db, `INSERT INTO leasehold_work_claims (dedupe_key, state, owner_node, lease_until, claimed_at, fence, work_type)
+			VALUES (?, ?, 'old-node', ?, ?, 1, 'episode')`, key, claim, now-1000, now-60000)
+		sqlitetest.Exec(t, db, `UPDATE leasehold_episodes SET status = ?, owner_node = 'old-node',
+			run_after = run_after - 7200000 WHERE id = ?`, status, d.Episode.ID)
+		return d.Episode.ID
+	}
+	failed := leftover("old-failed", "failed", "failed")
+	running := leftover("old-running", "running", "claimed")
+
+	ds, err := s.ClaimAvailable(ctx, episodes.AvailableQuery{Owner: "new-node", Lease: time.Minute,
+		Runnable: []episodes.Runnable{{ActorID: "mon", ExpectationID: "ping"}}, Limit: 10})
+	require.NoError(t, err)
+	require.Empty(t, ds, "a poll took an episode an older binary ended or runs")
+	expired, err := s.ExpireAvailable(ctx, episodes.ExpireQuery{TTL: time.Hour})
+	require.NoError(t, err)
+	require.Empty(t, expired, "the expiry canceled an episode an older binary ended or runs")
+	for id, status := range map[int64]episodes.Status{failed: episodes.StatusFailed, running: episodes.StatusRunning} {
+		ep, err := s.GetEpisode(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, status, ep.Status)
+		require.Equal(t, "old-node", ep.OwnerNode)
+	}
+}

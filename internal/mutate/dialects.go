@@ -59,7 +59,7 @@ var sqliteLocks = []generated{
 
 var targets = []target{
 	{dialect: "postgres", files: "db/*.sql.go", routines: "sql/schema/postgres/*.sql", pkg: "adapters/postgres", needs: "a Postgres (make mutate starts a throwaway one when none is reachable)"},
-	{dialect: "sqlite", files: "db/sqlitedb/*.sql.go", routines: "sql/schema/sqlite/*.sql", pkg: "adapters/sqlite", run: "^Test(Conformance|Hold|FinishTx|Savepoint|Store|Grant|Due|Lanes)",
+	{dialect: "sqlite", files: "db/sqlitedb/*.sql.go", routines: "sql/schema/sqlite/*.sql", pkg: "adapters/sqlite", run: "^Test(Conformance|Hold|FinishTx|Savepoint|Store|Grant|Due|Lanes|ClaimAvailable|PollAndExpiry)",
 		locks: sqliteLocks},
 	{dialect: "sqlserver", files: "sql/queries/sqlserver/*.sql", routines: "sql/schema/sqlserver/*.sql", pkg: "adapters/sqlserver", run: "^Test(Static|Unit)"},
 }

@@ -831,6 +831,222 @@ var equivalents = map[string]equivalent{
 	"postgres:SetWorkflowDefinitionVersion:cmp-strict#1": {what: `SetWorkflowDefinitionVersion: "=" -> ">=" in "AND status = 'running'"`, why: instanceRunningIsTheLastStatus},
 	"postgres:EndWorkflowStep:cmp-strict#1":              {what: `EndWorkflowStep: "=" -> ">=" in "AND status = 'running'"`, why: skippedStepHasNoEpisode},
 	"postgres:ListStalledWorkflowSteps:cmp-strict#2":     {what: `ListStalledWorkflowSteps: "=" -> ">=" in "AND s.status = 'running'"`, why: skippedStepHasNoEpisode},
+	"sqlite:ClaimAvailable:cmp-strict#1": {
+		what: `ClaimAvailable: "<=" -> "<" in "AND e.run_after <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER)"`,
+		why:  leaseEndingNowIsConservative,
+	},
+	"sqlite:ClaimAvailableGrant:cmp-strict#1": {
+		what: `ClaimAvailableGrant: "=" -> ">=" in "AND e.status = 'queued'"`,
+		why:  pollRecheckedInItsTransaction,
+	},
+	"sqlite:ClaimAvailableGrant:drop#1": {
+		what: `ClaimAvailableGrant: predicate removed: "AND e.status = 'queued'"`,
+		why:  pollRecheckedInItsTransaction,
+	},
+	"sqlite:ClaimAvailableGrant:drop#2": {
+		what: `ClaimAvailableGrant: predicate removed: "AND e.archived_at IS NULL"`,
+		why:  pollRecheckedInItsTransaction,
+	},
+	"sqlite:ClaimAvailableGrant:cmp-strict#2": {
+		what: `ClaimAvailableGrant: "<=" -> "<" in "WHERE c.state <> 'claimed' OR c.lease_until <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER)"`,
+		why:  leaseEndingNowIsConservative,
+	},
+	"sqlite:ClaimAvailableStart:cmp-strict#1": {
+		what: `ClaimAvailableStart: "=" -> ">=" in "AND status = 'queued'"`,
+		why:  pollRecheckedInItsTransaction,
+	},
+	"sqlite:ClaimAvailableStart:drop#1": {
+		what: `ClaimAvailableStart: predicate removed: "AND status = 'queued'"`,
+		why:  pollRecheckedInItsTransaction,
+	},
+	"sqlite:ClaimAvailableStart:drop#2": {
+		what: `ClaimAvailableStart: predicate removed: "AND archived_at IS NULL"`,
+		why:  pollRecheckedInItsTransaction,
+	},
+	"sqlite:ClaimAvailableStart:cmp-strict#2": {
+		what: `ClaimAvailableStart: "=" -> ">=" in "ON c.dedupe_key = g.value ->> '$.claim_key' AND c.fence = g.value ->> '$.fence'"`,
+		why:  pollRecheckedInItsTransaction,
+	},
+	"sqlite:ClaimAvailableStart:cmp-strict#3": {
+		what: `ClaimAvailableStart: "=" -> ">=" in "ON c.dedupe_key = g.value ->> '$.claim_key' AND c.fence = g.value ->> '$.fence'"`,
+		why:  pollRecheckedInItsTransaction,
+	},
+	"sqlite:ClaimAvailableStart:cmp-strict#4": {
+		what: `ClaimAvailableStart: "=" -> ">=" in "AND c.owner_node = CAST(?1 AS TEXT)"`,
+		why:  pollRecheckedInItsTransaction,
+	},
+	"sqlite:ClaimAvailableStart:drop#3": {
+		what: `ClaimAvailableStart: predicate removed: "AND c.owner_node = CAST(?1 AS TEXT)"`,
+		why:  pollRecheckedInItsTransaction,
+	},
+	"sqlite:ClaimAvailableStart:cmp-strict#5": {
+		what: `ClaimAvailableStart: "=" -> ">=" in "AND c.state = 'claimed')"`,
+		why:  pollRecheckedInItsTransaction,
+	},
+	"sqlite:ExpireAvailable:cmp-strict#1": {
+		what: `ExpireAvailable: "<" -> "<=" in "WHERE run_after < CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - CAST(?1 AS INTEGER)"`,
+		why:  expiryInstant,
+	},
+	"sqlite:ExpireAvailable:cmp-strict#4": {
+		what: `ExpireAvailable: ">" -> ">=" in "AND c.lease_until > CAST(round(unixepoch('subsec') * 1000) AS INTEGER))"`,
+		why:  liveAtItsLastInstant,
+	},
+	"sqlite:NextAvailableDue:cmp-strict#1": {
+		what: `NextAvailableDue: ">" -> ">=" in "AND e.run_after > CAST(round(unixepoch('subsec') * 1000) AS INTEGER)"`,
+		why:  sleepHintInstant,
+	},
+	"sqlite:RetryEpisode:cmp-strict#1": {
+		what: `RetryEpisode: "=" -> ">=" in "AND c.owner_node = CAST(?6 AS TEXT)"`,
+		why:  retryAfterItsClaim,
+	},
+	"sqlite:RetryEpisode:drop#2": {
+		what: `RetryEpisode: predicate removed: "AND c.owner_node = CAST(?6 AS TEXT)"`,
+		why:  retryAfterItsClaim,
+	},
+	"sqlite:RetryEpisode:cmp-strict#2": {
+		what: `RetryEpisode: "=" -> ">=" in "AND c.fence = CAST(?7 AS INTEGER))"`,
+		why:  retryAfterItsClaim,
+	},
+	"sqlite:MaintenanceDue:cmp-strict#2": {
+		what: `MaintenanceDue: "<" -> "<=" in "WHERE r.run_after < CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - CAST(?2 AS INTEGER)))"`,
+		why:  maintenanceDueIsWider,
+	},
+	"sqlite:MaintenanceDue:cmp-strict#5": {
+		what: `MaintenanceDue: "<" -> "<=" in "WHERE r.run_after < CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - CAST(?5 AS INTEGER))"`,
+		why:  maintenanceDueIsWider,
+	},
+	"sqlite:ListWaitingForNode:cmp-strict#1": {
+		what: `ListWaitingForNode: "<=" -> "<" in "WHERE r.run_after <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER)"`,
+		why:  leaseEndingNowIsConservative,
+	},
+	"sqlite:ListWaitingForNode:cmp-strict#2": {
+		what: `ListWaitingForNode: "=" -> ">=" in "AND r.status = 'queued'"`,
+		why:  availableIsQueuedAndLive,
+	},
+	"sqlite:ListWaitingForNode:drop#1": {
+		what: `ListWaitingForNode: predicate removed: "AND r.status = 'queued'"`,
+		why:  availableIsQueuedAndLive,
+	},
+	"sqlite:ListWaitingForNode:drop#2": {
+		what: `ListWaitingForNode: predicate removed: "AND r.archived_at IS NULL"`,
+		why:  availableIsQueuedAndLive,
+	},
+	"sqlite:ListWaitingForNode:cmp-strict#3": {
+		what: `ListWaitingForNode: ">" -> ">=" in "AND n.heartbeat_at > CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - CAST(?2 AS INTEGER)"`,
+		why:  readBoundInstant,
+	},
+	"sqlite:ListWaitingForNode:cmp-strict#6": {
+		what: `ListWaitingForNode: "<" -> "<=" in "CAST(p.waiting_since < CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - CAST(?1 AS INTEGER)"`,
+		why:  readBoundInstant,
+	},
+	"sqlite:ClaimForRecoveryGrant:cmp-strict#3": {
+		what: `ClaimForRecoveryGrant: "=" -> ">=" in "WHERE (c.state = 'claimed' AND c.lease_until <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER))"`,
+		why:  endedStatesAlreadyAdmitted,
+	},
+	"sqlite:ClaimForRecoveryGrant:cmp-strict#4": {
+		what: `ClaimForRecoveryGrant: "<=" -> "<" in "WHERE (c.state = 'claimed' AND c.lease_until <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER))"`,
+		why:  leaseEndingNowIsConservative,
+	},
+	"sqlite:ListOrphanedEpisodes:drop#3": {
+		what: `ListOrphanedEpisodes: predicate removed: "AND e.run_after IS NULL"`,
+		why:  runningIsNeverAvailable,
+	},
+	"sqlite:ListOrphanedEpisodes:drop#4": {
+		what: `ListOrphanedEpisodes: predicate removed: "AND e.archived_at IS NULL"`,
+		why:  archivedIsTerminal,
+	},
+	"sqlite:ListOrphanedEpisodes:cmp-strict#9": {
+		what: `ListOrphanedEpisodes: "=" -> ">=" in "AND ((c.state = 'claimed' AND c.lease_until <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER))"`,
+		why:  endedStatesAlreadyAdmitted,
+	},
+	"sqlite:ListOrphanedEpisodes:cmp-strict#10": {
+		what: `ListOrphanedEpisodes: "<=" -> "<" in "AND ((c.state = 'claimed' AND c.lease_until <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER))"`,
+		why:  leaseEndingNowIsConservative,
+	},
+	"sqlite:RequeueOrphan:drop#4": {
+		what: `RequeueOrphan: predicate removed: "AND run_after IS NULL"`,
+		why:  requeueOrphanTargetChecked,
+	},
+	"sqlite:RequeueOrphanTarget:drop#6": {
+		what: `RequeueOrphanTarget: predicate removed: "AND e.run_after IS NULL"`,
+		why:  requeueOrphanRechecked,
+	},
+	"postgres:ClaimAvailable:cmp-strict#1": {
+		what: `ClaimAvailable: "<=" -> "<" in "AND e.run_after <= now()"`,
+		why:  leaseEndingNowIsConservative,
+	},
+	"postgres:ClaimAvailable:cmp-strict#4": {
+		what: `ClaimAvailable: "<=" -> "<" in "WHERE c.state <> 'claimed' OR c.lease_until <= now()"`,
+		why:  leaseEndingNowIsConservative,
+	},
+	"postgres:ExpireAvailable:cmp-strict#1": {
+		what: `ExpireAvailable: "<" -> "<=" in "WHERE e.run_after < now() - ($1::bigint * interval '1 millisecond')"`,
+		why:  expiryInstant,
+	},
+	"postgres:ExpireAvailable:cmp-strict#4": {
+		what: `ExpireAvailable: ">" -> ">=" in "AND c.lease_until > now())"`,
+		why:  liveAtItsLastInstant,
+	},
+	"postgres:NextAvailableDue:cmp-strict#1": {
+		what: `NextAvailableDue: ">" -> ">=" in "AND e.run_after > now()"`,
+		why:  sleepHintInstant,
+	},
+	"postgres:ListWaitingForNode:cmp-strict#1": {
+		what: `ListWaitingForNode: "<=" -> "<" in "WHERE r.run_after <= now()"`,
+		why:  leaseEndingNowIsConservative,
+	},
+	"postgres:ListWaitingForNode:cmp-strict#2": {
+		what: `ListWaitingForNode: "=" -> ">=" in "AND r.status = 'queued'"`,
+		why:  availableIsQueuedAndLive,
+	},
+	"postgres:ListWaitingForNode:drop#1": {
+		what: `ListWaitingForNode: predicate removed: "AND r.status = 'queued'"`,
+		why:  availableIsQueuedAndLive,
+	},
+	"postgres:ListWaitingForNode:drop#2": {
+		what: `ListWaitingForNode: predicate removed: "AND r.archived_at IS NULL"`,
+		why:  availableIsQueuedAndLive,
+	},
+	"postgres:ClaimForRecovery:cmp-strict#2": {
+		what: `ClaimForRecovery: "=" -> ">=" in "WHERE (c.state = 'claimed' AND c.lease_until <= now()) OR c.state IN ('released', 'done', 'failed')"`,
+		why:  endedStatesAlreadyAdmitted,
+	},
+	"postgres:ClaimForRecovery:cmp-strict#3": {
+		what: `ClaimForRecovery: "<=" -> "<" in "WHERE (c.state = 'claimed' AND c.lease_until <= now()) OR c.state IN ('released', 'done', 'failed')"`,
+		why:  leaseEndingNowIsConservative,
+	},
+	"postgres:ClaimForRecovery:drop#4": {
+		what: `ClaimForRecovery: predicate removed: "AND e.status IN ('running', 'queued')"`,
+		why:  claimForRecoveryRechecked,
+	},
+	"postgres:ClaimForRecovery:drop#5": {
+		what: `ClaimForRecovery: predicate removed: "AND e.archived_at IS NULL"`,
+		why:  claimForRecoveryRechecked,
+	},
+	"postgres:ListOrphanedEpisodes:drop#2": {
+		what: `ListOrphanedEpisodes: predicate removed: "AND e.run_after IS NULL"`,
+		why:  runningIsNeverAvailable,
+	},
+	"postgres:ListOrphanedEpisodes:drop#3": {
+		what: `ListOrphanedEpisodes: predicate removed: "AND e.archived_at IS NULL"`,
+		why:  archivedIsTerminal,
+	},
+	"postgres:ListOrphanedEpisodes:cmp-strict#8": {
+		what: `ListOrphanedEpisodes: "=" -> ">=" in "AND ((c.state = 'claimed' AND c.lease_until <= now()) OR c.state IN ('released', 'done', 'failed'))"`,
+		why:  endedStatesAlreadyAdmitted,
+	},
+	"postgres:ListOrphanedEpisodes:cmp-strict#9": {
+		what: `ListOrphanedEpisodes: "<=" -> "<" in "AND ((c.state = 'claimed' AND c.lease_until <= now()) OR c.state IN ('released', 'done', 'failed'))"`,
+		why:  leaseEndingNowIsConservative,
+	},
+	"postgres:RequeueOrphan:cmp-strict#7": {
+		what: `RequeueOrphan: "=" -> ">=" in "AND ((c.state = 'claimed' AND c.lease_until <= now()) OR c.state IN ('released', 'done', 'failed'))"`,
+		why:  endedStatesAlreadyAdmitted,
+	},
+	"postgres:RequeueOrphan:cmp-strict#8": {
+		what: `RequeueOrphan: "<=" -> "<" in "AND ((c.state = 'claimed' AND c.lease_until <= now()) OR c.state IN ('released', 'done', 'failed'))"`,
+		why:  leaseEndingNowIsConservative,
+	},
 }
 
 // equivalent is one listed survivor: its description as the generator
@@ -1167,3 +1383,57 @@ const liveNodeAtTheBound = "the mutant differs only when a node's last heartbeat
 	"millisecond: that node counts as live, holding the switch back (and listed as why), one millisecond longer. " +
 	"Membership only spares a live old node's inserts from being refused; what keeps a version 1 key out after the " +
 	"switch is the insert trigger, whatever membership says, so no trigger can make a second episode either way"
+
+// pollRecheckedInItsTransaction: SQLite's ClaimAvailable is three
+// statements in one transaction.
+const pollRecheckedInItsTransaction = "ClaimAvailableGrant and ClaimAvailableStart run in the same BEGIN IMMEDIATE " +
+	"transaction as ClaimAvailable's pick, which chose only due, queued, unarchived episodes of the poller's scope and " +
+	"cleared their run_after; the write lock keeps every other writer out until COMMIT, so the re-checks of status, " +
+	"archived_at and of the grant the transaction just made (key, fence, owner, claimed) re-read what the " +
+	"transaction itself proved or wrote"
+
+// expiryInstant: ExpireAvailable's run_after < now - ttl made <=.
+const expiryInstant = "the mutant differs only when run_after is exactly now - ttl to the clock's resolution; now is " +
+	"the expiring statement's, which no caller knows or controls, and the TTL bounds how long available work may " +
+	"wait, which expiring at that instant rather than a tick later does not change"
+
+// liveAtItsLastInstant: ExpireAvailable's live-claim test made >=.
+const liveAtItsLastInstant = "the mutant differs only when the claim's lease ends exactly at the expiry's now to the " +
+	"clock's resolution, and then treats it as held for that instant: the episode is left to the next expiry (and, " +
+	"its claim over, is recovery's or the pollers'), so nothing is canceled early and nothing is left behind"
+
+// sleepHintInstant: NextAvailableDue's future test made '>='.
+const sleepHintInstant = "NextAvailableDue only tells an idle poller how long to sleep; the mutant counts an " +
+	"episode due exactly at the statement's now (to the clock's resolution) as due in 0 ms rather than leaving it to " +
+	"the poll that follows: the poller polls at once either way, and ClaimAvailable decides"
+
+// readBoundInstant: a bound of ListWaitingForNode, a read, made '>=' or
+// '<='.
+const readBoundInstant = "the mutant differs only when a time equals the read's bound exactly, to the " +
+	"millisecond; ListWaitingForNode decides nothing (the pollers' claim decides who runs the work), and a read a " +
+	"millisecond later sees it the other way: a silent node's row, or a waiting pair's overdue flag, one tick early"
+
+// retryAfterItsClaim: SQLite's RetryEpisode, claim first.
+const retryAfterItsClaim = "RetryEpisodeClaim, first in the same BEGIN IMMEDIATE transaction, released the claim " +
+	"only if its key, owner, fence and state 'claimed' matched exactly (no row: ErrLeaseLost, nothing written); the " +
+	"release keeps owner and fence, so the episode statement's owner condition re-reads a value already proven"
+
+// availableIsQueuedAndLive: ListWaitingForNode's status and archived
+// tests on an available episode.
+const availableIsQueuedAndLive = "the read takes episodes with run_after set, and run_after is set only on a queued, " +
+	"unarchived episode (available.sql's invariant: every write that starts, ends or archives an episode clears it " +
+	"or takes only terminal ones), so the status and archived tests re-state it; the read decides nothing"
+
+// runningIsNeverAvailable: ListOrphanedEpisodes' running branch's
+// run_after test.
+const runningIsNeverAvailable = "a running episode never has run_after set in this release: every write that starts " +
+	"an episode clears it (StartEpisode, ClaimAvailable), so the running branch's test re-states the invariant " +
+	"(an episode an older binary started after migration 00016 keeps it set; that deployment order is refused by " +
+	"the README and noted as work for the next release)"
+
+// claimForRecoveryRechecked: Postgres's ClaimForRecovery episode UPDATE
+// after its orphan step.
+const claimForRecoveryRechecked = "the orphan step of the same statement locked the episode row (FOR UPDATE OF e) " +
+	"and checked it running or queued, unarchived and not available on its latest version; the lock holds until " +
+	"the statement's transaction ends, so the final UPDATE's own status and archived tests re-read what that lock " +
+	"already proved"
