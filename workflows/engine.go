@@ -287,7 +287,7 @@ func (e *Engine) Start(ctx context.Context, workflowID, subject string, payload 
 		if inst, err = tx.LockWorkflowInstance(ctx, id); err != nil {
 			return err
 		}
-		evs, err = startReady(ctx, tx, e.node.ID(), &inst, d)
+		evs, err = startReady(ctx, tx, &inst, d)
 		return err
 	})
 	if err != nil {
@@ -658,7 +658,7 @@ func (e *Engine) move(ctx context.Context, tx Tx, inst *Instance, d *Definition,
 			return nil, err
 		}
 	case inst.Status == InstanceRunning && step.Attempts < step.MaxAttempts:
-		if err := startStep(ctx, tx, e.node.ID(), inst, sd, step); err != nil {
+		if err := startStep(ctx, tx, inst, sd, step); err != nil {
 			return nil, err
 		}
 		return nil, nil
@@ -687,7 +687,7 @@ func (e *Engine) move(ctx context.Context, tx Tx, inst *Instance, d *Definition,
 	if inst.Status != InstanceRunning {
 		return evs, nil
 	}
-	return startReady(ctx, tx, e.node.ID(), inst, d)
+	return startReady(ctx, tx, inst, d)
 }
 
 func (e *Engine) end(ctx context.Context, tx Tx, step StepState, status string) error {
@@ -700,9 +700,7 @@ func (e *Engine) end(ctx context.Context, tx Tx, step StepState, status string) 
 
 // startReady starts every pending step whose dependencies are all done or
 // skipped, and ends the instance when no step is pending or running.
-// source names who starts them (the node, or an operator's migration) as
-// their episodes' source node.
-func startReady(ctx context.Context, tx Tx, source string, inst *Instance, d *Definition) ([]Event, error) {
+func startReady(ctx context.Context, tx Tx, inst *Instance, d *Definition) ([]Event, error) {
 	rows, err := tx.ListWorkflowSteps(ctx, inst.ID)
 	if err != nil {
 		return nil, err
@@ -732,7 +730,7 @@ func startReady(ctx context.Context, tx Tx, source string, inst *Instance, d *De
 				}
 			}
 			if ready {
-				if err := startStep(ctx, tx, source, inst, sd, st); err != nil {
+				if err := startStep(ctx, tx, inst, sd, st); err != nil {
 					return nil, err
 				}
 			}
@@ -754,7 +752,7 @@ func startReady(ctx context.Context, tx Tx, source string, inst *Instance, d *De
 
 // startStep creates the step's next attempt as a deferred episode (any
 // full node of the instance's env polls it) and points the step at it.
-func startStep(ctx context.Context, tx Tx, source string, inst *Instance, sd *Step, st StepState) error {
+func startStep(ctx context.Context, tx Tx, inst *Instance, sd *Step, st StepState) error {
 	attempt := st.Attempts + 1
 	ref, _ := json.Marshal(StepRef{WorkflowID: inst.WorkflowID, InstanceID: inst.ID, StepID: sd.ID, Attempt: attempt})
 	maxAttempts, found, err := tx.GetAgentMaxAttempts(ctx, sd.Actor, sd.Expectation)

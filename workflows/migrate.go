@@ -30,7 +30,7 @@ import (
 // the actor and expectation it was created with. ErrNoInstance when there
 // is no such instance; an instance that has ended is refused.
 func (e *Engine) Migrate(ctx context.Context, instanceID int64, toVersion string, mapping map[string]string) (Instance, error) {
-	inst, evs, err := migrate(ctx, e.store, e.node.ID(), instanceID, toVersion, mapping, e.version)
+	inst, evs, err := migrate(ctx, e.store, instanceID, toVersion, mapping, e.version)
 	if err != nil {
 		return Instance{}, err
 	}
@@ -41,17 +41,18 @@ func (e *Engine) Migrate(ctx context.Context, instanceID int64, toVersion string
 
 // Migrate is Engine.Migrate for an operator with no Engine (`leasehold
 // workflows migrate`): toVersion must be recorded in the database (a node
-// that registers it records it when it starts), and the steps it starts
-// name by as their source node. Nothing is published: the steps' episodes
-// are polled by the nodes like any deferred work.
+// that registers it records it when it starts). by names the operator; it
+// is not stored (since migration 00016 an available episode records no
+// source node). Nothing is published: the steps' episodes are polled by
+// the nodes like any deferred work.
 func Migrate(ctx context.Context, store Store, by string, instanceID int64, toVersion string, mapping map[string]string) (Instance, error) {
-	inst, _, err := migrate(ctx, store, by, instanceID, toVersion, mapping, recordedVersion)
+	inst, _, err := migrate(ctx, store, instanceID, toVersion, mapping, recordedVersion)
 	return inst, err
 }
 
 // migrate is Migrate's transaction: resolve finds toVersion's definition
-// (in tx), source names who starts the ready steps.
-func migrate(ctx context.Context, store Store, source string, instanceID int64, toVersion string, mapping map[string]string,
+// (in tx).
+func migrate(ctx context.Context, store Store, instanceID int64, toVersion string, mapping map[string]string,
 	resolve func(ctx context.Context, tx Tx, workflowID, version string) (*Definition, error)) (Instance, []Event, error) {
 	var (
 		inst Instance
@@ -88,7 +89,7 @@ func migrate(ctx context.Context, store Store, source string, instanceID int64, 
 			return err
 		}
 		inst.DefinitionVersion, inst.ParkedReason = toVersion, ""
-		evs, err = startReady(ctx, tx, source, &inst, to)
+		evs, err = startReady(ctx, tx, &inst, to)
 		return err
 	})
 	if err != nil {
